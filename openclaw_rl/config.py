@@ -1,0 +1,326 @@
+"""``config.toml``: declared once, typed, validated together.
+
+This is the only module that reads the environment: ``${VAR}`` in any string value is replaced by
+the variable's value, and an unset variable is an error that names the variable (never a value).
+
+Validation gathers *every* problem into one :class:`ConfigError` whose lines name the file, section
+and key (an unknown key gets a "did you mean" suggestion). Known mistakes from SPEC §4 that are
+not fatal come back as warnings on :attr:`Config.warnings`; the launcher prints them.
+
+Usage::
+
+    cfg = load_config("configs/local.toml")
+    cfg.training.clip_ratio        # 0.2
+    for w in cfg.warnings: print(w)
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+EMBEDDED_MODEL = "smollm2-135m-instruct"
+ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class ConfigError(ValueError):
+    """Every problem found in a config file, one per line."""
+
+    def __init__(self, path: str, problems: list[str]):
+        self.path = path
+        self.problems = problems
+        super().__init__(f"{path}: {len(problems)} problem(s)\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class GlobalConfig(_Section):
+    run_name: str = "openclaw_rl"
+    seed: int = 42
+    log_dir: str = "./logs/openclaw_rl"
+    async_mode: bool = True
+    ray_address: str | None = Field(None, description="Ray cluster address or 'auto'; None = this machine")
+
+
+class ApiConfig(_Section):
+    """One OpenAI-compatible channel shared by the judge, the teacher and a remote policy."""
+
+    base_url: str = ""
+    api_key: SecretStr = SecretStr("")
+    timeout_sec: float = Field(60, gt=0)
+    max_retries: int = Field(3, ge=0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _api_root(cls, v: str) -> str:
+        if not v:
+            return v
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{v!r} is not an http(s) URL; give the API root, e.g. https://host/api")
+        if parts.query or parts.fragment:
+            raise ValueError(
+                f"{v!r} looks like a web page address (it has a query string or fragment such as "
+                "tracking parameters); give the API root instead, e.g. "
+                f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+            )
+        return v.rstrip("/")
+
+    @property
+    def v1_url(self) -> str:
+        """``{base_url}/v1`` — accepts a base_url that already ends in /v1."""
+        return self.base_url if self.base_url.endswith("/v1") else f"{self.base_url}/v1"
+
+
+class PolicyServiceConfig(_Section):
+    backend: Literal["transformers", "sglang", "vllm", "api"] = "transformers"
+    model: str = EMBEDDED_MODEL
+    host: str = "127.0.0.1"
+    port: int = Field(30000, ge=0, le=65535)
+    max_concurrent: int = Field(64, ge=1)
+    max_queue: int = Field(256, ge=0, description="requests waiting beyond max_concurrent before 429")
+    weight_sync_interval: int = Field(10, ge=1)
+    non_blocking: bool = True
+    api_key: SecretStr | None = Field(None, description="bearer key clients must send; None = open")
+    engine_url: str | None = Field(None, description="external engine root for sglang / vllm")
+    launch: bool = False
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    max_model_len: int = Field(2048, ge=16)
+    max_tokens_default: int = Field(256, ge=1)
+    batch_wait_ms: float = Field(5.0, ge=0)
+    request_timeout_sec: float = Field(300, gt=0)
+
+
+class EnvServiceConfig(_Section):
+    mode: Literal["local", "cloud"] = "local"
+    num_envs: int = Field(8, ge=0)
+    interaction_types: list[Literal["chat", "terminal", "gui", "tool_call"]] = Field(
+        default_factory=lambda: ["chat"])
+    state_capture: bool = True
+    enabled: bool = True
+    user_mode: Literal["scripted", "llm"] = "scripted"
+    personas: list[Literal["student", "teacher"]] = Field(default_factory=lambda: ["student", "teacher"])
+    max_turns: int = Field(4, ge=1)
+    data_path: str = "../shared/data/gsm8k.json"
+    eval_size: int = Field(50, ge=1, description="held-out problems, never trained on")
+
+
+class PrmServiceConfig(_Section):
+    backend: str = Field("minilm", description="local | minilm | api | <any API channel name>")
+    model: str = EMBEDDED_MODEL
+    vote_count: int = Field(3, ge=1)
+    reward_space: list[int] = Field(default_factory=lambda: [1, -1, 0])
+    extract_instruction: bool = True
+    temperature: float = Field(0.6, ge=0)
+    num_workers: int = Field(1, ge=1)
+    teacher: str = Field("policy_base", description="policy_base | api | <local model>")
+    teacher_topk: int = Field(0, ge=0, description="top-K teacher log-probs per position (0 = off)")
+    retry_interval_sec: float = Field(10, gt=0)
+
+    @field_validator("reward_space")
+    @classmethod
+    def _rewards(cls, v: list[int]) -> list[int]:
+        if not set(v) <= {1, -1, 0} or not v:
+            raise ValueError(f"must be a subset of [1, -1, 0], got {v}")
+        return v
+
+    @property
+    def uses_api(self) -> bool:
+        return self.backend not in ("local", "minilm")
+
+
+class TrainingConfig(_Section):
+    backend: Literal["torch", "fsdp", "megatron"] = "torch"
+    algorithm: Literal["ppo"] = "ppo"
+    clip_ratio: float = Field(0.2, gt=0, lt=1)
+    asymmetric_clip: bool = True
+    clip_ratio_high: float = Field(0.28, gt=0)
+    kl_coef: float = Field(0.01, ge=0)
+    entropy_coef: float = Field(0.0, ge=0)
+    lr: float = Field(1e-6, gt=0)
+    batch_size: int = Field(32, ge=1)
+    mini_batch_size: int = Field(8, ge=1)
+    micro_batch_tokens: int = Field(4096, ge=16)
+    opd_enabled: bool = True
+    opd_weight: float = Field(1.0, ge=0)
+    binary_rl_weight: float = Field(1.0, ge=0)
+    opd_adv_clip: float | None = Field(None, gt=0)
+    topk_distill: bool = False
+    lora: bool = True
+    lora_rank: int = Field(16, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    lora_target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"])
+    max_grad_norm: float = Field(1.0, gt=0)
+    max_steps: int | None = Field(None, ge=1)
+    checkpoint_interval: int = Field(10, ge=1)
+    max_staleness: int | None = Field(None, ge=0, description="versions; older samples are dropped")
+    logprob_chunk_size: int = Field(256, ge=1)
+    device: str = "cpu"
+
+    @property
+    def eps_high(self) -> float:
+        """Upper clip bound: ``clip_ratio_high`` with asymmetric clipping, else ``clip_ratio``."""
+        return self.clip_ratio_high if self.asymmetric_clip else self.clip_ratio
+
+
+class Config(BaseModel):
+    """The whole ``config.toml``. Sections are attributes: ``cfg.global_``, ``cfg.api``, ..."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    global_: GlobalConfig = Field(default_factory=GlobalConfig, alias="global")
+    api: ApiConfig = Field(default_factory=ApiConfig)
+    policy_service: PolicyServiceConfig = Field(default_factory=PolicyServiceConfig)
+    env_service: EnvServiceConfig = Field(default_factory=EnvServiceConfig)
+    prm_service: PrmServiceConfig = Field(default_factory=PrmServiceConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    source: str = Field("<defaults>", exclude=True)
+    warnings: list[str] = Field(default_factory=list, exclude=True)
+
+    @property
+    def log_dir(self) -> Path:
+        return Path(self.global_.log_dir)
+
+
+SECTIONS: dict[str, type[_Section]] = {
+    "global": GlobalConfig,
+    "api": ApiConfig,
+    "policy_service": PolicyServiceConfig,
+    "env_service": EnvServiceConfig,
+    "prm_service": PrmServiceConfig,
+    "training": TrainingConfig,
+}
+
+
+def _expand(value: Any, where: str, problems: list[str], environ: dict[str, str]) -> Any:
+    """Replace ``${VAR}`` in strings (recursively); an unset variable is a problem, not ''."""
+    if isinstance(value, str):
+        def sub(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if name not in environ:
+                problems.append(f"{where}: environment variable {name} is not set (referenced as ${{{name}}})")
+                return ""
+            return environ[name]
+        return ENV_VAR.sub(sub, value)
+    if isinstance(value, list):
+        return [_expand(v, where, problems, environ) for v in value]
+    if isinstance(value, dict):
+        return {k: _expand(v, f"{where}.{k}", problems, environ) for k, v in value.items()}
+    return value
+
+
+def _suggest(name: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def build_config(raw: dict[str, Any], source: str = "<dict>", environ: dict[str, str] | None = None) -> Config:
+    """Validate a parsed TOML document; raise :class:`ConfigError` listing every problem."""
+    environ = dict(os.environ) if environ is None else environ
+    problems: list[str] = []
+    sections: dict[str, Any] = {}
+    for name, body in raw.items():
+        if name not in SECTIONS:
+            problems.append(f"[{name}]: unknown section{_suggest(name, list(SECTIONS))}")
+            continue
+        if not isinstance(body, dict):
+            problems.append(f"[{name}]: must be a table, got {type(body).__name__}")
+            continue
+        model = SECTIONS[name]
+        known = list(model.model_fields)
+        clean: dict[str, Any] = {}
+        for key, value in body.items():
+            if key not in known:
+                problems.append(f"[{name}] {key}: unknown key{_suggest(key, known)}")
+                continue
+            clean[key] = _expand(value, f"[{name}] {key}", problems, environ)
+        try:
+            sections[name] = model(**clean)
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = ".".join(str(p) for p in err["loc"]) or "?"
+                # The offending input is shown except for secrets, which never reach a message.
+                shown = "" if "key" in loc else f" (got {err.get('input')!r})"
+                msg = err["msg"].removeprefix("Value error, ")
+                problems.append(f"[{name}] {loc}: {msg}{shown}")
+    if problems:
+        raise ConfigError(source, problems)
+    cfg = Config(**{("global_" if k == "global" else k): v for k, v in sections.items()})
+    cfg.source = source
+    errors, warnings = check_known_mistakes(cfg)
+    if errors:
+        raise ConfigError(source, errors)
+    cfg.warnings = warnings
+    return cfg
+
+
+def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> Config:
+    """Read and validate a ``config.toml``; relative ``data_path`` resolves against the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(str(p), [f"config file not found (looked at {p.resolve()})"])
+    try:
+        raw = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(p), [f"not valid TOML: {exc}"]) from None
+    return build_config(raw, source=str(p), environ=environ)
+
+
+def unbuilt_parts(cfg: Config) -> list[str]:
+    """Values that parse but name a part this version cannot run; the launcher refuses them
+    before anything starts (validation, never step 1)."""
+    problems = []
+    if cfg.training.backend in ("fsdp", "megatron"):
+        problems.append(f"[training] backend = \"{cfg.training.backend}\" is not built yet; use "
+                        "backend = \"torch\" (single process, CPU or GPU)")
+    return problems
+
+
+def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
+    """SPEC §4's known mistakes: (hard errors, soft warnings), each naming section and key."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    prm, tr, pol, env = cfg.prm_service, cfg.training, cfg.policy_service, cfg.env_service
+    if prm.vote_count == 1:
+        warnings.append("[prm_service] vote_count = 1: a single judge vote gives noisy rewards; use 3 or 5")
+    elif prm.vote_count % 2 == 0:
+        warnings.append(f"[prm_service] vote_count = {prm.vote_count} is even: majority votes can tie "
+                        "(a tie scores 0); use an odd count")
+    if tr.opd_enabled and tr.binary_rl_weight > 0 and tr.opd_weight > 5 * tr.binary_rl_weight:
+        warnings.append(f"[training] opd_weight = {tr.opd_weight} is far above binary_rl_weight = "
+                        f"{tr.binary_rl_weight}: the token-level advantage will drown the scalar reward")
+    if pol.weight_sync_interval <= 2:
+        warnings.append(f"[policy_service] weight_sync_interval = {pol.weight_sync_interval}: serving would "
+                        "swap weights nearly every training step; 5-20 is typical")
+    if env.mode == "cloud":
+        errors.append("[env_service] mode = \"cloud\": no cluster is reachable — set [global] ray_address "
+                      "to a running Ray cluster (cluster mode is not built yet); use mode = \"local\"")
+    if not env.state_capture:
+        warnings.append("[env_service] state_capture = false: the judge gets no next state, every reward "
+                        "is 0 and nothing is learned")
+    if tr.mini_batch_size > tr.batch_size:
+        errors.append(f"[training] mini_batch_size = {tr.mini_batch_size} is larger than batch_size = "
+                      f"{tr.batch_size}")
+    elif tr.batch_size % tr.mini_batch_size:
+        warnings.append(f"[training] batch_size = {tr.batch_size} is not a multiple of mini_batch_size = "
+                        f"{tr.mini_batch_size}; the last optimiser step gets fewer samples")
+    if (prm.uses_api or pol.backend == "api") and not cfg.api.base_url:
+        errors.append(f"[api] base_url: required because prm_service.backend = {prm.backend!r} or "
+                      "policy_service.backend = \"api\" uses the API channel")
+    if pol.backend in ("sglang", "vllm") and not pol.engine_url and not pol.launch:
+        warnings.append(f"[policy_service] backend = \"{pol.backend}\" without engine_url: assuming the engine "
+                        f"at http://127.0.0.1:{pol.port + 1}")
+    if not tr.opd_enabled and tr.binary_rl_weight == 0:
+        errors.append("[training] binary_rl_weight = 0 with opd_enabled = false: no learning signal is left")
+    return errors, warnings

