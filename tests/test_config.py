@@ -1,0 +1,98 @@
+"""config.toml: the canonical file loads, ${VAR} expands, every known mistake has its message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from openclaw_rl.config import ConfigError, build_config, load_config, unbuilt_parts
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_canonical_example_loads_with_env_var():
+    cfg = load_config(ROOT / "configs/example.toml", environ={"TAOTOKEN_API_KEY": "secret-value-123"})
+    assert cfg.global_.run_name == "openclaw_rl_async_ppo"
+    assert cfg.api.api_key.get_secret_value() == "secret-value-123"
+    assert cfg.api.v1_url == "https://example-gateway.invalid/api/v1"
+    assert cfg.prm_service.backend == "taotoken" and cfg.prm_service.uses_api
+    assert cfg.training.eps_high == 0.28
+    assert cfg.env_service.interaction_types == ["chat", "terminal", "gui", "tool_call"]
+    # megatron parses but is refused before anything starts
+    assert any("megatron" in p for p in unbuilt_parts(cfg))
+
+
+def test_local_default_loads_clean():
+    cfg = load_config(ROOT / "configs/local.toml", environ={})
+    assert cfg.policy_service.backend == "transformers"
+    assert cfg.training.lora and cfg.training.backend == "torch"
+    assert unbuilt_parts(cfg) == []
+    assert cfg.warnings == []
+
+
+def test_unset_variable_is_named_and_value_never_shown():
+    with pytest.raises(ConfigError) as exc:
+        load_config(ROOT / "configs/example.toml", environ={})
+    assert "TAOTOKEN_API_KEY is not set" in str(exc.value)
+    assert "[api] api_key" in str(exc.value)
+
+
+def test_secret_never_in_error_messages():
+    raw = {"api": {"api_key": "sk-verysecretvalue", "timeout_sec": -1}}
+    with pytest.raises(ConfigError) as exc:
+        build_config(raw, environ={})
+    assert "verysecret" not in str(exc.value)
+    assert "[api] timeout_sec" in str(exc.value)
+
+
+def test_unknown_key_suggests_and_all_problems_gathered(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[training]\nclip_ratoi = 0.2\nlr = "fast"\n[polcy_service]\nport = 1\n')
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    text = str(exc.value)
+    assert str(path) in text
+    assert "[training] clip_ratoi: unknown key (did you mean 'clip_ratio'?)" in text
+    assert "[training] lr" in text
+    assert "did you mean 'policy_service'" in text
+    assert len(exc.value.problems) == 3
+
+
+def test_base_url_web_page_rejected():
+    with pytest.raises(ConfigError) as exc:
+        build_config({"api": {"base_url": "https://gw.example/api?utm_source=newsletter"}}, environ={})
+    assert "web page address" in str(exc.value) and "https://gw.example/api" in str(exc.value)
+
+
+@pytest.mark.parametrize("votes, needle", [(1, "noisy"), (4, "even")])
+def test_vote_count_warnings(votes, needle):
+    cfg = build_config({"prm_service": {"vote_count": votes}}, environ={})
+    assert any(needle in w and "vote_count" in w for w in cfg.warnings)
+
+
+def test_soft_mistakes_warn():
+    cfg = build_config({
+        "training": {"opd_weight": 20.0, "binary_rl_weight": 1.0},
+        "policy_service": {"weight_sync_interval": 1},
+        "env_service": {"state_capture": False},
+    }, environ={})
+    text = "\n".join(cfg.warnings)
+    assert "drown the scalar reward" in text
+    assert "weight_sync_interval = 1" in text
+    assert "state_capture = false" in text and "nothing is learned" in text
+
+
+def test_cloud_mode_fails_fast():
+    with pytest.raises(ConfigError) as exc:
+        build_config({"env_service": {"mode": "cloud"}}, environ={})
+    assert "mode = \"cloud\"" in str(exc.value)
+
+
+def test_not_toml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[global\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.toml")

@@ -1,0 +1,53 @@
+"""launch --dry-run: one line per service, exit status, never hangs on unreachable hosts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _launch(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "openclaw_rl.launch", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_dry_run_local_default_is_ready():
+    proc = _launch("--config", "configs/local.toml", "--dry-run")
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("[dry-run]")]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for service in ("policy_service", "env_service", "prm_service", "training"):
+        assert any(ln.startswith(f"[dry-run] {service}: ok") for ln in lines), lines
+
+
+def test_dry_run_unreachable_hosts_fail_fast_and_keep_key_secret():
+    start = time.monotonic()
+    proc = _launch("--config", "configs/example.toml", "--dry-run",
+                   env={"TAOTOKEN_API_KEY": "sk-never-printed-0123456789"})
+    elapsed = time.monotonic() - start
+    assert elapsed < 30, f"dry run took {elapsed:.1f}s"
+    assert proc.returncode == 1
+    out = proc.stdout + proc.stderr
+    assert "[dry-run] prm_service: FAILED" in out and "unreachable" in out
+    assert "[dry-run] training: FAILED" in out and "megatron" in out
+    assert "sk-never-printed" not in out
+
+
+def test_bad_config_exits_2_before_anything_starts(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[prm_service]\nvote_cont = 3\n")
+    proc = _launch("--config", str(path))
+    assert proc.returncode == 2
+    assert "did you mean 'vote_count'" in proc.stderr
+
+
+def test_dry_run_reports_missing_model(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text(f'[policy_service]\nmodel = "{tmp_path}/nowhere"\n[env_service]\nnum_envs = 0\n')
+    proc = _launch("--config", str(path), "--dry-run")
+    assert proc.returncode == 1
+    assert "policy_service: FAILED" in proc.stdout and "nowhere" in proc.stdout
