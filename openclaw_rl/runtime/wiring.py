@@ -1,0 +1,174 @@
+"""Run the four loops as child processes of the launcher, and stop exactly those children.
+
+Why processes, not threads: each loop is CPU-bound Python + torch. In one process the serving
+engine's decode loop, the judge's teacher passes and the trainer's backward pass would contend for
+one GIL, so training would stall serving; and a trainer that crashes (or is killed, or runs out of
+memory) must not take the server with it. Processes give both; they share nothing but the durable
+store (SQLite, WAL) and one HTTP call per weight swap, so a loop restarted after a crash picks up
+exactly where the store says it was.
+
+    launcher ──▶ policy service   (python -m openclaw_rl.cli serve)          HTTP on the configured port
+             ──▶ judge            (python -m openclaw_rl.judge.service)       store → judgements, samples
+             ──▶ trainer          (python -m openclaw_rl.trainer.loop)        samples → updates → swaps
+             ──▶ environments     (python -m openclaw_rl.envs.service)        HTTP client of the policy
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from openclaw_rl.config import Config
+from openclaw_rl.runtime.metrics import plot_metrics
+from openclaw_rl.runtime.status import progress_line
+from openclaw_rl.runtime.store import Store
+
+MAX_RESTARTS = 3
+PROGRESS_EVERY_S = 10.0
+HEALTH_TIMEOUT_S = 180.0
+
+
+@dataclass
+class Child:
+    """One loop process the launcher started (and therefore must stop)."""
+
+    name: str
+    argv: list[str]
+    proc: subprocess.Popen | None = None
+    restarts: int = 0
+    finished: bool = field(default=False)
+
+    def start(self) -> None:
+        # A new process group per child: Ctrl-C in the terminal reaches the launcher, which then
+        # stops each child in order, instead of every process at once.
+        self.proc = subprocess.Popen(self.argv, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float) -> None:
+        if not self.alive():
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            print(f"[launch] {self.name} did not stop within {timeout:.0f}s; killing it", flush=True)
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def policy_url(cfg: Config) -> str:
+    host = cfg.policy_service.host
+    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    return f"http://{host}:{cfg.policy_service.port}"
+
+
+def wait_healthy(url: str, child: Child, timeout: float = HEALTH_TIMEOUT_S) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not child.alive():
+            return False
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass  # not listening yet: the model is still loading
+        time.sleep(0.5)
+    return False
+
+
+def build_children(cfg: Config, config_path: str) -> dict[str, Child]:
+    py, conf, url = sys.executable, str(Path(config_path)), policy_url(cfg)
+    children = {
+        "policy_service": Child("policy_service", [py, "-m", "openclaw_rl.cli", "serve", "--config", conf]),
+        "prm_service": Child("prm_service", [py, "-m", "openclaw_rl.judge.service", "--config", conf]),
+        "training": Child("training", [py, "-m", "openclaw_rl.trainer.loop", "--config", conf,
+                                       "--policy-url", url]),
+    }
+    if cfg.env_service.enabled and cfg.env_service.num_envs > 0:
+        children["env_service"] = Child("env_service", [py, "-m", "openclaw_rl.envs.service", "--config", conf,
+                                                        "--policy-url", url])
+    return children
+
+
+def run_all(cfg: Config, config_path: str) -> int:
+    """Start the loops, watch them, restart a crashed one, stop all on max_steps or Ctrl-C."""
+    from openclaw_rl.trainer.loop import read_policy_pointer, request_swap
+
+    store = Store(cfg.log_dir / "store.sqlite")
+    children = build_children(cfg, config_path)
+    url = policy_url(cfg)
+    stopping = False
+
+    def on_signal(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    print(f"[async] weight_sync_interval={cfg.policy_service.weight_sync_interval}, "
+          f"non_blocking={str(cfg.policy_service.non_blocking).lower()}", flush=True)
+    if "env_service" not in children:
+        print(f"[launch] no environment workers: personal-agent mode, talk to {url}/v1", flush=True)
+    children["policy_service"].start()
+    if not wait_healthy(url, children["policy_service"]):
+        print(f"[launch] policy service did not become healthy at {url}", flush=True)
+        _stop_all(children)
+        return 1
+    pointer = read_policy_pointer(cfg)
+    if pointer is not None:  # a restarted run serves the newest published weights, not the base
+        err = request_swap(cfg, url, pointer[1], pointer[0])
+        print(f"[async] serving policy version={pointer[0]}" + (f" failed: {err}" if err else ""), flush=True)
+    for name in ("prm_service", "training", "env_service"):
+        if name in children:
+            children[name].start()
+
+    rc = 0
+    last_progress, last_line = 0.0, ""
+    try:
+        while not stopping:
+            time.sleep(0.5)
+            trainer = children["training"]
+            if not trainer.alive() and trainer.proc.returncode == 0:
+                print("[launch] training reached max_steps; stopping the run", flush=True)
+                break
+            for child in children.values():
+                if child.alive():
+                    continue
+                if child.restarts >= MAX_RESTARTS:
+                    print(f"[launch] {child.name} exited (code {child.proc.returncode}) {MAX_RESTARTS} times; "
+                          "stopping the run", flush=True)
+                    stopping, rc = True, 1
+                    break
+                child.restarts += 1
+                print(f"[launch] {child.name} exited with code {child.proc.returncode}; restarting "
+                      f"({child.restarts}/{MAX_RESTARTS}) — it resumes from the store", flush=True)
+                child.start()
+            if time.monotonic() - last_progress >= PROGRESS_EVERY_S:
+                line = progress_line(store.counters())
+                if line != last_line:
+                    print(line, flush=True)
+                last_progress, last_line = time.monotonic(), line
+    finally:
+        _stop_all(children)
+        print(progress_line(store.counters()), flush=True)
+        store.close()
+        plot = plot_metrics(cfg.log_dir)
+        if plot is not None:
+            print(f"[launch] training curves: {plot}", flush=True)
+    return rc
+
+
+def _stop_all(children: dict[str, Child]) -> None:
+    """Stop in dependency order: traffic first, then the trainer (final checkpoint), judge, server."""
+    for name in ("env_service", "training", "prm_service", "policy_service"):
+        if name in children:
+            children[name].stop(timeout=120 if name == "training" else 30)
+

@@ -1,0 +1,192 @@
+"""The training loop (SPEC §3 loop 4): consume judged samples from the store as they become ready.
+
+Runs as its own process (``python -m openclaw_rl.trainer.loop --config FILE --policy-url URL``)
+so that a trainer crash never stops serving. The whole loop::
+
+    trainer.resume(); store.recover_claims(trainer.step)        # no sample lost, none trained twice
+    while not done:
+        if store.ready_count() >= batch_size:
+            batch = store.claim_samples(batch_size, step + 1, version, max_staleness)
+            metrics = trainer.train_update(batch)                  # one PPO update
+            every weight_sync_interval updates: export policy, repoint latest, tell serving
+            every checkpoint_interval updates: checkpoint on disk, then store.commit_checkpoint
+    on SIGTERM / max_steps: final checkpoint, commit, exit 0
+
+A sample is marked trained only after a checkpoint containing its update is on disk, so killing this
+process at any moment and restarting it loses nothing and trains nothing twice into the weights
+that survive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from openclaw_rl.config import Config, load_config
+from openclaw_rl.runtime.metrics import MetricsWriter
+from openclaw_rl.runtime.store import Store
+from openclaw_rl.trainer.engine import Trainer
+
+POLICY_POINTER = "latest.json"
+
+
+def policy_dir(cfg: Config) -> Path:
+    """Where exported policy versions and the ``latest.json`` pointer live."""
+    return cfg.log_dir / "policy"
+
+
+def read_policy_pointer(cfg: Config) -> tuple[int, Path] | None:
+    """The newest published policy ``(version, path)``, or None before the first sync."""
+    pointer = policy_dir(cfg) / POLICY_POINTER
+    if not pointer.is_file():
+        return None
+    data = json.loads(pointer.read_text(encoding="utf-8"))
+    return int(data["version"]), Path(data["path"])
+
+
+def _write_pointer(cfg: Config, version: int, path: Path) -> None:
+    pointer = policy_dir(cfg) / POLICY_POINTER
+    tmp = pointer.with_name(f".{POLICY_POINTER}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps({"version": version, "path": str(path)}), encoding="utf-8")
+    os.replace(tmp, pointer)  # atomic: serving never reads a half-written pointer
+
+
+def request_swap(cfg: Config, policy_url: str, path: Path, version: int, timeout: float = 60.0) -> str | None:
+    """Ask the policy service to load ``path`` as ``version``; returns an error message or None."""
+    key = cfg.policy_service.api_key
+    headers = {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
+    try:
+        r = httpx.post(f"{policy_url.rstrip('/')}/v1/admin/load_weights", json={"path": str(path), "version": version},
+                       headers=headers, timeout=timeout)
+    except httpx.HTTPError as exc:
+        return f"policy service at {policy_url} unreachable: {type(exc).__name__}"
+    if r.status_code >= 400:
+        return f"policy service refused the swap: HTTP {r.status_code} {r.text[:200]}"
+    return None
+
+
+class TrainingLoop:
+    """Owns one :class:`Trainer`, the store handle and the metrics sink; start/run/stop lifecycle."""
+
+    def __init__(self, cfg: Config, policy_url: str | None, store: Store | None = None):
+        self.cfg = cfg
+        self.policy_url = policy_url
+        self.store = store or Store(cfg.log_dir / "store.sqlite")
+        self.metrics = MetricsWriter(cfg.log_dir)
+        self.trainer: Trainer | None = None
+        self.version = 0
+        self._stop = threading.Event()
+        self._swap_thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        tc = self.cfg.training
+        self.trainer = Trainer(self.cfg, self.cfg.policy_service.model)
+        resumed = self.trainer.resume()
+        released = self.store.recover_claims(self.trainer.step)
+        pointer = read_policy_pointer(self.cfg)
+        self.version = pointer[0] if pointer else 0
+        print(f"[training] algorithm={tc.algorithm}, asymmetric_clip={str(tc.asymmetric_clip).lower()}, "
+              f"opd_enabled={str(tc.opd_enabled).lower()}", flush=True)
+        if resumed or released:
+            print(f"[training] resumed at step={self.trainer.step} version={self.version}, "
+                  f"{released} claimed sample(s) returned to the queue", flush=True)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def done(self) -> bool:
+        max_steps = self.cfg.training.max_steps
+        return self._stop.is_set() or (max_steps is not None and self.trainer.step >= max_steps)
+
+    def run(self) -> int:
+        """Train until ``max_steps`` or :meth:`stop`; always ends with a checkpoint."""
+        assert self.trainer is not None, "call start() first"
+        tc = self.cfg.training
+        try:
+            while not self.done:
+                if not self._ready_for_update():
+                    self._stop.wait(0.5)
+                    continue
+                self.update_once()
+        finally:
+            self._checkpoint()
+            self.metrics.close()
+            if self._swap_thread is not None:
+                self._swap_thread.join(timeout=30)
+        print(f"[training] stopped at step={self.trainer.step} version={self.version}", flush=True)
+        return 0 if tc.max_steps is None or self.trainer.step >= tc.max_steps or self._stop.is_set() else 1
+
+    def _ready_for_update(self) -> bool:
+        return self.store.ready_count() >= self.cfg.training.batch_size
+
+    def update_once(self) -> dict[str, float]:
+        """Claim one batch, run one PPO update, then sync and checkpoint on their intervals."""
+        tc, trainer = self.cfg.training, self.trainer
+        step = trainer.step + 1
+        batch = self.store.claim_samples(tc.batch_size, step, self.version, tc.max_staleness)
+        if not batch:
+            return {}
+        metrics = trainer.train_update(batch)
+        rewards = [s.reward for s in batch if s.reward is not None]
+        metrics["reward_mean"] = sum(rewards) / len(rewards) if rewards else 0.0
+        metrics["staleness_mean"] = sum(self.version - s.policy_version for s in batch) / len(batch)
+        metrics["samples_dropped"] = float(self.store.counters().samples_dropped)
+        self.metrics.write(trainer.step, metrics)
+        if trainer.step % self.cfg.policy_service.weight_sync_interval == 0:
+            self._publish()
+        if trainer.step % tc.checkpoint_interval == 0:
+            self._commit_checkpoint()
+        return metrics
+
+    def _publish(self) -> None:
+        """Export a new policy version, repoint ``latest``, tell serving without waiting on it."""
+        self.version += 1
+        path = self.trainer.export_policy(policy_dir(self.cfg), self.version)
+        _write_pointer(self.cfg, self.version, path)
+        print(f"[async] published policy version={self.version} at step={self.trainer.step}", flush=True)
+        if self.policy_url:
+            if self._swap_thread is not None:
+                self._swap_thread.join()  # at most one swap in flight; a newer one supersedes on arrival
+            version = self.version
+
+            def swap() -> None:
+                err = request_swap(self.cfg, self.policy_url, path, version)
+                if err:
+                    print(f"[async] weight swap to version={version} not applied: {err}", flush=True)
+
+            self._swap_thread = threading.Thread(target=swap, name="weight-swap", daemon=True)
+            self._swap_thread.start()
+
+    def _commit_checkpoint(self) -> None:
+        """The trainer has just written a checkpoint: its claimed samples become trained."""
+        self.store.commit_checkpoint(self.trainer.step, self.version)
+
+    def _checkpoint(self) -> None:
+        self.trainer.save_checkpoint()
+        self._commit_checkpoint()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m openclaw_rl.trainer.loop")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--policy-url", default=None, help="policy service to swap weights into")
+    args = parser.parse_args(argv)
+    cfg = load_config(args.config)
+    loop = TrainingLoop(cfg, args.policy_url)
+    signal.signal(signal.SIGTERM, lambda *_: loop.stop())
+    signal.signal(signal.SIGINT, lambda *_: loop.stop())
+    loop.start()
+    return loop.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
