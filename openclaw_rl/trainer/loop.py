@@ -25,7 +25,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
