@@ -1,0 +1,354 @@
+"""A bubblewrap sandbox for commands the agent writes (terminal env, python tool).
+
+Why bubblewrap: it is a small, audited, unprivileged isolation tool shipped by Debian
+(``apt-get install bubblewrap``; ``make sysdeps``) that builds a private mount/pid/net namespace
+set per command without a daemon. Each :meth:`Sandbox.run` starts one ``bwrap`` process that sees:
+
+* ``/work``  — the sandbox's own directory (read-write), also the working directory;
+* ``/home/agent`` — a private home (read-write, persists across commands like ``/work``);
+* ``/usr`` (and the ``/bin``, ``/lib`` links) and a few ``/etc`` files — read-only;
+* a fresh ``/tmp`` (size-capped tmpfs), a minimal ``/dev`` and a private ``/proc``.
+
+Nothing else of the host file system exists inside, so nothing outside can be written.
+``--unshare-all`` removes the network (only a down loopback exists), IPC, UTS and PID sharing;
+``--die-with-parent`` plus the PID namespace mean that killing ``bwrap`` kills every process the
+command left behind.
+
+Resource limits are rlimits set by util-linux ``prlimit`` just before ``bwrap`` starts, so they hold
+for every process inside: CPU seconds, address space (memory), process count, file size. Output is
+read by this process and capped (a command printing without end is killed once it passes
+``kill_output_bytes``), and a wall-clock timeout kills the whole tree.
+
+Running as root: the kernel never applies ``RLIMIT_NPROC`` to the host's uid 0, and a user
+namespace's uid maps back to the uid that created it. So when this process is root, ``bwrap`` is
+started under a dedicated unprivileged host uid (61000+, one per sandbox, so sandboxes do not share a
+process budget) and the sandbox directory is owned by that uid; inside, the agent is uid 1000 with no
+capabilities. A fork bomb then hits the process limit instead of the machine.
+
+Known limits (documented in docs/envs.md): memory is limited per process (RLIMIT_AS), not per tree;
+total disk use in ``/work`` is checked after each command and reported, not enforced by a quota.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BWRAP = "/usr/bin/bwrap"
+PRLIMIT = shutil.which("prlimit") or "/usr/bin/prlimit"
+SANDBOX_UID_BASE = 61000
+_uid_counter = itertools.count()
+_uid_lock = threading.Lock()
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap (or prlimit) is missing or cannot create namespaces here."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Per-command limits. Defaults suit small shell / python tasks on a 2-core machine."""
+
+    timeout_sec: float = 10.0
+    cpu_sec: int = 10
+    memory_mb: int = 512
+    max_procs: int = 64
+    file_size_mb: int = 16
+    tmp_size_mb: int = 64
+    output_bytes: int = 8192          # kept per stream and shown to the agent
+    kill_output_bytes: int = 1 << 20  # the command is killed once it has printed this much
+    disk_mb: int = 64                 # /work size reported as over quota past this
+
+
+@dataclass
+class CommandResult:
+    """What one command did: the next state of a terminal action."""
+
+    command: str
+    stdout: str
+    stderr: str
+    exit_code: int
+    elapsed_s: float
+    timed_out: bool = False
+    output_truncated: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    def as_observation(self) -> str:
+        """The text the agent sees: exit code, stdout, stderr and any limit that was hit."""
+        parts = [f"exit code: {self.exit_code}"]
+        parts.append("stdout:\n" + (self.stdout if self.stdout else "(empty)"))
+        parts.append("stderr:\n" + (self.stderr if self.stderr else "(empty)"))
+        parts += [f"[sandbox] {n}" for n in self.notes]
+        return "\n".join(parts)
+
+
+def _next_uid() -> int:
+    with _uid_lock:
+        n = next(_uid_counter)
+    # Spread across processes too (several test / worker processes may run at once).
+    return SANDBOX_UID_BASE + (os.getpid() * 31 + n) % 2000
+
+
+def check_available() -> None:
+    """Raise :class:`SandboxUnavailable` with an install hint when the tools are missing."""
+    if not os.access(BWRAP, os.X_OK):
+        raise SandboxUnavailable(f"bubblewrap not found at {BWRAP}: install it with `make sysdeps` "
+                                 "(apt-get install bubblewrap)")
+    if not os.access(PRLIMIT, os.X_OK):
+        raise SandboxUnavailable(f"prlimit not found at {PRLIMIT}: install util-linux")
+
+
+class Sandbox:
+    """One isolated directory plus a way to run shell commands in it.
+
+    Usage::
+
+        with Sandbox() as sb:
+            sb.write_file("a.txt", "hi\\n")
+            r = sb.run("wc -l a.txt")
+            r.stdout, r.exit_code
+    """
+
+    def __init__(self, limits: SandboxLimits | None = None, base_dir: str | Path | None = None):
+        check_available()
+        self.limits = limits or SandboxLimits()
+        self.root = Path(tempfile.mkdtemp(prefix="openclaw_sbx_", dir=base_dir))
+        self.workdir = self.root / "work"
+        self.home = self.root / "home"
+        self._etc = self.root / "etc"
+        for d in (self.workdir, self.home, self._etc):
+            d.mkdir()
+        self.is_root = os.geteuid() == 0
+        self.uid = _next_uid() if self.is_root else os.geteuid()
+        self.gid = self.uid if self.is_root else os.getegid()
+        (self._etc / "passwd").write_text("agent:x:1000:1000:agent:/home/agent:/bin/bash\n")
+        (self._etc / "group").write_text("agent:x:1000:\n")
+        os.chmod(self.root, 0o755)
+        self._chown_tree()
+        self._closed = False
+
+    # ---- files (used by task set-up and checkers; never follow links out of /work) ----
+
+    def _chown_tree(self) -> None:
+        """Give /work and /home to the sandbox uid (only needed, and only possible, as root)."""
+        if not self.is_root:
+            return
+        for top in (self.workdir, self.home):
+            os.lchown(top, self.uid, self.gid)
+            for dirpath, dirnames, filenames in os.walk(top):
+                for name in dirnames + filenames:
+                    os.lchown(os.path.join(dirpath, name), self.uid, self.gid)
+
+    def path(self, rel: str) -> Path:
+        """Absolute host path of ``rel`` inside /work; refuses anything resolving outside it."""
+        target = Path(os.path.realpath(self.workdir / rel))
+        base = Path(os.path.realpath(self.workdir))
+        if target != base and base not in target.parents:
+            raise PermissionError(f"{rel!r} resolves outside the sandbox directory")
+        return target
+
+    def write_file(self, rel: str, content: str | bytes, mode: int = 0o644) -> None:
+        """Create a file in /work (parents too), owned by the sandbox user."""
+        p = self.path(rel)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, str):
+            content = content.encode()
+        p.write_bytes(content)
+        os.chmod(p, mode)
+        self._chown_tree()
+
+    def read_file(self, rel: str, max_bytes: int = 1 << 20) -> str | None:
+        """Text of /work/``rel``, or None if it is missing, not a regular file, or a link leaving /work."""
+        try:
+            p = self.path(rel)
+        except PermissionError:
+            return None
+        if not p.is_file():
+            return None
+        with open(p, "rb") as f:
+            return f.read(max_bytes).decode(errors="replace")
+
+    def exists(self, rel: str) -> bool:
+        try:
+            return self.path(rel).exists()
+        except PermissionError:
+            return False
+
+    def disk_usage(self) -> int:
+        """Bytes used under /work (links not followed)."""
+        total = 0
+        for dirpath, _dirs, files in os.walk(self.workdir):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(dirpath, name)).st_size
+                except OSError:
+                    continue
+        return total
+
+    # ---- commands ----
+
+    def _argv(self, command: str) -> list[str]:
+        lim = self.limits
+        argv = [
+            PRLIMIT, f"--cpu={lim.cpu_sec}:{lim.cpu_sec + 1}", f"--as={lim.memory_mb << 20}", f"--nproc={lim.max_procs}",
+            f"--fsize={lim.file_size_mb << 20}", "--core=0", "--",
+            BWRAP, "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000",
+            "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--ro-bind", "/usr", "/usr",
+        ]
+        for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            host = Path("/") / top
+            if host.is_symlink():
+                argv += ["--symlink", os.readlink(host), f"/{top}"]
+            elif host.is_dir():
+                argv += ["--ro-bind", str(host), f"/{top}"]
+        for etc in ("/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+                    "/etc/localtime", "/etc/nsswitch.conf"):
+            if os.path.exists(etc):
+                argv += ["--ro-bind", etc, etc]
+        argv += [
+            "--ro-bind", str(self._etc / "passwd"), "/etc/passwd",
+            "--ro-bind", str(self._etc / "group"), "/etc/group",
+            "--proc", "/proc", "--dev", "/dev",
+            "--size", str(lim.tmp_size_mb << 20), "--tmpfs", "/tmp",
+            "--bind", str(self.workdir), "/work",
+            "--bind", str(self.home), "/home/agent",
+            "--remount-ro", "/",
+            "--chdir", "/work",
+            "--clearenv",
+            "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+            "--setenv", "HOME", "/home/agent",
+            "--setenv", "USER", "agent",
+            "--setenv", "LANG", "C.UTF-8",
+            "--setenv", "TERM", "dumb",
+            "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+            "--setenv", "GIT_AUTHOR_NAME", "agent", "--setenv", "GIT_AUTHOR_EMAIL", "agent@sandbox",
+            "--setenv", "GIT_COMMITTER_NAME", "agent", "--setenv", "GIT_COMMITTER_EMAIL", "agent@sandbox",
+            "/bin/bash", "-c", command,
+        ]
+        return argv
+
+    def run(self, command: str, stdin: str | None = None) -> CommandResult:
+        """Run ``command`` with bash inside the sandbox; never raises for what the command does."""
+        if self._closed:
+            raise RuntimeError("sandbox is closed")
+        lim = self.limits
+        kwargs: dict = {}
+        if self.is_root:
+            kwargs.update(user=self.uid, group=self.gid, extra_groups=[])
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                self._argv(command), stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                cwd=self.root, **kwargs)
+        except OSError as exc:
+            raise SandboxUnavailable(f"could not start bubblewrap: {exc}") from exc
+        if stdin is not None:
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write(stdin.encode()[: lim.kill_output_bytes])
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass  # the command did not read its input; that is its business
+        bufs = {"stdout": bytearray(), "stderr": bytearray()}
+        total = 0
+        timed_out = flooded = False
+        sel = selectors.DefaultSelector()
+        assert proc.stdout is not None and proc.stderr is not None
+        sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
+        sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
+        deadline = start + lim.timeout_sec
+        open_streams = 2
+        while open_streams:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(timeout=min(left, 0.5)):
+                chunk = os.read(key.fileobj.fileno(), 65536)  # type: ignore[union-attr]
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    open_streams -= 1
+                    continue
+                total += len(chunk)
+                buf = bufs[key.data]
+                if len(buf) < lim.output_bytes + 1:
+                    buf += chunk[: lim.output_bytes + 1 - len(buf)]
+            if total > lim.kill_output_bytes:
+                flooded = True
+                break
+        if timed_out or flooded:
+            self._kill(proc)
+        try:
+            exit_code = proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._kill(proc)
+            exit_code = proc.wait()
+        sel.close()
+        proc.stdout.close()
+        proc.stderr.close()
+        elapsed = time.monotonic() - start
+        notes = []
+        truncated = any(len(b) > lim.output_bytes for b in bufs.values()) or flooded
+        if timed_out:
+            notes.append(f"killed: wall-clock timeout of {lim.timeout_sec:g}s exceeded")
+            exit_code = 124
+        if flooded:
+            notes.append(f"killed: printed more than {lim.kill_output_bytes} bytes of output")
+        elif truncated:
+            notes.append(f"output truncated to {lim.output_bytes} bytes per stream")
+        if exit_code < 0:
+            notes.append(f"terminated by signal {signal.Signals(-exit_code).name}")
+            exit_code = 128 - exit_code
+        elif exit_code in (128 + signal.SIGXCPU, 128 + signal.SIGKILL) and not (timed_out or flooded):
+            notes.append(f"process ended by signal {signal.Signals(exit_code - 128).name} "
+                         f"(CPU limit {lim.cpu_sec}s or memory limit {lim.memory_mb} MB)")
+        elif exit_code == 128 + signal.SIGXFSZ:
+            notes.append(f"file size limit of {lim.file_size_mb} MB exceeded")
+        used = self.disk_usage()
+        if used > lim.disk_mb << 20:
+            notes.append(f"disk quota exceeded: /work holds {used >> 20} MB (limit {lim.disk_mb} MB)")
+        out, err = (bytes(bufs[k][: lim.output_bytes]).decode(errors="replace") for k in ("stdout", "stderr"))
+        return CommandResult(command=command, stdout=out, stderr=err, exit_code=exit_code, elapsed_s=elapsed,
+                             timed_out=timed_out, output_truncated=truncated, notes=notes)
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen) -> None:
+        """Kill bwrap's process group; --die-with-parent and the PID namespace take the rest."""
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # already gone
+
+    def close(self) -> None:
+        """Delete the sandbox directory. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown; nothing left to report to
+            return

@@ -1,0 +1,94 @@
+"""The API judge: any OpenAI-compatible chat endpoint given by ``[api]``.
+
+Selected by ``[prm_service] backend = "api"`` or any channel name (``"taotoken"``, ...). Requests go
+to ``{base_url}/v1/chat/completions`` through the official ``openai`` client (``AsyncOpenAI``), which
+applies ``timeout_sec`` to every request and retries 408/409/429/5xx and connection errors up to
+``max_retries`` times with exponential backoff (honouring ``Retry-After``). Each vote is its own
+request, all sent concurrently, sampled at ``temperature``.
+
+When retries are exhausted the judgement fails with :class:`JudgeUnavailable`, whose message says
+what happened and where — never the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import openai
+
+from openclaw_rl.config import Config
+from openclaw_rl.judge.base import Judge, JudgeUnavailable
+from openclaw_rl.judge.prompts import evaluative_messages, hint_messages, parse_hint_vote, parse_score
+from openclaw_rl.types import NextState, Vote
+
+#: Reply budget per vote: enough for a short reasoning and the answer line.
+MAX_TOKENS = 384
+
+
+def make_client(cfg: Config) -> openai.AsyncOpenAI:
+    """``AsyncOpenAI`` on ``[api]``: base_url ``{base_url}/v1``, timeout, retries with backoff."""
+    if not cfg.api.base_url:
+        raise ValueError("[api] base_url is empty: the API judge needs the API root, e.g. https://host/api")
+    # The client refuses an empty key; a keyless local server gets a placeholder instead.
+    key = cfg.api.api_key.get_secret_value() or "no-key"
+    return openai.AsyncOpenAI(base_url=cfg.api.v1_url, api_key=key, timeout=cfg.api.timeout_sec,
+                              max_retries=cfg.api.max_retries)
+
+
+def describe_failure(exc: Exception, url: str, retries: int) -> str:
+    """A clear, key-free message for an API failure."""
+    after = f" after {retries} retr{'y' if retries == 1 else 'ies'}" if retries else ""
+    if isinstance(exc, openai.APITimeoutError):
+        return f"judge API at {url} timed out{after}"
+    if isinstance(exc, openai.AuthenticationError):
+        return f"judge API at {url} refused the API key (HTTP 401); check [api] api_key"
+    if isinstance(exc, openai.PermissionDeniedError):
+        return f"judge API at {url} denied access (HTTP 403); check [api] api_key and the model's permissions"
+    if isinstance(exc, openai.RateLimitError):
+        return f"judge API at {url} is rate-limiting (HTTP 429){after}"
+    if isinstance(exc, openai.NotFoundError):
+        return (f"judge API at {url} answered 404: check [api] base_url (the API root) and "
+                "[prm_service] model")
+    if isinstance(exc, openai.APIConnectionError):
+        return f"judge API at {url} could not be reached{after}: {type(exc.__cause__ or exc).__name__}"
+    if isinstance(exc, openai.APIStatusError):
+        return f"judge API at {url} failed with HTTP {exc.status_code}{after}"
+    return f"judge API at {url} failed: {type(exc).__name__}"
+
+
+class ApiJudge(Judge):
+    """Evaluative and hint votes from an OpenAI-compatible chat model."""
+
+    def __init__(self, cfg: Config, teacher: object | None = None, client: openai.AsyncOpenAI | None = None):
+        super().__init__(cfg, teacher)
+        self.name = cfg.prm_service.backend
+        self.client = client or make_client(cfg)
+        self.url = f"{cfg.api.v1_url}/chat/completions"
+
+    async def _ask(self, messages: list[dict[str, str]]) -> str:
+        try:
+            resp = await self.client.chat.completions.create(
+                model=self.prm.model, messages=messages,  # type: ignore[arg-type]
+                temperature=self.prm.temperature, max_tokens=MAX_TOKENS)
+        except openai.APIError as exc:
+            raise JudgeUnavailable(describe_failure(exc, self.url, self.cfg.api.max_retries)) from None
+        if not resp.choices:
+            return ""  # an empty reply is an invalid vote, not an outage
+        return resp.choices[0].message.content or ""
+
+    async def score_votes(self, response: str, next_state: NextState) -> list[Vote]:
+        msgs = evaluative_messages(response, next_state)
+        replies = await asyncio.gather(*(self._ask(msgs) for _ in range(self.prm.vote_count)))
+        return [Vote(raw=r, score=parse_score(r, self.prm.reward_space)) for r in replies]
+
+    async def hint_votes(self, response: str, next_state: NextState) -> list[Vote]:
+        msgs = hint_messages(response, next_state)
+        replies = await asyncio.gather(*(self._ask(msgs) for _ in range(self.prm.vote_count)))
+        votes = []
+        for r in replies:
+            verdict, hint = parse_hint_vote(r)
+            votes.append(Vote(raw=r, score=verdict, hint=hint))
+        return votes
+
+    async def close(self) -> None:
+        await self.client.close()

@@ -1,0 +1,138 @@
+"""What every judge backend shares: votes → verdict, hints, teacher log-probs, failure handling.
+
+A backend implements two coroutines, :meth:`Judge.score_votes` and :meth:`Judge.hint_votes`; this
+class runs them concurrently, applies the voting rules of :mod:`openclaw_rl.judge.voting`, and —
+when a hint was kept and OPD is on — asks the teacher for log-probs of the turn's response tokens.
+
+Failure rule (SPEC §1, issue 3): an outage (API timeout, refused key, rate limit after retries) is
+raised by a backend as :class:`JudgeUnavailable` and comes back as ``JudgeResult(error=...)`` — never
+as a score of 0, which would silently feed the at-least-one rule with noise. An unparsable reply is
+not an outage: it is an invalid vote (``score=None``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from abc import ABC, abstractmethod
+
+from openclaw_rl.config import Config
+from openclaw_rl.judge.teacher import TeacherUnavailable
+from openclaw_rl.judge.voting import majority, select_hint
+from openclaw_rl.types import JudgeResult, NextState, Turn, Vote
+
+log = logging.getLogger("openclaw_rl.judge")
+
+
+class JudgeUnavailable(RuntimeError):
+    """The judge (or teacher) could not be reached or refused us; the turn must be retried later."""
+
+
+def response_text(turn: Turn) -> str:
+    """What the judge reads as the assistant's response: its text plus any tool calls."""
+    text = turn.response_text or ""
+    if turn.tool_calls:
+        calls = []
+        for c in turn.tool_calls:
+            fn = c.get("function", c) if isinstance(c, dict) else {}
+            calls.append(f"{fn.get('name', '?')}({fn.get('arguments', '')})")
+        text = (text + "\n" if text else "") + "[tool calls] " + "; ".join(calls)
+    return text
+
+
+class Judge(ABC):
+    """A PRM judge: ``await judge(turn)`` for the service, ``await score(response, state)`` for debugging."""
+
+    #: Backend name shown in logs and the debug command.
+    name: str = "judge"
+
+    def __init__(self, cfg: Config, teacher: object | None = None):
+        self.cfg = cfg
+        self.prm = cfg.prm_service
+        self._teacher = teacher
+        self._teacher_error: str | None = None
+
+    # ------------------------------------------------------------------ backend hooks
+    @abstractmethod
+    async def score_votes(self, response: str, next_state: NextState) -> list[Vote]:
+        """``vote_count`` evaluative votes (invalid ones with ``score=None``).
+        Raise :class:`JudgeUnavailable` on an outage."""
+
+    @abstractmethod
+    async def hint_votes(self, response: str, next_state: NextState) -> list[Vote]:
+        """``vote_count`` hint votes: ``score=1`` with ``hint`` or ``score=-1``."""
+
+    def make_teacher(self) -> object:
+        """The teacher for OPD; see :func:`openclaw_rl.judge.make_teacher`. Overridable."""
+        from openclaw_rl.judge import make_teacher
+
+        return make_teacher(self.cfg)
+
+    # ------------------------------------------------------------------ public API
+    async def score(self, response: str, next_state: NextState) -> JudgeResult:
+        """Evaluative score and (when ``extract_instruction``) the hint; no teacher part."""
+        start = time.perf_counter()
+        try:
+            result = await self._verdict(response, next_state)
+        except JudgeUnavailable as exc:
+            return JudgeResult(error=str(exc), elapsed_s=time.perf_counter() - start)
+        result.elapsed_s = time.perf_counter() - start
+        return result
+
+    async def judge(self, turn: Turn) -> JudgeResult:
+        """Judge a stored turn: score, hint, and teacher log-probs when a hint was kept and
+        ``training.opd_enabled``. Never raises for an outage; returns ``JudgeResult(error=...)``."""
+        start = time.perf_counter()
+        if turn.next_state is None:
+            return JudgeResult(error=f"turn {turn.key} has no next state yet; nothing to judge")
+        try:
+            result = await self._verdict(response_text(turn), turn.next_state)
+            if result.hint and self.cfg.training.opd_enabled and turn.response_ids:
+                await self._add_teacher(turn, result)
+        except JudgeUnavailable as exc:
+            return JudgeResult(error=str(exc), elapsed_s=time.perf_counter() - start)
+        result.elapsed_s = time.perf_counter() - start
+        return result
+
+    async def close(self) -> None:
+        """Release network clients; models stay cached for the process."""
+        return None
+
+    # ------------------------------------------------------------------ internals
+    async def _verdict(self, response: str, next_state: NextState) -> JudgeResult:
+        if self.prm.extract_instruction:
+            votes, hint_votes = await asyncio.gather(self.score_votes(response, next_state),
+                                                     self.hint_votes(response, next_state))
+        else:
+            votes, hint_votes = await self.score_votes(response, next_state), []
+        return JudgeResult(score=majority(votes, self.prm.reward_space), votes=votes,
+                           hint=select_hint(hint_votes) if hint_votes else None, hint_votes=hint_votes)
+
+    async def _add_teacher(self, turn: Turn, result: JudgeResult) -> None:
+        assert result.hint is not None
+        if self._teacher_error is not None:
+            return  # already reported once: the RL part still trains, OPD is off for this setup
+        try:
+            if self._teacher is None:
+                self._teacher = await asyncio.to_thread(self.make_teacher)
+            out = await self._teacher.score(turn, result.hint)  # type: ignore[attr-defined]
+        except TeacherUnavailable as exc:
+            self._teacher_error = str(exc)
+            log.error("[opd] teacher unavailable, OPD samples disabled: %s", exc)
+            return
+        if len(out.logprobs) != len(turn.response_ids):
+            raise JudgeUnavailable(f"teacher returned {len(out.logprobs)} log-probs for "
+                                   f"{len(turn.response_ids)} response tokens of turn {turn.key}")
+        result.teacher_logprobs = out.logprobs
+        result.teacher_topk_ids = out.topk_ids
+        result.teacher_topk_logprobs = out.topk_logprobs
+        result.teacher_context_len = out.context_len
+
+
+def result_json(result: JudgeResult) -> str:
+    """Compact JSON of a result for logs (teacher arrays summarised, not dumped)."""
+    data = result.model_dump(exclude={"teacher_logprobs", "teacher_topk_ids", "teacher_topk_logprobs"})
+    data["teacher_tokens"] = len(result.teacher_logprobs or [])
+    return json.dumps(data)

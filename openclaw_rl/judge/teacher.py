@@ -1,0 +1,186 @@
+"""Teacher log-probs for hindsight-guided on-policy distillation (SPEC §2).
+
+The hint is appended to the last user message of the turn's prompt under :data:`HINT_HEADING`;
+the tokenizer's chat template is re-applied to the *prompt only* (``add_generation_prompt``), and
+the ORIGINAL ``turn.response_ids`` — the tokens the policy actually sampled — are scored under
+that enhanced prompt. The response is never re-tokenised from text: re-tokenising would shift the
+teacher's log-probs out of alignment with the student's ``response_logprobs``.
+
+Two teachers:
+
+* :class:`LocalTeacher` — a causal LM in this process (by default the policy's frozen base model,
+  ``cfg.policy_service.model``), scored with the trainer's memory-lean
+  :func:`openclaw_rl.trainer.logprobs.sequence_logprobs`.
+* :class:`ApiTeacher` — an OpenAI-compatible ``/v1/completions`` endpoint with prompt log-prob
+  support (``echo=True`` + ``logprobs``, as vLLM and SGLang offer). Chat-only APIs have none; the
+  teacher then fails with :class:`TeacherUnavailable`, whose message says OPD needs a local or
+  log-prob-capable teacher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from openclaw_rl.judge.prompts import HINT_HEADING
+from openclaw_rl.types import Turn
+
+_models: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+_models_lock = threading.Lock()
+#: One forward pass at a time per process: CPU torch already uses every allowed thread.
+model_lock = threading.Lock()
+
+
+def shared_model(name: str, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
+    """``(model, tokenizer)`` loaded once per process, so a local judge and the teacher that name
+    the same model share one copy."""
+    from openclaw_rl.runtime.models import load_model
+
+    key = (name, device, dtype)
+    with _models_lock:
+        if key not in _models:
+            _models[key] = load_model(name, device=device, dtype=dtype)
+        return _models[key]
+
+
+class TeacherUnavailable(RuntimeError):
+    """The configured teacher cannot produce log-probs at all (a setup problem, not an outage)."""
+
+
+@dataclass
+class TeacherOutput:
+    """Teacher log-probs of one turn's response tokens under the hint-enhanced prompt."""
+
+    logprobs: list[float]
+    topk_ids: list[list[int]] | None
+    topk_logprobs: list[list[float]] | None
+    context_len: int  # prompt tokens added by the hint
+
+
+def _text_of(content: Any) -> str:
+    """Message content as text: OpenAI content-part lists are joined by their text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    raise TypeError(f"message content must be a string or a list of parts, got {type(content).__name__}")
+
+
+def hinted_messages(messages: list[dict[str, Any]], hint: str) -> list[dict[str, Any]]:
+    """A copy of ``messages`` with ``hint`` appended to the last user message under the heading.
+
+    A prompt with no user message gets a new user message holding only the hint (the teacher still
+    sees the hint right before the response it scores).
+    """
+    out = copy.deepcopy(messages)
+    block = f"\n\n{HINT_HEADING}\n{hint.strip()}"
+    for msg in reversed(out):
+        if msg.get("role") == "user":
+            msg["content"] = _text_of(msg.get("content")) + block
+            return out
+    out.append({"role": "user", "content": block.lstrip()})
+    return out
+
+
+def _plain(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages with content as text, which every chat template accepts."""
+    out = []
+    for m in messages:
+        m = dict(m)
+        if "content" in m:
+            m["content"] = _text_of(m["content"])
+        out.append(m)
+    return out
+
+
+def template_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
+    """Token ids of ``messages`` rendered as a prompt awaiting the assistant's reply."""
+    ids = tokenizer.apply_chat_template(_plain(messages), add_generation_prompt=True, tokenize=True)
+    if hasattr(ids, "keys") and "input_ids" in ids:  # transformers 5 may return a BatchEncoding
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]
+
+
+def hinted_prompt(tokenizer: Any, turn: Turn, hint: str) -> tuple[list[int], int]:
+    """``(enhanced prompt ids, tokens added by the hint)`` for ``turn``."""
+    base = template_ids(tokenizer, turn.messages)
+    enhanced = template_ids(tokenizer, hinted_messages(turn.messages, hint))
+    return enhanced, max(0, len(enhanced) - len(base))
+
+
+class LocalTeacher:
+    """Scores response tokens with a causal LM in this process."""
+
+    def __init__(self, model: Any, tokenizer: Any, topk: int = 0, chunk_size: int = 256):
+        self.model, self.tokenizer, self.topk, self.chunk_size = model, tokenizer, topk, chunk_size
+
+    def score_sync(self, turn: Turn, hint: str) -> TeacherOutput:
+        """Blocking: one chunked forward pass over enhanced prompt + original response ids."""
+        from openclaw_rl.trainer.logprobs import sequence_logprobs
+
+        if not turn.response_ids:
+            raise ValueError(f"turn {turn.key} has no response tokens to score")
+        prompt, added = hinted_prompt(self.tokenizer, turn, hint)
+        with model_lock:
+            lp, top_ids, top_lp = sequence_logprobs(self.model, prompt, turn.response_ids, topk=self.topk,
+                                                    chunk_size=self.chunk_size)
+        return TeacherOutput(
+            logprobs=[float(x) for x in lp.tolist()],
+            topk_ids=top_ids.tolist() if top_ids is not None else None,
+            topk_logprobs=top_lp.tolist() if top_lp is not None else None,
+            context_len=added,
+        )
+
+    async def score(self, turn: Turn, hint: str) -> TeacherOutput:
+        """Async wrapper: the forward pass runs in a worker thread, off the event loop."""
+        return await asyncio.to_thread(self.score_sync, turn, hint)
+
+
+class ApiTeacher:
+    """Prompt log-probs from an OpenAI-compatible ``/v1/completions`` endpoint (vLLM / SGLang style).
+
+    The token ids are sent as the prompt (a list of ints) with ``echo=True``, so the server scores
+    exactly the ids the policy sampled; the chat template is rendered here with the policy's
+    tokenizer.
+    """
+
+    def __init__(self, client: Any, model: str, tokenizer: Any, topk: int = 0):
+        self.client, self.model, self.tokenizer, self.topk = client, model, tokenizer, topk
+
+    async def score(self, turn: Turn, hint: str) -> TeacherOutput:
+        import openai
+
+        prompt, added = hinted_prompt(self.tokenizer, turn, hint)
+        n_p, n_r = len(prompt), len(turn.response_ids)
+        try:
+            resp = await self.client.completions.create(
+                model=self.model, prompt=prompt + list(turn.response_ids), echo=True, max_tokens=1,
+                logprobs=max(1, self.topk), temperature=0.0)
+        except openai.BadRequestError as exc:
+            raise TeacherUnavailable(
+                f"the API at {self.client.base_url} refused a prompt log-prob request ({exc.status_code}); "
+                "OPD needs a local teacher ([prm_service] teacher = \"policy_base\") or an endpoint with "
+                "prompt log-prob support (echo + logprobs on /v1/completions)") from None
+        lp = resp.choices[0].logprobs if resp.choices else None
+        token_lps = list(getattr(lp, "token_logprobs", None) or [])
+        if len(token_lps) < n_p + n_r:
+            raise TeacherUnavailable(
+                f"the API at {self.client.base_url} returned no prompt log-probs ({len(token_lps)} of "
+                f"{n_p + n_r} positions); OPD needs a local or log-prob-capable teacher")
+        resp_lps = [float(x) for x in token_lps[n_p:n_p + n_r]]
+        top_ids = top_lps = None
+        if self.topk > 0:
+            tops = (getattr(lp, "top_logprobs", None) or [])[n_p:n_p + n_r]
+            if len(tops) == n_r and all(tops):
+                # The API keys top-K by token *text*; map back to ids with the same tokenizer.
+                top_ids, top_lps = [], []
+                for pos in tops:
+                    ranked = sorted(pos.items(), key=lambda kv: -kv[1])[: self.topk]
+                    top_ids.append([self.tokenizer.convert_tokens_to_ids(t) for t, _ in ranked])
+                    top_lps.append([float(v) for _, v in ranked])
+        return TeacherOutput(logprobs=resp_lps, topk_ids=top_ids, topk_logprobs=top_lps, context_len=added)

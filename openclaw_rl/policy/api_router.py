@@ -1,0 +1,152 @@
+"""HTTP routes of the policy service, bearer-key auth, and OpenAI-shaped errors for everything.
+
+Every route except ``GET /healthz`` requires ``Authorization: Bearer <key>`` when
+``[policy_service] api_key`` is set — the weight routes included (an unauthenticated weight-update
+route is a known hole in peer servers). The key is compared with :func:`hmac.compare_digest` so the
+comparison time does not reveal how much of a guess was right.
+
+Routes::
+
+    POST /v1/chat/completions        OpenAI chat completions (JSON or SSE)
+    GET  /v1/models                  the served model and its policy_version
+    GET  /healthz                    liveness + policy_version (no auth)
+    POST /v1/admin/load_weights      {"path": DIR, "version": N}: swap weights (the trainer's route)
+    POST /update_weights_from_disk   SGLang-compatible alias: {"model_path": DIR}
+    POST /v1/load_lora_adapter       vLLM-compatible alias: {"lora_name": NAME, "lora_path": DIR}
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from openclaw_rl.policy.engine import WeightLoadError
+from openclaw_rl.policy.protocol import APIError, LoadWeightsRequest, validation_message
+from openclaw_rl.policy.serving import Serving
+
+log = logging.getLogger("openclaw_rl.policy")
+
+
+class _SglangLoad(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model_path: str = Field(min_length=1)
+    version: int | None = Field(None, ge=0)
+
+
+class _VllmLoad(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    lora_name: str = Field(min_length=1)
+    lora_path: str = Field(min_length=1)
+
+
+def _error(exc: APIError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+def build_app(serving: Serving, api_key: str | None) -> FastAPI:
+    """The FastAPI application around ``serving``. ``api_key`` None or empty leaves it open."""
+    expected = api_key.encode() if api_key else None
+
+    def require_key(request: Request) -> None:
+        if expected is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+            raise APIError(401, "missing or wrong API key: send Authorization: Bearer <key>",
+                           type_="authentication_error", code="invalid_api_key",
+                           headers={"WWW-Authenticate": "Bearer"})
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        # uvicorn has closed the connections; generations whose client left are still recording
+        left = await serving.drain()
+        if left:
+            log.info("[policy_service] drained %d in-flight generation(s)", left)
+
+    app = FastAPI(title="openclaw-rl policy service", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return _error(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(APIError(400, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(APIError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
+                               code=str(exc.status_code)))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s", request.url.path)
+        return _error(APIError(500, f"internal error: {type(exc).__name__}", type_="server_error"))
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return serving.health()
+
+    @app.get("/v1/models", dependencies=[Depends(require_key)])
+    async def models() -> dict[str, Any]:
+        return serving.models()
+
+    @app.post("/v1/chat/completions", dependencies=[Depends(require_key)])
+    async def chat(request: Request):
+        body = await request.body()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        job = await serving.start_job(body, headers)
+        session_headers = {"X-Session-Id": job.assign.session_id, "X-Turn-Index": str(job.assign.turn_index)}
+        if job.req.stream:
+            return StreamingResponse(serving.stream(job), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", **session_headers})
+        return JSONResponse(await serving.complete(job), headers=session_headers)
+
+    async def _parse(request: Request, model: type[BaseModel]) -> Any:
+        body = await request.body()
+        try:
+            return model.model_validate_json(body or b"{}", strict=True)
+        except ValidationError as exc:
+            raise APIError(400, validation_message(exc)[0]) from None
+
+    async def _swap(path: str, version: int) -> dict[str, Any]:
+        try:
+            await run_in_threadpool(serving.swap_weights, path, version)
+        except WeightLoadError as exc:
+            raise APIError(400, str(exc), param="path") from None
+        except TimeoutError as exc:
+            raise APIError(503, str(exc), type_="server_error") from None
+        return {"ok": True, "policy_version": version}
+
+    @app.post("/v1/admin/load_weights", dependencies=[Depends(require_key)])
+    async def load_weights(request: Request) -> dict[str, Any]:
+        req: LoadWeightsRequest = await _parse(request, LoadWeightsRequest)
+        return await _swap(req.path, req.version)
+
+    @app.post("/update_weights_from_disk", dependencies=[Depends(require_key)])
+    async def sglang_update(request: Request) -> dict[str, Any]:
+        req: _SglangLoad = await _parse(request, _SglangLoad)
+        version = req.version if req.version is not None else serving.engine.policy_version + 1
+        out = await _swap(req.model_path, version)
+        return {"success": True, "message": json.dumps(out)}
+
+    @app.post("/v1/load_lora_adapter", dependencies=[Depends(require_key)])
+    async def vllm_load_lora(request: Request):
+        req: _VllmLoad = await _parse(request, _VllmLoad)
+        await _swap(req.lora_path, serving.engine.policy_version + 1)
+        return JSONResponse(f"Success: LoRA adapter '{req.lora_name}' added successfully.")
+
+    return app

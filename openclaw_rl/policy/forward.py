@@ -1,0 +1,256 @@
+"""Forwarding backends: generation runs in an external OpenAI-compatible engine, while this service
+still owns sessions, next states and recording.
+
+``backend = "sglang" | "vllm"`` forwards to ``[policy_service] engine_url`` (default
+``http://127.0.0.1:<port + 1>``); ``backend = "api"`` forwards to the ``[api]`` channel with its key.
+Every request is sent with ``stream = true`` (tokens are relayed to our client as the engine produces
+them) and ``logprobs = true``.
+
+Token ids, in order of preference (the recorded ``Turn`` says which through its contents):
+
+1. ``return_token_ids`` (vLLM >= 0.10, and this service itself): the engine returns
+   ``prompt_token_ids`` and, per chunk, the sampled ``token_ids`` — exact, used as is.
+2. ``return_tokens_as_token_ids`` (vLLM): each log-prob entry's token reads ``token_id:<id>``.
+3. Neither (SGLang's OpenAI route, hosted APIs): ids cannot be known without re-tokenising text, which
+   SPEC §3 forbids. The turn is still recorded — session, messages, text, tool calls, next state — but
+   with empty ``response_ids`` / ``response_logprobs``, so it is never trained on (the sample builder
+   skips empty responses), and a warning is logged once. ``prompt_ids`` then come from our own chat
+   template when the model's tokenizer is available locally.
+
+The two extension fields are sent only to ``sglang`` / ``vllm`` engines; hosted APIs may reject
+unknown fields.
+
+Weight sync (what ``swap_weights`` does), thin and documented:
+
+* ``sglang``: ``POST {engine}/update_weights_from_disk {"model_path": path}`` (a full model directory);
+* ``vllm``: ``POST {engine}/v1/load_lora_adapter {"lora_name": "policy-v<N>", "lora_path": path}``
+  (a LoRA adapter directory; the engine must run with ``--enable-lora``); later requests name that
+  adapter as their ``model``;
+* ``api``: a hosted model cannot be replaced — swapping raises :class:`WeightLoadError`.
+
+This service answers both routes itself, so a second instance of it can stand in for the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from openclaw_rl.config import Config
+from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest, WeightLoadError
+
+log = logging.getLogger("openclaw_rl.policy")
+
+
+def _token_id(entry: dict[str, Any]) -> int | None:
+    tok = entry.get("token")
+    if isinstance(tok, str) and tok.startswith("token_id:"):
+        try:
+            return int(tok.split(":", 1)[1])
+        except ValueError:
+            return None
+    return None
+
+
+class ForwardEngine(Engine):
+    """Generation by an external OpenAI-compatible engine (SGLang, vLLM or a hosted API)."""
+
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
+        pcfg = cfg.policy_service
+        self.backend = pcfg.backend
+        self.pcfg = pcfg
+        if self.backend == "api":
+            self.v1 = cfg.api.v1_url
+            key = cfg.api.api_key.get_secret_value()
+        else:
+            root = (pcfg.engine_url or f"http://127.0.0.1:{pcfg.port + 1}").rstrip("/")
+            self.v1 = root if root.endswith("/v1") else f"{root}/v1"
+            key = ""
+        self.root = self.v1.removesuffix("/v1")
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.serve_model = pcfg.model
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._sem: asyncio.Semaphore | None = None
+        self._warned = False
+        self.active_count = 0
+
+    @property
+    def queued_count(self) -> int:
+        return 0
+
+    def start(self) -> None:
+        try:
+            from openclaw_rl.runtime.models import load_tokenizer
+
+            self.tokenizer = load_tokenizer(self.pcfg.model)
+        except (OSError, ValueError) as exc:  # the model may live only on the engine's machine
+            log.info("no local tokenizer for %r (%s); prompt ids come from the engine only", self.pcfg.model, exc)
+            self.tokenizer = None
+
+    def stop(self) -> None:
+        client, loop = self._client, self._client_loop
+        self._client = None
+        if client is not None and loop is not None and loop.is_running():
+            asyncio.run_coroutine_threadsafe(client.aclose(), loop)
+
+    def _http(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            timeout = httpx.Timeout(self.pcfg.request_timeout_sec, connect=10.0)
+            self._client = httpx.AsyncClient(timeout=timeout, headers=self._headers)
+            self._client_loop = loop
+            self._sem = asyncio.Semaphore(self.pcfg.max_concurrent)
+        return self._client
+
+    def body(self, req: GenRequest) -> dict[str, Any]:
+        """The request sent to the engine."""
+        p = req.params
+        body: dict[str, Any] = {
+            "model": self.serve_model,
+            "messages": [m.model_dump(exclude_none=True) for m in req.messages],
+            "temperature": p.temperature, "top_p": p.top_p, "max_tokens": p.max_tokens,
+            "stream": True, "stream_options": {"include_usage": True},
+            "logprobs": True, "top_logprobs": p.top_logprobs,
+        }
+        if p.stop:
+            body["stop"] = p.stop
+        if p.seed is not None:
+            body["seed"] = p.seed
+        if req.tools:
+            body["tools"] = [t.model_dump(exclude_none=True) for t in req.tools]
+            if req.tool_choice is not None:
+                body["tool_choice"] = req.tool_choice
+        if self.backend in ("sglang", "vllm"):
+            body["return_token_ids"] = True
+            if self.backend == "vllm":
+                body["return_tokens_as_token_ids"] = True
+        return body
+
+    async def generate(self, req: GenRequest) -> AsyncIterator[Delta | Final]:
+        from openclaw_rl.policy.protocol import APIError
+
+        client = self._http()
+        assert self._sem is not None
+        version = self._version
+        prompt_ids: list[int] | None = None
+        ids: list[int] = []
+        lps: list[float] = []
+        text: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        finish = "stop"
+        ids_ok = True
+        async with self._sem:
+            self.active_count += 1
+            try:
+                async with client.stream("POST", f"{self.v1}/chat/completions", json=self.body(req)) as resp:
+                    if resp.status_code != 200:
+                        detail = (await resp.aread()).decode("utf-8", "replace")[:500]
+                        try:
+                            detail = json.loads(detail)["error"]["message"]
+                        except (ValueError, KeyError, TypeError):
+                            pass
+                        status = resp.status_code if 400 <= resp.status_code < 500 and resp.status_code != 401 else 502
+                        raise APIError(status, f"the {self.backend} engine at {self.v1} answered "
+                                       f"{resp.status_code}: {detail}", type_="upstream_error")
+                    async for line in resp.aiter_lines():
+                        if not line.startswith("data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == "[DONE]":
+                            break
+                        chunk = json.loads(data)
+                        if "error" in chunk:
+                            raise APIError(502, f"the {self.backend} engine failed mid-stream: "
+                                           f"{chunk['error'].get('message', chunk['error'])}", type_="upstream_error")
+                        if chunk.get("prompt_token_ids") is not None:
+                            prompt_ids = list(chunk["prompt_token_ids"])
+                        for choice in chunk.get("choices") or []:
+                            delta = choice.get("delta") or {}
+                            entries = ((choice.get("logprobs") or {}).get("content")) or []
+                            new_lp = [float(e.get("logprob", 0.0)) for e in entries]
+                            new_ids = choice.get("token_ids")
+                            if new_ids is None:
+                                parsed = [_token_id(e) for e in entries]
+                                new_ids = parsed if all(i is not None for i in parsed) else None
+                            if new_ids is None or len(new_ids) != len(new_lp):
+                                ids_ok = ids_ok and not entries
+                                new_ids = []
+                            ids.extend(int(i) for i in new_ids)
+                            lps.extend(new_lp)
+                            for tc in delta.get("tool_calls") or []:
+                                slot = calls.setdefault(int(tc.get("index", 0)), {
+                                    "id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+                                slot["id"] = tc.get("id") or slot["id"]
+                                fn = tc.get("function") or {}
+                                slot["function"]["name"] += fn.get("name") or ""
+                                slot["function"]["arguments"] += fn.get("arguments") or ""
+                            piece = delta.get("content") or ""
+                            text.append(piece)
+                            if piece or entries:
+                                top = None
+                                if req.params.top_logprobs:
+                                    top = [[(t.get("token", ""), float(t.get("logprob", 0.0)))
+                                            for t in e.get("top_logprobs") or []] for e in entries]
+                                yield Delta(piece, [int(i) for i in new_ids], new_lp,
+                                            [str(e.get("token", "")) for e in entries], top)
+                            if choice.get("finish_reason"):
+                                finish = choice["finish_reason"]
+            except httpx.HTTPError as exc:
+                raise APIError(502, f"the {self.backend} engine at {self.v1} is unreachable or failed: "
+                               f"{type(exc).__name__}: {exc}", type_="upstream_error") from exc
+            finally:
+                self.active_count -= 1
+        if not ids_ok or len(ids) != len(lps):
+            if not self._warned:
+                log.warning("the %s engine returned no token ids; turns are recorded without response ids "
+                            "and will not be trained on (see docs/serving.md)", self.backend)
+                self._warned = True
+            ids, lps = [], []
+        exact_prompt = prompt_ids is not None
+        if prompt_ids is None:
+            prompt_ids = list(req.prompt_ids or [])
+        tool_calls = [calls[i] for i in sorted(calls)] or None
+        yield Final("tool_calls" if tool_calls and finish == "stop" else finish, prompt_ids, ids, lps,
+                    "".join(text), version, tool_calls=tool_calls, ids_exact=exact_prompt and ids_ok)
+
+    # -------------------------------------------------------------- weight sync
+    def swap_weights(self, path: str | Path, version: int) -> None:
+        """Ask the engine to load ``path``; see the module docstring for each backend."""
+        p = Path(path)
+        if self.backend == "api":
+            raise WeightLoadError("backend \"api\" serves a hosted model whose weights cannot be replaced")
+        if not p.is_dir():
+            raise WeightLoadError(f"path: {p} is not a directory (expected the output of export_policy)")
+        timeout = httpx.Timeout(self.pcfg.request_timeout_sec, connect=10.0)
+        if self.backend == "sglang":
+            url, body = f"{self.root}/update_weights_from_disk", {"model_path": str(p)}
+        else:
+            if not (p / "adapter_config.json").is_file():
+                raise WeightLoadError(f"path: {p} is not a LoRA adapter directory; the vllm backend swaps "
+                                      "weights through /v1/load_lora_adapter, which takes adapters only")
+            name = f"policy-v{version}"
+            url, body = f"{self.v1}/load_lora_adapter", {"lora_name": name, "lora_path": str(p)}
+        try:
+            resp = httpx.post(url, json=body, headers=self._headers, timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise WeightLoadError(f"the {self.backend} engine at {url} is unreachable: {exc}") from exc
+        ok = resp.status_code == 200
+        if ok and self.backend == "sglang":
+            try:
+                ok = bool(resp.json().get("success", True))
+            except ValueError:
+                ok = True
+        if not ok:
+            raise WeightLoadError(f"the {self.backend} engine refused the weights at {p}: "
+                                  f"{resp.status_code} {resp.text[:300]}")
+        if self.backend == "vllm":
+            self.serve_model = f"policy-v{version}"
+        self._version = version

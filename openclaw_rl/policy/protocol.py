@@ -1,0 +1,247 @@
+"""The wire format of the policy service: OpenAI chat-completions requests, responses and errors.
+
+Requests are validated here, once, with pydantic in strict JSON mode so that a wrong type (a string
+where a number belongs) is an error that names the field instead of being silently coerced. Unknown
+top-level fields are ignored (OpenAI clients send many optional knobs we do not act on); unknown
+fields inside a message are ignored too, but an unknown *role* is an error.
+
+Session keys (``session_id``, ``turn_type``, ``session_done``) may come in the body as well as in the
+``X-Session-Id`` / ``X-Turn-Type`` / ``X-Session-Done`` headers (SPEC §3). ``return_token_ids`` is our
+extension, modelled on vLLM's: the response then carries ``prompt_token_ids`` and per-choice
+``token_ids`` — what a forwarding instance of this service needs to record exact ids.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+Role = Literal["system", "developer", "user", "assistant", "tool", "environment"]
+ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool", "environment")
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_STOP = 4
+MAX_TOP_LOGPROBS = 20
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class TextPart(_Lenient):
+    type: str
+    text: str | None = None
+
+    @model_validator(mode="after")
+    def _text_only(self) -> TextPart:
+        if self.type != "text" or self.text is None:
+            raise ValueError(f"content part of type {self.type!r} is not supported; only text parts are")
+        return self
+
+
+class FunctionCall(_Lenient):
+    name: str
+    arguments: str = "{}"
+
+
+class ToolCall(_Lenient):
+    id: str = ""
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Lenient):
+    role: str
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    @field_validator("role")
+    @classmethod
+    def _known_role(cls, v: str) -> str:
+        if v not in ROLES:
+            raise ValueError(f"unknown role {v!r}; expected one of {', '.join(ROLES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _has_content(self) -> ChatMessage:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"a {self.role} message needs content")
+        return self
+
+    @property
+    def text(self) -> str:
+        """The content as one string (text parts joined)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text or "" for p in self.content)
+
+
+class FunctionDef(_Lenient):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not TOOL_NAME.match(v):
+            raise ValueError(f"tool name {v!r} must be 1-64 characters of a-z, A-Z, 0-9, _ or -")
+        return v
+
+    @field_validator("parameters")
+    @classmethod
+    def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None and v.get("type", "object") != "object":
+            raise ValueError(f"parameters must be a JSON schema of type 'object', got type {v.get('type')!r}")
+        if v is not None and "properties" in v and not isinstance(v["properties"], dict):
+            raise ValueError("parameters.properties must be an object")
+        return v
+
+
+class ToolDef(_Lenient):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(_Lenient):
+    """``POST /v1/chat/completions`` body. Limits that depend on the config are checked in serving."""
+
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    temperature: float = Field(1.0, ge=0, le=2)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    n: int = Field(1, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    tools: list[ToolDef] | None = None
+    tool_choice: Any = None
+    # session keys (SPEC §3), also accepted as headers
+    session_id: str | None = Field(None, min_length=1, max_length=256)
+    turn_type: Literal["main", "side"] | None = None
+    session_done: bool | None = None
+    # extension: return the prompt and sampled token ids
+    return_token_ids: bool = False
+
+    @field_validator("n")
+    @classmethod
+    def _single(cls, v: int) -> int:
+        if v != 1:
+            raise ValueError(f"n = {v} is not supported; this service returns one choice per request (n = 1)")
+        return v
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, v: str | list[str] | None) -> list[str] | None:
+        if v is None:
+            return None
+        stops = [v] if isinstance(v, str) else v
+        if len(stops) > MAX_STOP:
+            raise ValueError(f"at most {MAX_STOP} stop sequences are allowed, got {len(stops)}")
+        if any(s == "" for s in stops):
+            raise ValueError("stop sequences must not be empty strings")
+        return stops
+
+    @model_validator(mode="after")
+    def _checks(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs requires logprobs = true")
+        if self.tools is not None:
+            names = [t.function.name for t in self.tools]
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"tools: duplicate function name(s) {dupes}")
+        return self
+
+    @property
+    def stops(self) -> list[str]:
+        return list(self.stop or [])
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    @property
+    def tools_enabled(self) -> bool:
+        return bool(self.tools) and self.tool_choice != "none"
+
+
+class LoadWeightsRequest(BaseModel):
+    """``POST /v1/admin/load_weights``: a directory written by the trainer's ``export_policy``."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(min_length=1)
+    version: int = Field(ge=0)
+
+
+# --------------------------------------------------------------------------- errors
+class APIError(Exception):
+    """An error the service answers with an OpenAI-style JSON body."""
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def validation_message(exc: ValidationError) -> tuple[str, str | None]:
+    """One readable line per problem, each naming where in the body it is (``messages[1].role``)."""
+    lines: list[str] = []
+    first: str | None = None
+    for err in exc.errors():
+        if err["type"] == "json_invalid":
+            return f"request body is not valid JSON: {err.get('ctx', {}).get('error', err['msg'])}", None
+        if not err["loc"] and err["type"] in ("model_type", "dict_type"):
+            return f"the request body must be a JSON object, got {type(err.get('input')).__name__}", None
+        parts: list[str] = []
+        for p in err["loc"]:
+            # union branches show up as locations ('str', 'list[TextPart]'): not useful to a client
+            if isinstance(p, int):
+                parts.append(f"[{p}]")
+            elif p in ("str", "list[TextPart]", "list[str]", "function-after[_text_only(), TextPart]"):
+                continue
+            else:
+                parts.append(("." if parts else "") + str(p))
+        loc = "".join(parts) or "body"
+        first = first or loc
+        msg = err["msg"].removeprefix("Value error, ")
+        line = f"{loc}: {msg}"
+        if line not in lines:
+            lines.append(line)
+    return "; ".join(lines), first
+
+
+def error_json(status: int, message: str, type_: str = "invalid_request_error") -> dict[str, Any]:
+    return APIError(status, message, type_).body()
+
+
+def completion_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex[:24]}"
+
+
+def now() -> int:
+    return int(time.time())

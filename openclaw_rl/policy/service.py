@@ -1,0 +1,147 @@
+"""The policy service process: engine + HTTP server + store, started in a thread or in the foreground.
+
+``PolicyService(cfg).start()`` runs a real uvicorn server on a background thread (tests, the launcher)
+and returns its base URL; ``.run()`` serves in the foreground (``openclaw-rl serve``), where uvicorn
+turns SIGTERM / SIGINT into a graceful shutdown: stop accepting, let in-flight requests finish and be
+recorded, then the engine stops. ``port = 0`` binds a free port.
+
+Trainer integration: ``.swap_weights(path, version)`` in-process, or ``POST /v1/admin/load_weights``
+from another process; both update ``store`` meta ``policy_version``.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import uvicorn
+
+from openclaw_rl.config import Config
+from openclaw_rl.policy.api_router import build_app
+from openclaw_rl.policy.engine import Engine, build_engine
+from openclaw_rl.policy.serving import Serving
+from openclaw_rl.runtime.store import Store
+
+log = logging.getLogger("openclaw_rl.policy")
+
+
+class PolicyService:
+    """Serve ``cfg.policy_service`` and record into ``store`` (default ``<log_dir>/store.sqlite``)."""
+
+    def __init__(self, cfg: Config, store: Store | None = None, engine: Engine | None = None):
+        self.cfg = cfg
+        self.pcfg = cfg.policy_service
+        self._own_store = store is None
+        self.store = store if store is not None else Store(Path(cfg.global_.log_dir) / "store.sqlite")
+        self.engine = engine if engine is not None else build_engine(cfg)
+        self.serving: Serving | None = None
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._sock: socket.socket | None = None
+        self.url = ""
+
+    # ------------------------------------------------------------------ setup
+    def _prepare(self) -> tuple[uvicorn.Server, socket.socket]:
+        self.engine.start()
+        self.serving = Serving(self.cfg, self.engine, self.store)
+        key = self.pcfg.api_key.get_secret_value() if self.pcfg.api_key is not None else None
+        app = build_app(self.serving, key)
+        sock = socket.socket(socket.AF_INET6 if ":" in self.pcfg.host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.pcfg.host, self.pcfg.port))
+        sock.listen(2048)
+        self._sock = sock
+        port = sock.getsockname()[1]
+        host = self.pcfg.host
+        connect = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
+        self.url = f"http://{connect}:{port}"
+        config = uvicorn.Config(app, log_level="warning", access_log=False,
+                                timeout_graceful_shutdown=int(self.pcfg.request_timeout_sec), lifespan="on")
+        server = uvicorn.Server(config)
+        self._server = server
+        self._listen_line = (f"[policy_service] listening on {host}:{port}, "
+                             f"max_concurrent={self.pcfg.max_concurrent}")
+        return server, sock
+
+    # ------------------------------------------------------------------ background
+    def start(self) -> str:
+        """Serve on a background thread; return the base URL once it accepts connections."""
+        server, sock = self._prepare()
+        self._thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
+                                        name="policy-http", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the policy service HTTP server failed to start")
+            time.sleep(0.02)
+        print(self._listen_line, flush=True)
+        return self.url
+
+    def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish and be recorded, stop the engine."""
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=self.pcfg.request_timeout_sec + 10)
+            self._thread = None
+        self.engine.stop()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._own_store:
+            self.store.close()
+
+    # ------------------------------------------------------------------ foreground
+    def run(self) -> None:
+        """Serve until SIGTERM / SIGINT, then drain in-flight requests, record them, and return."""
+        server, sock = self._prepare()
+        print(self._listen_line, flush=True)
+        try:
+            server.run(sockets=[sock])
+        finally:
+            served = self.serving.served if self.serving else 0
+            self.engine.stop()
+            sock.close()
+            if self._own_store:
+                self.store.close()
+            print(f"[policy_service] stopped after {served} request(s); in-flight requests were drained "
+                  "and recorded", flush=True)
+
+    def swap_weights(self, path: str | Path, version: int) -> int:
+        """Replace the weights with ``path`` (LoRA adapter or full model dir) as ``version``; in-flight
+        requests complete. Returns the new version."""
+        if self.serving is None:
+            self.engine.swap_weights(path, version)
+            self.store.set_meta("policy_version", version)
+            return version
+        return self.serving.swap_weights(path, version)
+
+    @property
+    def policy_version(self) -> int:
+        return self.engine.policy_version
+
+
+def serve_command(cfg: Config, host: str | None, port: int | None) -> int:
+    """``openclaw-rl serve --config FILE [--host H] [--port P]``: serve in the foreground."""
+    from openclaw_rl.runtime.models import ModelNotFoundError
+
+    if host is not None:
+        cfg.policy_service.host = host
+    if port is not None:
+        cfg.policy_service.port = port
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    try:
+        PolicyService(cfg).run()
+    except ModelNotFoundError as exc:
+        print(f"[policy_service] error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"[policy_service] error: cannot listen on {cfg.policy_service.host}:{cfg.policy_service.port}: "
+              f"{exc}", file=sys.stderr)
+        return 2
+    return 0

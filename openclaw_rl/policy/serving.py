@@ -1,0 +1,361 @@
+"""Chat completions: validation, admission, generation, the OpenAI response, and durable recording.
+
+One request goes through, in order:
+
+1. parse and validate the body (strict JSON, OpenAI-style 400 naming the field on any problem);
+2. admission: at most ``max_concurrent`` generate, at most ``max_queue`` more wait; beyond that the
+   answer is 429 with ``Retry-After`` at once (never a hang, never unbounded memory);
+3. tokenise with the chat template and check the context length (400 if it cannot fit);
+4. session assignment (explicit keys or prefix stitching, see ``sessions.py``);
+5. generation runs in its own task, independent of the client connection: if a streaming client
+   goes away, the turn still completes and is recorded. The response — JSON or SSE — only reads
+   from that task;
+6. recording: a main turn is written with ``store.record_turn`` together with the next state it
+   carries for the previous main turn (one commit); a side turn is written with ``turn_type = "side"``
+   and never judged; ``session_done`` closes the session after the turn is stored. A request that
+   fails to generate still delivers its next state (``attach_next_state``) so that no signal is lost.
+
+Logged user text is escaped (CR, LF and other control characters become ``\\n``-style escapes) so it
+cannot forge log lines; keys never reach this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from openclaw_rl.config import Config
+from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest, SamplingParams
+from openclaw_rl.policy.protocol import (
+    APIError,
+    ChatCompletionRequest,
+    completion_id,
+    now,
+    validation_message,
+)
+from openclaw_rl.policy.sessions import Assignment, SessionManager
+from openclaw_rl.policy.tools import OPEN, parse_tool_calls
+from openclaw_rl.runtime.store import Store
+from openclaw_rl.types import Turn
+
+log = logging.getLogger("openclaw_rl.policy")
+TRUE = {"1", "true", "yes", "on"}
+FALSE = {"0", "false", "no", "off", ""}
+
+
+def escape_for_log(text: str, limit: int = 160) -> str:
+    """User text made safe for one log line: control characters (CR, LF, ESC, U+2028 ...) escaped."""
+    out = []
+    for ch in text[:limit]:
+        if ch.isprintable():
+            out.append(ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        else:
+            out.append(f"\\u{ord(ch):04x}")
+    return "".join(out) + ("..." if len(text) > limit else "")
+
+
+def _bool_header(value: str | None, name: str) -> bool | None:
+    if value is None:
+        return None
+    v = value.strip().lower()
+    if v in TRUE:
+        return True
+    if v in FALSE:
+        return False
+    raise APIError(400, f"header {name}: expected true or false, got {escape_for_log(value, 40)!r}", param=name)
+
+
+def _logprob_entry(token: str, lp: float, top: list[tuple[str, float]] | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"token": token, "logprob": lp, "bytes": list(token.encode("utf-8"))}
+    entry["top_logprobs"] = [{"token": t, "logprob": v, "bytes": list(t.encode("utf-8"))} for t, v in (top or [])]
+    return entry
+
+
+class _Job:
+    """One admitted request: its generation task and the events it relays to the response."""
+
+    def __init__(self, req: ChatCompletionRequest, gen: GenRequest, assign: Assignment):
+        self.req = req
+        self.gen = gen
+        self.assign = assign
+        self.events: asyncio.Queue[Delta | Final | APIError] = asyncio.Queue()
+        self.id = completion_id()
+        self.created = now()
+        self.final: Final | None = None
+        self.tool_calls: list[dict[str, Any]] | None = None
+        self.content: str | None = None
+
+
+class Serving:
+    """The chat-completion logic shared by the HTTP routes and the in-process API."""
+
+    def __init__(self, cfg: Config, engine: Engine, store: Store):
+        self.cfg = cfg
+        self.pcfg = cfg.policy_service
+        self.engine = engine
+        self.store = store
+        self.sessions = SessionManager(store)
+        self.model_name = self.pcfg.model
+        self._in_system = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._swap_lock = threading.Lock()
+        self.started_at = time.time()
+        self.served = 0
+
+    # ------------------------------------------------------------------ admission & status
+    @property
+    def capacity(self) -> int:
+        return self.pcfg.max_concurrent + self.pcfg.max_queue
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_system
+
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok", "backend": self.engine.backend, "model": self.model_name,
+                "policy_version": self.engine.policy_version, "in_flight": self._in_system,
+                "generating": getattr(self.engine, "active_count", 0), "max_concurrent": self.pcfg.max_concurrent,
+                "max_queue": self.pcfg.max_queue, "served": self.served}
+
+    def models(self) -> dict[str, Any]:
+        return {"object": "list", "data": [{
+            "id": self.model_name, "object": "model", "created": int(self.started_at), "owned_by": "openclaw-rl",
+            "policy_version": self.engine.policy_version, "max_model_len": self.pcfg.max_model_len}]}
+
+    def swap_weights(self, path: str | Path, version: int) -> int:
+        """Replace the policy weights (blocking; in-flight requests complete) and record the version."""
+        with self._swap_lock:
+            self.engine.swap_weights(path, version)
+            self.store.set_meta("policy_version", version)
+        return version
+
+    async def drain(self, timeout: float | None = None) -> int:
+        """Wait for every generation task (including ones whose client left) to finish and record."""
+        pending = [t for t in self._tasks if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout or self.pcfg.request_timeout_sec)
+        return len(pending)
+
+    # ------------------------------------------------------------------ request handling
+    def parse(self, body: bytes, headers: dict[str, str]) -> tuple[ChatCompletionRequest, GenRequest]:
+        """Validate a request body; raise APIError 400 saying what is wrong."""
+        if not body.strip():
+            raise APIError(400, "request body is empty; send a JSON object with 'messages'")
+        try:
+            req = ChatCompletionRequest.model_validate_json(body, strict=True)
+        except ValidationError as exc:
+            message, param = validation_message(exc)
+            raise APIError(400, message, param=param) from None
+        ttype = headers.get("x-turn-type")
+        if ttype is not None and ttype.strip().lower() not in ("main", "side"):
+            raise APIError(400, f"header X-Turn-Type: expected main or side, got {escape_for_log(ttype, 40)!r}",
+                           param="X-Turn-Type")
+        requested = req.requested_max_tokens
+        if requested is not None and requested > self.pcfg.max_model_len:
+            raise APIError(400, f"max_tokens: {requested} exceeds max_model_len = {self.pcfg.max_model_len}",
+                           param="max_tokens")
+        params = SamplingParams(
+            temperature=req.temperature, top_p=req.top_p,
+            max_tokens=requested if requested is not None else self.pcfg.max_tokens_default,
+            stop=req.stops, seed=req.seed, top_logprobs=(req.top_logprobs or 0) if req.logprobs else 0)
+        gen = GenRequest(messages=req.messages, tools=req.tools if req.tools_enabled else None, params=params,
+                         max_tokens_given=requested is not None, tool_choice=req.tool_choice)
+        return req, gen
+
+    async def start_job(self, body: bytes, headers: dict[str, str]) -> _Job:
+        """Validate, admit, assign a session and start generating; errors are APIError."""
+        req, gen = self.parse(body, headers)
+        if self._in_system >= self.capacity:
+            raise APIError(429, f"server busy: {self.pcfg.max_concurrent} requests generating and "
+                           f"{self.pcfg.max_queue} queued; retry shortly", type_="rate_limit_error",
+                           code="queue_full", headers={"Retry-After": "1"})
+        self._in_system += 1
+        try:
+            await asyncio.to_thread(self.engine.prepare, gen)
+            sid = headers.get("x-session-id") or req.session_id
+            if sid is not None and not (0 < len(sid) <= 256):
+                raise APIError(400, "X-Session-Id must be 1-256 characters", param="X-Session-Id")
+            ttype_h = headers.get("x-turn-type")
+            ttype = ttype_h.strip().lower() if ttype_h else req.turn_type
+            done_h = _bool_header(headers.get("x-session-done"), "X-Session-Done")
+            done = done_h if done_h is not None else bool(req.session_done)
+            assign = self.sessions.assign(req.messages, sid, ttype, done)  # type: ignore[arg-type]
+        except BaseException:
+            self._in_system -= 1
+            raise
+        job = _Job(req, gen, assign)
+        task = asyncio.create_task(self._run(job))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return job
+
+    async def _run(self, job: _Job) -> None:
+        """Generate, relay events, record. Runs to completion even if the client disconnects."""
+        try:
+            async for event in self.engine.generate(job.gen):
+                if isinstance(event, Final):
+                    job.final = event
+                    if event.error is None:
+                        content, calls = (event.text, event.tool_calls) if event.tool_calls else \
+                            parse_tool_calls(event.text, job.gen.tools)
+                        job.content, job.tool_calls = content, calls
+                        await asyncio.to_thread(self._record, job, event)
+                    else:
+                        await asyncio.to_thread(self._record_state_only, job)
+                await job.events.put(event)
+        except APIError as exc:
+            await asyncio.to_thread(self._record_state_only, job)
+            await job.events.put(exc)
+        except Exception as exc:  # reported to this client as a 500; the service keeps serving
+            log.exception("generation failed")
+            await asyncio.to_thread(self._record_state_only, job)
+            await job.events.put(APIError(500, f"generation failed: {type(exc).__name__}", type_="server_error"))
+        finally:
+            self._in_system -= 1
+            self.served += 1
+
+    def _record(self, job: _Job, final: Final) -> None:
+        a = job.assign
+        turn = Turn(
+            session_id=a.session_id, turn_index=a.turn_index, turn_type=a.turn_type,
+            messages=[m.model_dump(exclude_none=True) for m in job.req.messages],
+            prompt_ids=final.prompt_ids, response_ids=final.response_ids, response_logprobs=final.logprobs,
+            response_text=final.text, tool_calls=job.tool_calls, finish_reason=final.finish_reason,
+            policy_version=final.policy_version,
+        )
+        self.store.record_turn(turn, next_state_for_previous=a.next_state if a.turn_type == "main" else None)
+        if a.turn_type == "main":
+            self.sessions.remember(a.session_id, job.req.messages, job.content, job.tool_calls)
+        if a.done:
+            self.store.close_session(a.session_id)
+        last = job.req.messages[-1]
+        log.info("[policy_service] session=%s turn=%d type=%s prompt_tokens=%d response_tokens=%d version=%d "
+                 "finish=%s stitched=%s last_%s=\"%s\"", escape_for_log(a.session_id, 80), a.turn_index,
+                 a.turn_type, len(final.prompt_ids), len(final.response_ids), final.policy_version,
+                 final.finish_reason, a.stitched, last.role, escape_for_log(last.text))
+
+    def _record_state_only(self, job: _Job) -> None:
+        a = job.assign
+        if a.turn_type == "main" and a.next_state is not None:
+            self.store.attach_next_state(a.session_id, a.next_state)
+        if a.done:
+            self.store.close_session(a.session_id)
+
+    # ------------------------------------------------------------------ responses
+    def finish_reason(self, job: _Job) -> str:
+        assert job.final is not None
+        return "tool_calls" if job.tool_calls else job.final.finish_reason
+
+    async def complete(self, job: _Job) -> dict[str, Any]:
+        """Wait for the whole generation and build a ``chat.completion`` object."""
+        logprobs: list[dict[str, Any]] = []
+        while True:
+            event = await job.events.get()
+            if isinstance(event, APIError):
+                raise event
+            if isinstance(event, Delta):
+                for i, (tok, lp) in enumerate(zip(event.tokens, event.logprobs, strict=True)):
+                    logprobs.append(_logprob_entry(tok, lp, event.top[i] if event.top else None))
+                continue
+            if event.error is not None:
+                raise APIError(500, event.error, type_="server_error")
+            break
+        final = job.final
+        assert final is not None
+        message: dict[str, Any] = {"role": "assistant", "content": job.content}
+        if job.tool_calls:
+            message["tool_calls"] = job.tool_calls
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": self.finish_reason(job),
+                                  "logprobs": {"content": logprobs} if job.req.logprobs else None}
+        out: dict[str, Any] = {
+            "id": job.id, "object": "chat.completion", "created": job.created, "model": self.model_name,
+            "choices": [choice], "usage": self._usage(final), "policy_version": final.policy_version,
+            "session_id": job.assign.session_id, "turn_index": job.assign.turn_index}
+        if job.req.return_token_ids:
+            out["prompt_token_ids"] = final.prompt_ids
+            choice["token_ids"] = final.response_ids
+        return out
+
+    @staticmethod
+    def _usage(final: Final) -> dict[str, int]:
+        n = len(final.response_ids)
+        return {"prompt_tokens": len(final.prompt_ids), "completion_tokens": n,
+                "total_tokens": len(final.prompt_ids) + n}
+
+    async def stream(self, job: _Job) -> AsyncIterator[str]:
+        """``chat.completion.chunk`` SSE events as tokens are sampled, then ``data: [DONE]``."""
+        def chunk(delta: dict[str, Any], finish: str | None = None, extra: dict[str, Any] | None = None,
+                  choice_extra: dict[str, Any] | None = None) -> str:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, **(choice_extra or {})}
+            body = {"id": job.id, "object": "chat.completion.chunk", "created": job.created,
+                    "model": self.model_name, "choices": [choice], **(extra or {})}
+            return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+        first = {"session_id": job.assign.session_id, "turn_index": job.assign.turn_index}
+        want_ids = job.req.return_token_ids
+        if want_ids and job.gen.prompt_ids is not None:
+            first["prompt_token_ids"] = job.gen.prompt_ids
+        yield chunk({"role": "assistant", "content": ""}, extra=first)
+        tools = job.gen.tools is not None
+        text = ""       # everything the engine produced so far
+        sent = 0        # characters of it sent as content
+        held = False    # a tool call started: the rest is not content
+        while True:
+            event = await job.events.get()
+            if isinstance(event, APIError) or (isinstance(event, Final) and event.error is not None):
+                err = event if isinstance(event, APIError) else APIError(500, event.error or "", type_="server_error")
+                yield f"data: {json.dumps(err.body())}\n\n"
+                yield "data: [DONE]\n\n"
+                return
+            if isinstance(event, Final):
+                break
+            text += event.text
+            safe = len(text)
+            if tools and not held:
+                at = text.find(OPEN)
+                if at >= 0:
+                    safe, held = at, True
+                else:  # a partial "<tool_call" at the end may still become one
+                    for k in range(min(len(OPEN) - 1, len(text)), 0, -1):
+                        if text.endswith(OPEN[:k]):
+                            safe = len(text) - k
+                            break
+            elif held:
+                safe = sent
+            piece = text[sent:safe] if safe > sent else ""
+            sent = max(sent, safe)
+            extra: dict[str, Any] = {}
+            if job.req.logprobs and event.tokens:
+                extra["logprobs"] = {"content": [_logprob_entry(t, lp, event.top[i] if event.top else None)
+                                                 for i, (t, lp) in enumerate(zip(event.tokens, event.logprobs, strict=True))]}
+            if want_ids:
+                extra["token_ids"] = event.token_ids
+            if piece or extra or event.tool_calls:
+                yield chunk({"content": piece} if piece else {}, choice_extra=extra)
+        final = job.final
+        assert final is not None
+        if job.tool_calls:
+            calls = [{"index": i, **c} for i, c in enumerate(job.tool_calls)]
+            yield chunk({"tool_calls": calls})
+        elif sent < len(job.content or ""):
+            yield chunk({"content": (job.content or "")[sent:]})
+        yield chunk({}, finish=self.finish_reason(job), extra={"policy_version": final.policy_version})
+        if job.req.stream_options is not None and job.req.stream_options.include_usage:
+            body = {"id": job.id, "object": "chat.completion.chunk", "created": job.created, "model": self.model_name,
+                    "choices": [], "usage": self._usage(final)}
+            yield f"data: {json.dumps(body)}\n\n"
+        yield "data: [DONE]\n\n"

@@ -1,0 +1,143 @@
+"""Which session a request belongs to, its turn index, and the next state it carries (SPEC §1, §3).
+
+Explicit identity comes from ``X-Session-Id`` / ``X-Turn-Type`` / ``X-Session-Done`` (or the same keys
+in the body). A plain OpenAI client sends none of them, yet re-sends the whole conversation on every
+call; peers drop such traffic as untrainable. We stitch it instead: after each main turn we remember
+a digest of *its messages plus the assistant reply we produced*; a later request whose messages start
+with such a prefix continues that session. The longest matching prefix wins, so a conversation that
+branches (the user edits an earlier message) starts a new session rather than corrupting the old one.
+
+Digests use a canonical form of each message (role, stripped text, tool calls with parsed arguments)
+because clients re-serialise what they echo back (``content: null`` vs ``""``, argument whitespace).
+The digest table is in memory (LRU-capped): after a restart a headerless conversation continues as a
+new session; sessions with explicit ids are unaffected (their turn index comes from the store).
+
+The next state of the previous main turn is what the client added after the last assistant message:
+the newest non-assistant message (several consecutive tool results are joined, in order, under the
+newest one's role), if its role is ``user``, ``tool`` or ``environment``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from openclaw_rl.policy.protocol import ChatMessage
+from openclaw_rl.runtime.store import Store
+from openclaw_rl.types import NextState, TurnType
+
+STATE_ROLES = ("user", "tool", "environment")
+
+
+@dataclass
+class Assignment:
+    """Where one request's turn goes."""
+
+    session_id: str
+    turn_index: int
+    turn_type: TurnType
+    next_state: NextState | None
+    done: bool
+    stitched: bool  # True when the session was found by conversation prefix
+
+
+def _canon_calls(calls: list[Any] | None) -> list[tuple[str, str]]:
+    out = []
+    for c in calls or []:
+        fn = c["function"] if isinstance(c, dict) else c.function
+        name = fn["name"] if isinstance(fn, dict) else fn.name
+        raw = fn.get("arguments", "{}") if isinstance(fn, dict) else fn.arguments
+        try:
+            args = json.dumps(json.loads(raw or "{}"), sort_keys=True)
+        except (json.JSONDecodeError, TypeError):
+            args = str(raw)
+        out.append((name, args))
+    return out
+
+
+def canonical(role: str, text: str, tool_calls: list[Any] | None = None) -> tuple[str, str, list[tuple[str, str]]]:
+    return (role, text.strip(), _canon_calls(tool_calls))
+
+
+def digest(items: list[tuple[str, str, list[tuple[str, str]]]]) -> str:
+    return hashlib.sha256(json.dumps(items, ensure_ascii=False).encode()).hexdigest()
+
+
+def next_state_of(messages: list[ChatMessage]) -> NextState | None:
+    """What followed the last assistant message, as the previous turn's next state."""
+    tail: list[ChatMessage] = []
+    for m in reversed(messages):
+        if m.role == "assistant":
+            break
+        tail.append(m)
+    tail.reverse()
+    if not tail or tail[-1].role not in STATE_ROLES:
+        return None
+    if tail[-1].role == "tool":
+        tools = [m for m in tail if m.role == "tool"]
+        return NextState(role="tool", content="\n".join(m.text for m in tools))
+    return NextState(role=tail[-1].role, content=tail[-1].text)  # type: ignore[arg-type]
+
+
+class SessionManager:
+    """Thread-safe session bookkeeping shared by all requests of one service."""
+
+    def __init__(self, store: Store, max_prefixes: int = 200_000):
+        self.store = store
+        self.max_prefixes = max_prefixes
+        self._lock = threading.Lock()
+        self._next_index: dict[str, int] = {}
+        self._prefixes: OrderedDict[str, str] = OrderedDict()
+
+    def _allocate(self, session_id: str) -> int:
+        with self._lock:
+            if session_id not in self._next_index:
+                self._next_index[session_id] = self.store.next_turn_index(session_id)
+            idx = self._next_index[session_id]
+            self._next_index[session_id] = idx + 1
+            return idx
+
+    def _find_prefix(self, messages: list[ChatMessage]) -> str | None:
+        items = [canonical(m.role, m.text, m.tool_calls) for m in messages]
+        with self._lock:
+            for end in range(len(messages), 0, -1):
+                if messages[end - 1].role != "assistant":
+                    continue
+                sid = self._prefixes.get(digest(items[:end]))
+                if sid is not None:
+                    self._prefixes.move_to_end(digest(items[:end]))
+                    return sid
+        return None
+
+    def assign(self, messages: list[ChatMessage], session_id: str | None, turn_type: TurnType | None,
+               done: bool) -> Assignment:
+        """Decide the session, turn index and next state for a request."""
+        ttype: TurnType = turn_type or "main"
+        stitched = False
+        if session_id is None:
+            found = self._find_prefix(messages) if ttype == "main" else None
+            stitched = found is not None
+            session_id = found or f"auto-{uuid.uuid4().hex[:16]}"
+            fresh = found is None
+        else:
+            fresh = False
+        state = None if fresh or ttype != "main" else next_state_of(messages)
+        return Assignment(session_id=session_id, turn_index=self._allocate(session_id), turn_type=ttype,
+                          next_state=state, done=done, stitched=stitched)
+
+    def remember(self, session_id: str, messages: list[ChatMessage], reply_text: str | None,
+                 reply_tool_calls: list[dict[str, Any]] | None) -> None:
+        """After a main turn: a request extending ``messages`` + this reply continues ``session_id``."""
+        items = [canonical(m.role, m.text, m.tool_calls) for m in messages]
+        items.append(canonical("assistant", reply_text or "", reply_tool_calls))
+        key = digest(items)
+        with self._lock:
+            self._prefixes[key] = session_id
+            self._prefixes.move_to_end(key)
+            while len(self._prefixes) > self.max_prefixes:
+                self._prefixes.popitem(last=False)

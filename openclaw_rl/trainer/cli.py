@@ -1,0 +1,74 @@
+"""Offline replay: ``openclaw-rl train --config FILE --samples FILE.jsonl [--steps N] [--resume]``.
+
+Trains on recorded samples without any service running — the simplest way to exercise the engine
+and a way to re-train from a run's recorded samples. Updates take ``batch_size`` samples at a time,
+cycling through the file (epochs). ``--steps N`` is the *total* number of updates the run should
+reach, so a resumed run continues to N rather than adding N more; without it the run does
+``[training] max_steps`` updates or, if unset, one pass over the file. A checkpoint is saved every
+``checkpoint_interval`` updates and at the end (also on Ctrl-C), and the final policy is exported
+to ``{log_dir}/policies/``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+from openclaw_rl.config import Config
+from openclaw_rl.trainer.samples import SampleFileError, load_samples
+
+
+def train_command(cfg: Config, samples_path: str, steps: int | None, resume: bool) -> int:
+    """Run offline replay; returns a process exit code (0 ok, 2 bad input)."""
+    try:
+        samples = load_samples(samples_path)
+    except SampleFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not samples:
+        print(f"error: {samples_path}: no samples in file", file=sys.stderr)
+        return 2
+    if steps is not None and steps < 1:
+        print(f"error: --steps must be >= 1, got {steps}", file=sys.stderr)
+        return 2
+    tc = cfg.training
+    from openclaw_rl.trainer.engine import Trainer
+
+    try:
+        trainer = Trainer(cfg, cfg.policy_service.model)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"[training] algorithm={tc.algorithm}, asymmetric_clip={str(tc.asymmetric_clip).lower()}, "
+          f"opd_enabled={str(tc.opd_enabled).lower()}, lora={str(tc.lora).lower()}, "
+          f"samples={len(samples)}", flush=True)
+    if resume:
+        if trainer.resume():
+            print(f"[training] resumed at step={trainer.step}, policy_version={trainer.policy_version}",
+                  flush=True)
+        else:
+            print(f"[training] no checkpoint under {trainer.checkpoint_root}; starting fresh", flush=True)
+    target = steps or tc.max_steps or math.ceil(len(samples) / tc.batch_size)
+    bs = min(tc.batch_size, len(samples))
+    try:
+        while trainer.step < target:
+            # Continue the replay where the previous (possibly resumed) run left off.
+            start = (trainer.step * bs) % len(samples)
+            batch = [samples[(start + j) % len(samples)] for j in range(bs)]
+            try:
+                trainer.train_update(batch)
+            except ValueError as exc:
+                print(f"error: {samples_path}: {exc}", file=sys.stderr)
+                return 2
+    except KeyboardInterrupt:
+        print(f"[training] interrupted at step={trainer.step}; checkpoint kept", flush=True)
+        return 130
+    finally:
+        # On success, Ctrl-C or a crash: keep what was learned so far.
+        if trainer.step > 0 and trainer.latest_checkpoint() != trainer.checkpoint_root / f"step_{trainer.step:08d}":
+            trainer.save_checkpoint()
+    out = trainer.export_policy(Path(cfg.global_.log_dir) / "policies", trainer.policy_version)
+    print(f"[training] done: step={trainer.step}, policy_version={trainer.policy_version}, "
+          f"exported {out}", flush=True)
+    return 0

@@ -1,0 +1,432 @@
+"""The training engine: PPO updates over judged samples, checkpoints, and policy export.
+
+One :meth:`Trainer.train_update` call is one PPO update (SPEC §3.4):
+
+1. a no-grad pass scores every sample under the current policy (for the ``logprob_gap`` metric:
+   how far the trainer's log-probs are from the serving engine's) and, when ``kl_coef > 0``, under
+   the reference policy — with LoRA the *same* model with its adapter disabled (no extra weights),
+   for full training a frozen copy of the initial weights;
+2. the batch is split into mini-batches of ``mini_batch_size`` samples, one optimiser step each;
+3. inside a mini-batch, samples are packed into micro-batches whose padded size stays under
+   ``micro_batch_tokens``; gradients accumulate with the mini-batch's token count as the common
+   denominator, so a step sees exactly one token mean (losses.py) however it was split.
+
+The ratio's denominator is the *rollout* log-prob recorded at serving time (SPEC §2), so samples
+produced by an older policy version are corrected by importance weighting rather than treated as
+on-policy.
+
+Checkpoints live under ``{log_dir}/checkpoints/step_XXXXXXXX/`` and are written to a temporary
+directory first, then renamed, then published by atomically replacing the ``latest`` pointer file;
+a crash at any moment leaves either the old or the new checkpoint as ``latest``, never a half one.
+See docs/training.md for the layouts of checkpoints and exported policies.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import shutil
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from openclaw_rl.config import Config
+from openclaw_rl.trainer.logprobs import batch_token_stats
+from openclaw_rl.trainer.losses import compute_advantages, ppo_loss
+from openclaw_rl.types import Sample
+
+log = logging.getLogger("openclaw_rl.trainer")
+
+POINTER_FILE = "latest"
+STATE_FILE = "trainer_state.json"
+OPTIMIZER_FILE = "optimizer.pt"
+POLICY_SUBDIR = "policy"
+POLICY_META = "openclaw_policy.json"
+KEEP_CHECKPOINTS = 3
+
+
+def log_update(metrics: dict[str, float]) -> str:
+    """Print the SPEC §5 line for one update to stdout (the one place it is emitted); returns it."""
+    line = f"[train] ppo_update done, kl={metrics.get('kl', 0.0):.4g}, clip_frac={metrics.get('clip_frac', 0.0):.4g}"
+    print(line, flush=True)
+    return line
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Pack sample indices into micro-batches whose padded size (count x longest) is <= ``budget``.
+
+    Indices are sorted by length first so that padding is small; a single sample longer than the
+    budget forms its own micro-batch (it cannot be split without changing its attention context).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:
+        new_longest = max(longest, lengths[i])
+        if current and new_longest * (len(current) + 1) > budget:
+            batches.append(current)
+            current, longest = [], 0
+            new_longest = lengths[i]
+        current.append(i)
+        longest = new_longest
+    if current:
+        batches.append(current)
+    return batches
+
+
+class Trainer:
+    """PPO trainer for one policy (LoRA or full parameters) on one device.
+
+    Attributes: ``step`` (completed PPO updates), ``policy_version`` (updates that changed the
+    weights), ``model`` (the trainable model, a peft model with LoRA), ``tokenizer``.
+    """
+
+    def __init__(self, cfg: Config, model_name_or_dir: str):
+        from openclaw_rl.runtime.models import load_model, resolve_model_dir
+
+        self.cfg = cfg
+        self.tc = cfg.training
+        if self.tc.backend != "torch":
+            raise ValueError(f"[training] backend = {self.tc.backend!r} is not built; this engine is "
+                             "backend = \"torch\"")
+        torch.manual_seed(cfg.global_.seed)
+        self.base_dir = resolve_model_dir(model_name_or_dir)
+        self.model_name = model_name_or_dir
+        model, self.tokenizer = load_model(model_name_or_dir, device=self.tc.device)
+        self.pad_id = int(self.tokenizer.pad_token_id or 0)
+        self.ref_model: torch.nn.Module | None = None
+        if self.tc.lora:
+            from peft import LoraConfig, get_peft_model
+
+            lora_cfg = LoraConfig(r=self.tc.lora_rank, lora_alpha=self.tc.lora_alpha,
+                                  target_modules=list(self.tc.lora_target_modules), lora_dropout=0.0,
+                                  bias="none", task_type="CAUSAL_LM")
+            try:
+                with warnings.catch_warnings():
+                    # transformers 5 deprecation noise raised from inside peft; nothing for users to do.
+                    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*",
+                                            category=FutureWarning)
+                    model = get_peft_model(model, lora_cfg)
+            except ValueError as exc:
+                raise ValueError(f"[training] lora_target_modules = {self.tc.lora_target_modules}: {exc}") from None
+        elif self.tc.kl_coef > 0:
+            # Full training needs its own frozen reference; with LoRA it is the adapter-disabled model.
+            self.ref_model = copy.deepcopy(model).eval()
+            for p in self.ref_model.parameters():
+                p.requires_grad_(False)
+        self.model = model
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("no trainable parameters (check [training] lora_target_modules)")
+        self.optimizer = torch.optim.AdamW(self.params, lr=self.tc.lr)
+        self.step = 0
+        self.policy_version = 0
+        self.checkpoint_root = Path(cfg.global_.log_dir) / "checkpoints"
+        # The log-prob implementation; the benchmark swaps in logprobs.plain_token_stats to compare.
+        self.token_stats = batch_token_stats
+
+    # ------------------------------------------------------------------ scoring helpers
+
+    @contextmanager
+    def _reference(self) -> Iterator[torch.nn.Module]:
+        """The reference policy: adapter-disabled LoRA model, or the frozen full copy."""
+        if self.tc.lora:
+            with self.model.disable_adapter():
+                yield self.model
+        else:
+            assert self.ref_model is not None
+            yield self.ref_model
+
+    def _score(self, model: torch.nn.Module, samples: Sequence[Sample]) -> list[Tensor]:
+        """No-grad per-token log-probs of each sample's response (list of ``[R_i]`` CPU tensors)."""
+        out: list[Tensor] = [torch.empty(0)] * len(samples)
+        lengths = [s.num_tokens for s in samples]
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                for idx in micro_batches(lengths, self.tc.micro_batch_tokens):
+                    stats = self.token_stats(
+                        model, [samples[i].prompt_ids for i in idx], [samples[i].response_ids for i in idx],
+                        chunk_size=self.tc.logprob_chunk_size, pad_id=self.pad_id)
+                    for row, i in enumerate(idx):
+                        out[i] = stats.logprobs[row, : len(samples[i].response_ids)].float().cpu()
+        finally:
+            model.train(was_training)
+        return out
+
+    def _uses_topk(self, s: Sample) -> bool:
+        return bool(self.tc.opd_enabled and self.tc.topk_distill and s.teacher_topk_ids is not None)
+
+    def _validate(self, samples: Sequence[Sample]) -> None:
+        vocab = self.model.get_output_embeddings().weight.shape[0]
+        ks = set()
+        for n, s in enumerate(samples):
+            where = f"sample {n} ({s.sample_id})"
+            if not s.prompt_ids:
+                raise ValueError(f"{where}: prompt_ids is empty")
+            bad = [t for t in (*s.prompt_ids, *s.response_ids) if t < 0 or t >= vocab]
+            if bad:
+                raise ValueError(f"{where}: token id {bad[0]} outside the model's vocabulary (0..{vocab - 1})")
+            if self._uses_topk(s):
+                assert s.teacher_topk_ids is not None
+                ks.update(len(row) for row in s.teacher_topk_ids)
+        if len(ks) > 1:
+            raise ValueError(f"teacher top-K lists have different K within one update: {sorted(ks)}")
+
+    # ------------------------------------------------------------------ the update
+
+    def _micro_step(self, batch: Sequence[Sample], old_lp: Sequence[Tensor], ref_lp: Sequence[Tensor] | None,
+                    denom: float) -> tuple[Tensor, dict[str, float], int]:
+        """Forward + loss of one micro-batch (backward is the caller's); returns loss, metrics, tokens."""
+        dev = next(self.model.parameters()).device
+        bsz = len(batch)
+        max_r = max(len(s.response_ids) for s in batch)
+
+        def pad(rows: Sequence[Sequence[float]] | Sequence[Tensor]) -> Tensor:
+            t = torch.zeros((bsz, max_r), dtype=torch.float32)
+            for i, r in enumerate(rows):
+                v = torch.as_tensor(r, dtype=torch.float32)
+                t[i, : v.shape[0]] = v
+            return t.to(dev)
+
+        topk_rows = [self._uses_topk(s) for s in batch]
+        gather = None
+        if any(topk_rows):
+            gather = [torch.tensor(s.teacher_topk_ids, dtype=torch.long) if u else None
+                      for s, u in zip(batch, topk_rows, strict=True)]
+        stats = self.token_stats(self.model, [s.prompt_ids for s in batch], [s.response_ids for s in batch],
+                                  chunk_size=self.tc.logprob_chunk_size, with_entropy=True,
+                                  gather_ids=gather, pad_id=self.pad_id)
+        rollout = pad([s.rollout_logprobs for s in batch])
+        mask = pad([s.loss_mask for s in batch]) * stats.mask
+        rewards = torch.tensor([s.reward or 0.0 for s in batch], dtype=torch.float32, device=dev)
+        has_reward = torch.tensor([s.reward is not None and self.tc.binary_rl_weight > 0 for s in batch],
+                                  device=dev)
+        # The per-token OPD advantage applies to samples with teacher log-probs that are not trained
+        # by top-K distillation instead (the top-K loss is that sample's OPD part).
+        has_teacher = torch.tensor([self.tc.opd_enabled and s.teacher_logprobs is not None and not u
+                                    for s, u in zip(batch, topk_rows, strict=True)], device=dev)
+        teacher = pad([s.teacher_logprobs if s.teacher_logprobs is not None else [] for s in batch])
+        adv = compute_advantages(rewards, has_reward, teacher, has_teacher, rollout,
+                                 binary_rl_weight=self.tc.binary_rl_weight, opd_weight=self.tc.opd_weight,
+                                 opd_adv_clip=self.tc.opd_adv_clip)
+        teacher_topk = topk_mask = None
+        if gather is not None:
+            k = stats.gathered.shape[-1] if stats.gathered is not None else 0
+            teacher_topk = torch.zeros((bsz, max_r, k), dtype=torch.float32)
+            for i, (s, u) in enumerate(zip(batch, topk_rows, strict=True)):
+                if u:
+                    teacher_topk[i, : len(s.response_ids)] = torch.tensor(s.teacher_topk_logprobs)
+            teacher_topk = teacher_topk.to(dev)
+            topk_mask = torch.tensor(topk_rows, dtype=torch.float32, device=dev).unsqueeze(-1).expand(-1, max_r)
+        out = ppo_loss(
+            stats.logprobs, rollout, adv, mask,
+            clip_low=self.tc.clip_ratio, clip_high=self.tc.eps_high,
+            sample_weight=torch.tensor([s.weight for s in batch], dtype=torch.float32, device=dev),
+            logp_ref=pad(ref_lp) if ref_lp is not None else None, kl_coef=self.tc.kl_coef,
+            entropy=stats.entropy, entropy_coef=self.tc.entropy_coef,
+            student_topk=stats.gathered, teacher_topk=teacher_topk, topk_mask=topk_mask,
+            topk_coef=self.tc.opd_weight, denom=denom,
+        )
+        gap = (pad(old_lp) - rollout).abs()
+        out.metrics["logprob_gap"] = float((gap * mask).sum() / mask.sum().clamp(min=1))
+        return out.loss, out.metrics, out.num_tokens
+
+    def train_update(self, samples: list[Sample]) -> dict[str, float]:
+        """One PPO update on ``samples`` (normally ``batch_size`` of them); returns its metrics.
+
+        Metrics: loss, pg_loss, kl, clip_frac, ppo_kl, entropy, topk_kl, grad_norm, tokens_per_s,
+        logprob_gap (mean |trainer log-prob before the update - rollout log-prob| over trained
+        tokens), num_tokens (trained tokens), optimizer_steps. A batch with no trained token (all
+        loss masks zero) changes nothing and reports zeros.
+        """
+        if not samples:
+            raise ValueError("train_update needs at least one sample")
+        self._validate(samples)
+        t0 = time.perf_counter()
+        active = [s for s in samples if any(s.loss_mask)]
+        sums: dict[str, float] = {}
+        tok_weighted = ("clip_frac", "ppo_kl", "logprob_gap", "ratio_mean", "adv_mean")
+        per_step = ("loss", "pg_loss", "kl", "entropy", "topk_kl")
+        n_trained = 0
+        grad_norms: list[float] = []
+        if active:
+            old_lp = self._score(self.model, active)
+            ref_lp: list[Tensor] | None = None
+            if self.tc.kl_coef > 0:
+                with self._reference() as ref:
+                    ref_lp = self._score(ref, active)
+            self.model.train()
+            mb = self.tc.mini_batch_size
+            for start in range(0, len(active), mb):
+                idx = list(range(start, min(start + mb, len(active))))
+                denom = float(sum(sum(1 for m in active[i].loss_mask if m) for i in idx))
+                self.optimizer.zero_grad(set_to_none=True)
+                step_sums: dict[str, float] = {}
+                for micro in micro_batches([active[i].num_tokens for i in idx], self.tc.micro_batch_tokens):
+                    rows = [idx[j] for j in micro]
+                    loss, m, n_tok = self._micro_step(
+                        [active[i] for i in rows], [old_lp[i] for i in rows],
+                        [ref_lp[i] for i in rows] if ref_lp is not None else None, denom)
+                    loss.backward()
+                    m["loss"] = float(loss.detach())
+                    for key in per_step:  # already divided by the mini-batch denominator: add up
+                        step_sums[key] = step_sums.get(key, 0.0) + m.get(key, 0.0)
+                    for key in tok_weighted:
+                        sums[key] = sums.get(key, 0.0) + m[key] * n_tok
+                    n_trained += n_tok
+                norm = torch.nn.utils.clip_grad_norm_(self.params, self.tc.max_grad_norm)
+                grad_norms.append(float(norm))
+                self.optimizer.step()
+                for key, v in step_sums.items():
+                    sums[key] = sums.get(key, 0.0) + v
+            self.optimizer.zero_grad(set_to_none=True)
+            self.policy_version += 1
+        n_steps = len(grad_norms)
+        elapsed = time.perf_counter() - t0
+        metrics = {key: sums.get(key, 0.0) / max(n_steps, 1) for key in per_step}
+        metrics.update({key: sums.get(key, 0.0) / max(n_trained, 1) for key in tok_weighted})
+        metrics["grad_norm"] = sum(grad_norms) / max(n_steps, 1)
+        metrics["tokens_per_s"] = sum(s.num_tokens for s in active) / elapsed if elapsed > 0 else 0.0
+        metrics["num_tokens"] = float(n_trained)
+        metrics["optimizer_steps"] = float(n_steps)
+        metrics["num_samples"] = float(len(samples))
+        self.step += 1
+        metrics["step"] = float(self.step)
+        metrics["policy_version"] = float(self.policy_version)
+        log_update(metrics)
+        if self.step % self.tc.checkpoint_interval == 0:
+            self.save_checkpoint()
+        return metrics
+
+    # ------------------------------------------------------------------ export / checkpoints
+
+    def _write_policy(self, directory: Path, version: int) -> None:
+        """Write the loadable policy into ``directory`` (which must not exist yet)."""
+        directory.mkdir(parents=True)
+        kind = "lora" if self.tc.lora else "full"
+        self.model.save_pretrained(directory, safe_serialization=True)
+        if not self.tc.lora:
+            self.tokenizer.save_pretrained(directory)
+        meta = {"format": "openclaw-rl-policy/1", "kind": kind, "version": version, "step": self.step,
+                "base_model": str(self.base_dir)}
+        (directory / POLICY_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+
+    def export_policy(self, directory: Path, version: int) -> Path:
+        """Write policy ``version`` to ``directory/v{version:06d}`` atomically and return that path.
+
+        LoRA: a peft adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``,
+        ``base_model_name_or_path`` pointing at the base model directory). Full training: a Hugging
+        Face model directory (``config.json`` + ``model.safetensors`` + tokenizer). Both carry
+        ``openclaw_policy.json`` = {format, kind, version, step, base_model}. Re-exporting an existing
+        version replaces it.
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        final = directory / f"v{version:06d}"
+        tmp = directory / f".v{version:06d}.tmp{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        self._write_policy(tmp, version)
+        if final.exists():
+            old = directory / f".v{version:06d}.old{os.getpid()}"
+            final.rename(old)
+            tmp.rename(final)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(final)
+        return final
+
+    def save_checkpoint(self) -> Path:
+        """Save weights (adapter or full), optimizer state, step and version; returns the directory."""
+        root = self.checkpoint_root
+        root.mkdir(parents=True, exist_ok=True)
+        name = f"step_{self.step:08d}"
+        final = root / name
+        tmp = root / f".{name}.tmp{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        self._write_policy(tmp / POLICY_SUBDIR, self.policy_version)
+        torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        state = {"step": self.step, "policy_version": self.policy_version, "lora": self.tc.lora,
+                 "base_model": str(self.base_dir), "saved_at": time.time()}
+        (tmp / STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
+        if final.exists():  # same step saved twice (e.g. interval and shutdown): keep the newest
+            shutil.rmtree(final)
+        tmp.rename(final)
+        _atomic_write_text(root / POINTER_FILE, name + "\n")
+        self._prune(keep=name)
+        print(f"[train] checkpoint saved: {final}", flush=True)
+        return final
+
+    def _prune(self, keep: str) -> None:
+        """Keep the newest KEEP_CHECKPOINTS complete checkpoints (never the one just written)."""
+        done = sorted(p for p in self.checkpoint_root.glob("step_*") if (p / STATE_FILE).is_file())
+        for p in done[:-KEEP_CHECKPOINTS]:
+            if p.name != keep:
+                shutil.rmtree(p, ignore_errors=True)
+
+    def latest_checkpoint(self) -> Path | None:
+        """The checkpoint the pointer names, or the newest complete one if the pointer is missing."""
+        root = self.checkpoint_root
+        pointer = root / POINTER_FILE
+        if pointer.is_file():
+            cand = root / pointer.read_text(encoding="utf-8").strip()
+            if (cand / STATE_FILE).is_file():
+                return cand
+        done = sorted(p for p in root.glob("step_*") if (p / STATE_FILE).is_file()) if root.is_dir() else []
+        return done[-1] if done else None
+
+    def resume(self) -> bool:
+        """Load the latest checkpoint (weights, optimizer, step, version); False when there is none."""
+        from safetensors.torch import load_file
+
+        ckpt = self.latest_checkpoint()
+        if ckpt is None:
+            return False
+        state = json.loads((ckpt / STATE_FILE).read_text(encoding="utf-8"))
+        if bool(state.get("lora")) != self.tc.lora:
+            raise ValueError(f"checkpoint {ckpt} was saved with lora={state.get('lora')} but "
+                             f"[training] lora = {self.tc.lora}")
+        policy = ckpt / POLICY_SUBDIR
+        if self.tc.lora:
+            from peft import set_peft_model_state_dict
+
+            weights = load_file(str(policy / "adapter_model.safetensors"))
+            result = set_peft_model_state_dict(self.model, weights)
+            unexpected = getattr(result, "unexpected_keys", [])
+            if unexpected:
+                raise ValueError(f"checkpoint {ckpt}: adapter does not match the model "
+                                 f"(e.g. {unexpected[0]}); were lora_rank/target_modules changed?")
+        else:
+            weights: dict[str, Any] = {}
+            for f in sorted(policy.glob("*.safetensors")):
+                weights.update(load_file(str(f)))
+            missing, unexpected = self.model.load_state_dict(weights, strict=False)
+            tied = {"lm_head.weight"} if getattr(self.model.config, "tie_word_embeddings", False) else set()
+            if unexpected or set(missing) - tied:
+                raise ValueError(f"checkpoint {ckpt}: weights do not match the model "
+                                 f"(missing {sorted(set(missing) - tied)[:3]}, unexpected {unexpected[:3]})")
+        self.optimizer.load_state_dict(torch.load(ckpt / OPTIMIZER_FILE, map_location="cpu",
+                                                  weights_only=True))
+        self.step = int(state["step"])
+        self.policy_version = int(state["policy_version"])
+        log.info("[train] resumed from %s (step=%d, policy_version=%d)", ckpt, self.step, self.policy_version)
+        return True
+

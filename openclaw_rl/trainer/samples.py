@@ -1,0 +1,64 @@
+"""``samples.jsonl``: the on-disk form of training samples, one :class:`~openclaw_rl.types.Sample` per line.
+
+The file is what offline replay (``openclaw-rl train --samples FILE``) reads and what any loop may
+write to hand samples over. Reading validates every line and names the line number of the first bad
+one, because a silently skipped line would be a silently lost training signal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from openclaw_rl.types import Sample
+
+
+class SampleFileError(ValueError):
+    """A samples file that cannot be read; the message names the file and line."""
+
+
+def load_samples(path: str | os.PathLike[str]) -> list[Sample]:
+    """Read a JSONL samples file. Blank lines are skipped; any bad line raises :class:`SampleFileError`."""
+    p = Path(path)
+    if not p.is_file():
+        raise SampleFileError(f"{p}: samples file not found (looked at {p.resolve()})")
+    samples: list[Sample] = []
+    with p.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            text = line.strip()
+            if not text:
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise SampleFileError(f"{p}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(obj, dict):
+                raise SampleFileError(f"{p}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            try:
+                samples.append(Sample.model_validate(obj))
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                loc = ".".join(str(x) for x in first["loc"]) or "sample"
+                msg = first["msg"].removeprefix("Value error, ")
+                more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
+                raise SampleFileError(f"{p}:{lineno}: invalid sample: {loc}: {msg}{more}") from None
+    return samples
+
+
+def write_samples(path: str | os.PathLike[str], samples: Iterable[Sample]) -> Path:
+    """Write samples as JSONL atomically (temp file, then rename); returns the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for s in samples:
+            fh.write(s.model_dump_json())
+            fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, p)
+    return p

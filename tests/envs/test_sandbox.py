@@ -1,0 +1,136 @@
+"""Sandbox escapes: each is contained, reported as an observation, and the sandbox lives on."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from openclaw_rl.envs import make
+from openclaw_rl.envs.sandbox import Sandbox, SandboxLimits
+
+LIMITS = SandboxLimits(timeout_sec=3, cpu_sec=2, max_procs=32, kill_output_bytes=200_000, output_bytes=2000)
+
+
+@pytest.fixture
+def sb():
+    with Sandbox(LIMITS) as s:
+        yield s
+
+
+def _alive(sb: Sandbox) -> None:
+    r = sb.run("echo still-alive")
+    assert r.exit_code == 0 and r.stdout.strip() == "still-alive"
+
+
+def test_runs_as_unprivileged_user_in_own_dir(sb):
+    r = sb.run("id -u; pwd; echo hi > f; cat f")
+    assert r.stdout.split() == ["1000", "/work", "hi"]
+    assert (sb.workdir / "f").read_text() == "hi\n"
+
+
+def test_cannot_write_outside(sb, tmp_path):
+    marker = tmp_path / "outside.txt"
+    r = sb.run(f"echo x > /usr/evil; echo x > /evil; echo x > {marker}; echo x > /tmp/../etc/evil; ls /root")
+    assert r.exit_code != 0
+    assert "Read-only file system" in r.stderr
+    assert not marker.exists() and not Path("/usr/evil").exists() and not Path("/evil").exists()
+    # the host's files do not even exist inside
+    r = sb.run(f"cat {Path(__file__).resolve()}")
+    assert r.exit_code != 0 and "No such file" in r.stderr
+    _alive(sb)
+
+
+def test_symlink_out_is_not_followed_by_checkers(sb):
+    sb.run("ln -s /etc/hostname link; ln -s ../../.. up")
+    assert sb.read_file("up/etc/hostname") is None
+    with pytest.raises(PermissionError):
+        sb.path("up/etc")
+
+
+def test_no_network(sb):
+    # a real server listening on the host's loopback is not reachable from inside
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    accepted: list[object] = []
+    t = threading.Thread(target=lambda: accepted.append(srv.accept()), daemon=True)
+    t.start()
+    try:
+        r = sb.run(f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\"")
+        assert r.exit_code != 0 and ("refused" in r.stderr or "unreachable" in r.stderr), r.as_observation()
+        r = sb.run("python3 -c \"import socket; socket.create_connection(('93.184.216.34', 80), timeout=2)\"")
+        assert r.exit_code != 0 and "unreachable" in r.stderr
+        assert not accepted
+    finally:
+        srv.close()
+    _alive(sb)
+
+
+def test_fork_bomb_is_contained(sb):
+    r = sb.run("bomb() { bomb | bomb & }; bomb; sleep 1; ps -e | wc -l")
+    assert "Resource temporarily unavailable" in r.stderr or r.timed_out, r.as_observation()
+    r = sb.run("python3 -c \"import os\nwhile True: os.fork()\"")
+    assert "Resource temporarily unavailable" in r.stderr
+    _alive(sb)
+    # nothing survives the command: the PID namespace went with it
+    if os.geteuid() == 0:
+        deadline = time.monotonic() + 5  # the kernel tears the namespace down asynchronously
+        while _host_processes_of(sb.uid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _host_processes_of(sb.uid)
+
+
+def _host_processes_of(uid: int) -> list[int]:
+    pids = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if p.stat().st_uid == uid:
+                    pids.append(int(p.name))
+            except FileNotFoundError:
+                continue
+    return pids
+
+
+def test_infinite_output_is_cut(sb):
+    r = sb.run("yes")
+    assert r.output_truncated and any("printed more than" in n for n in r.notes)
+    assert len(r.stdout) <= LIMITS.output_bytes
+    assert "[sandbox] killed: printed more than" in r.as_observation()
+    _alive(sb)
+
+
+def test_sleep_past_timeout_is_killed(sb):
+    r = sb.run("sleep 60 & sleep 60")
+    assert r.timed_out and r.exit_code == 124 and r.elapsed_s < 10
+    assert "wall-clock timeout" in r.as_observation()
+    _alive(sb)
+
+
+def test_cpu_memory_and_file_size_limits(sb):
+    r = sb.run("python3 -c \"x = bytearray(2_000_000_000)\"")
+    assert "MemoryError" in r.stderr
+    r = sb.run("head -c 20000000 /dev/zero > big")
+    assert r.exit_code != 0 and any("file size limit" in n for n in r.notes)
+    r = SandboxLimits(timeout_sec=10, cpu_sec=1)
+    with Sandbox(r) as s2:
+        res = s2.run("while :; do :; done")
+        assert not res.timed_out and res.exit_code == 128 + 24  # SIGXCPU
+        assert any("CPU limit" in n for n in res.notes)
+
+
+def test_terminal_env_reports_escape_as_observation():
+    env = make("terminal", task="count_lines", limits=LIMITS, max_turns=5)
+    env.reset(seed=0)
+    for cmd in ("yes", "sleep 30", "echo x > /usr/x", "bomb(){ bomb|bomb& }; bomb"):
+        obs, reward, term, trunc, info = env.step(f"```bash\n{cmd}\n```")
+        assert obs.startswith("exit code:") and not term
+    obs, reward, term, trunc, info = env.step("wc -l < access.log")
+    assert info["success"] and term
+    env.close()

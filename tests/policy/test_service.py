@@ -1,0 +1,232 @@
+"""The policy service over real HTTP with the tiny random model: responses, recording, sessions,
+bad input, auth and the 429 path."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+import pytest
+
+from openclaw_rl.policy.tools import template_messages
+from openclaw_rl.runtime.models import load_tokenizer
+
+from .conftest import KEY
+
+USER = [{"role": "user", "content": "What is 2+2?"}]
+
+
+def _turns(svc, session_id):
+    return svc.store.session_turns(session_id)
+
+
+def _sse(resp: httpx.Response) -> list[dict | str]:
+    events: list[dict | str] = []
+    for line in resp.iter_lines():
+        if line.startswith("data: "):
+            data = line[6:]
+            events.append(data if data == "[DONE]" else json.loads(data))
+    return events
+
+
+def test_chat_records_exact_ids_and_logprobs(tiny_service, client, tiny_model_dir):
+    svc, _ = tiny_service
+    r = client.post("/v1/chat/completions", json={
+        "messages": USER, "max_tokens": 6, "logprobs": True, "top_logprobs": 3, "temperature": 0.8,
+        "top_p": 0.9, "seed": 7, "return_token_ids": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    choice = body["choices"][0]
+    sid, idx = r.headers["X-Session-Id"], int(r.headers["X-Turn-Index"])
+    assert (sid, idx) == (body["session_id"], body["turn_index"])
+    turn = _turns(svc, sid)[idx]
+    tok = load_tokenizer(str(tiny_model_dir))
+    from openclaw_rl.policy.protocol import ChatMessage
+    text = tok.apply_chat_template(template_messages([ChatMessage(**m) for m in USER], None),
+                                   add_generation_prompt=True, tokenize=False)
+    assert turn.prompt_ids == tok(text, add_special_tokens=False)["input_ids"] == body["prompt_token_ids"]
+    assert turn.response_ids == choice["token_ids"]
+    assert len(turn.response_ids) == len(turn.response_logprobs) == body["usage"]["completion_tokens"] == 6
+    entries = choice["logprobs"]["content"]
+    assert [e["logprob"] for e in entries] == pytest.approx(turn.response_logprobs)
+    assert all(len(e["top_logprobs"]) == 3 and e["logprob"] <= 0 for e in entries)
+    # top_p = 0.9 sampling: the sampled token's log-prob is taken in the renormalised nucleus, so it is
+    # at least the top-1 log-prob of the same distribution minus nothing outside it
+    assert all(e["logprob"] >= e["top_logprobs"][-1]["logprob"] or e["logprob"] > -9999 for e in entries)
+    assert turn.policy_version == 0 and turn.turn_type == "main" and turn.messages == USER
+    assert choice["finish_reason"] == "length"
+    # same seed, same answer; streaming carries the same tokens, ending with [DONE]
+    again = client.post("/v1/chat/completions", json={
+        "messages": USER, "max_tokens": 6, "temperature": 0.8, "top_p": 0.9, "seed": 7}).json()
+    assert again["choices"][0]["message"]["content"] == choice["message"]["content"]
+    with client.stream("POST", "/v1/chat/completions", json={
+            "messages": USER, "max_tokens": 6, "temperature": 0.8, "top_p": 0.9, "seed": 7, "stream": True,
+            "logprobs": True, "stream_options": {"include_usage": True}}) as s:
+        assert s.status_code == 200 and s.headers["content-type"].startswith("text/event-stream")
+        events = _sse(s)
+    assert events[-1] == "[DONE]"
+    chunks = [e for e in events[:-1] if isinstance(e, dict)]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    streamed = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert streamed == choice["message"]["content"]
+    n_lp = sum(len(c["choices"][0]["logprobs"]["content"]) for c in chunks if c["choices"] and c["choices"][0]["logprobs"])
+    assert n_lp == 6 and chunks[-1]["usage"]["completion_tokens"] == 6
+
+
+def test_stop_sequence_and_greedy(client):
+    base = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 10, "temperature": 0}).json()
+    text = base["choices"][0]["message"]["content"]
+    assert len(text) > 4
+    stop = text[2:4]
+    r = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 10, "temperature": 0,
+                                                 "stop": [stop]}).json()
+    assert r["choices"][0]["finish_reason"] == "stop"
+    assert r["choices"][0]["message"]["content"] == text[:text.find(stop)]
+
+
+def test_explicit_sessions_next_state_side_turns_and_done(tiny_service, client):
+    svc, _ = tiny_service
+    h = {"X-Session-Id": "sess-A"}
+    r0 = client.post("/v1/chat/completions", headers=h, json={"messages": USER, "max_tokens": 4}).json()
+    reply = r0["choices"][0]["message"]["content"]
+    side = client.post("/v1/chat/completions", headers={**h, "X-Turn-Type": "side"},
+                       json={"messages": [{"role": "user", "content": "Title for this chat?"}], "max_tokens": 3})
+    assert side.status_code == 200
+    msgs = USER + [{"role": "assistant", "content": reply}, {"role": "user", "content": "No, that's wrong."}]
+    r2 = client.post("/v1/chat/completions", headers={**h, "X-Session-Done": "true"},
+                     json={"messages": msgs, "max_tokens": 4})
+    assert r2.status_code == 200
+    turns = _turns(svc, "sess-A")
+    assert [t.turn_type for t in turns] == ["main", "side", "main"]
+    assert turns[0].next_state is not None and turns[0].next_state.content == "No, that's wrong."
+    assert turns[1].next_state is None
+    assert svc.store.turn_status("sess-A", 0) == "ready"
+    assert svc.store.turn_status("sess-A", 1) == "side"
+    assert svc.store.turn_status("sess-A", 2) == "closed"  # session done: the last turn gets no next state
+    # the same keys in the body work too
+    b = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 2, "session_id": "sess-B",
+                                                 "turn_type": "side"}).json()
+    assert b["session_id"] == "sess-B" and _turns(svc, "sess-B")[0].turn_type == "side"
+
+
+def test_plain_client_is_stitched_by_prefix(tiny_service, client):
+    svc, _ = tiny_service
+    first = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a colour."}]
+    r1 = client.post("/v1/chat/completions", json={"messages": first, "max_tokens": 4}).json()
+    msgs = first + [r1["choices"][0]["message"], {"role": "user", "content": "Another one, please."}]
+    r2 = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 4}).json()
+    assert r2["session_id"] == r1["session_id"] and r2["turn_index"] == r1["turn_index"] + 1
+    t0 = _turns(svc, r1["session_id"])[0]
+    assert t0.next_state is not None and t0.next_state.content == "Another one, please."
+    # a different conversation is a different session
+    r3 = client.post("/v1/chat/completions", json={"messages": first[:1] + [
+        {"role": "user", "content": "Name a fruit."}], "max_tokens": 2}).json()
+    assert r3["session_id"] != r1["session_id"]
+
+
+BAD = [
+    (b"{\"messages\": [", "not valid JSON"),
+    (b"", "body is empty"),
+    (b"[1, 2]", "must be a JSON object"),
+    (b"{}", "messages: Field required"),
+    (b'{"messages": []}', "messages: List should have at least 1 item"),
+    (b'{"messages": "hi"}', "messages"),
+    (b'{"messages": [{"role": "wizard", "content": "x"}]}', "unknown role 'wizard'"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "temperature": "0.5"}', "temperature"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "n": 3}', "n = 3 is not supported"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', "max_tokens"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}', "exceeds max_model_len"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 2040}', "max_tokens: prompt"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "stream": "yes"}', "stream"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}', "tools[0].function"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": '
+     b'{"name": "f", "parameters": {"type": "string"}}}]}', "type 'object'"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "tools": {"name": "f"}}', "tools"),
+]
+
+
+@pytest.mark.parametrize("body, says", BAD)
+def test_bad_input_gets_a_clear_400_and_the_server_keeps_serving(tiny_service, client, body, says):
+    svc, _ = tiny_service
+    before = svc.store.counters().turns
+    r = client.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert says in err["message"] and err["type"] == "invalid_request_error"
+    assert svc.store.counters().turns == before
+    assert client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 1}).status_code == 200
+
+
+def test_over_long_context_and_bad_session_header(client):
+    long = [{"role": "user", "content": "word " * 3000}]
+    r = client.post("/v1/chat/completions", json={"messages": long, "max_tokens": 1})
+    assert r.status_code == 400 and "max_model_len = 2048" in r.json()["error"]["message"]
+    assert r.json()["error"]["code"] == "context_length_exceeded"
+    r = client.post("/v1/chat/completions", headers={"X-Turn-Type": "sidecar"}, json={"messages": USER})
+    assert r.status_code == 400 and "X-Turn-Type" in r.json()["error"]["message"]
+    r = client.post("/v1/chat/completions", headers={"X-Session-Done": "maybe"}, json={"messages": USER})
+    assert r.status_code == 400 and "X-Session-Done" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("method, path", [("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
+                                          ("POST", "/v1/admin/load_weights"), ("POST", "/update_weights_from_disk"),
+                                          ("POST", "/v1/load_lora_adapter")])
+def test_every_route_but_healthz_needs_the_key(tiny_service, method, path):
+    _, url = tiny_service
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+        r = httpx.request(method, url + path, headers=headers, json={"messages": USER}, timeout=30)
+        assert r.status_code == 401, (path, headers)
+        assert r.json()["error"]["type"] == "authentication_error" and KEY not in r.text
+    health = httpx.get(url + "/healthz", timeout=30)
+    assert health.status_code == 200 and health.json()["policy_version"] >= 0
+
+
+def test_models_and_health(client):
+    models = client.get("/v1/models").json()
+    assert models["object"] == "list" and "policy_version" in models["data"][0]
+    assert client.get("/nope").status_code == 404
+
+
+def test_key_never_in_records_or_logs(tiny_service, client, caplog):
+    svc, _ = tiny_service
+    with caplog.at_level("INFO", logger="openclaw_rl.policy"):
+        r = client.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "line1\r\n[policy_service] forged\x07"}], "max_tokens": 2})
+    assert r.status_code == 200
+    text = caplog.text
+    assert "forged" in text and "\\r\\n[policy_service] forged\\u0007" in text
+    assert KEY not in text
+    raw = svc.store.path.read_bytes() + (svc.store.path.with_suffix(".sqlite-wal").read_bytes()
+                                         if svc.store.path.with_suffix(".sqlite-wal").exists() else b"")
+    assert KEY.encode() not in raw
+
+
+def test_queue_full_gets_429_with_retry_after(start_service, tiny_model_dir):
+    svc, url = start_service(tiny_model_dir, "busy", max_concurrent=1, max_queue=1, max_tokens_default=400)
+    held = threading.Event()
+    results: list[int] = []
+
+    def long_stream():
+        with httpx.stream("POST", url + "/v1/chat/completions", timeout=120,
+                          json={"messages": USER, "stream": True, "max_tokens": 400, "temperature": 0}) as s:
+            for _ in s.iter_lines():
+                held.set()
+            results.append(s.status_code)
+
+    threads = [threading.Thread(target=long_stream) for _ in range(2)]
+    threads[0].start()
+    assert held.wait(60)
+    threads[1].start()  # waits in the queue
+    for _ in range(200):
+        if svc.serving.in_flight >= 2:
+            break
+        threading.Event().wait(0.01)
+    r = httpx.post(url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 1}, timeout=30)
+    assert r.status_code == 429 and r.headers["Retry-After"] == "1"
+    assert r.json()["error"]["type"] == "rate_limit_error"
+    for t in threads:
+        t.join(120)
+    assert results == [200, 200]
+    assert httpx.post(url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 1},
+                      timeout=30).status_code == 200

@@ -1,0 +1,94 @@
+"""Pure-function parts of the policy service: tools, session stitching, validation, log escaping."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from openclaw_rl.policy.protocol import ChatCompletionRequest, ChatMessage, ToolDef, validation_message
+from openclaw_rl.policy.serving import escape_for_log
+from openclaw_rl.policy.sessions import SessionManager, next_state_of
+from openclaw_rl.policy.tools import parse_tool_calls, template_messages
+from openclaw_rl.runtime.store import Store
+
+WEATHER = ToolDef.model_validate({"type": "function", "function": {
+    "name": "get_weather", "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}})
+
+
+def test_tool_calls_round_trip_through_the_prompt():
+    text = 'Let me check.\n<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    content, calls = parse_tool_calls(text, [WEATHER])
+    assert content == "Let me check."
+    assert calls is not None and len(calls) == 1
+    assert calls[0]["function"]["name"] == "get_weather"
+    assert json.loads(calls[0]["function"]["arguments"]) == {"city": "Paris"}
+    # the call echoed back by a client renders into the same markup the model produced
+    echoed = ChatMessage.model_validate({"role": "assistant", "content": "Let me check.", "tool_calls": calls})
+    rendered = template_messages([ChatMessage(role="user", content="hi"), echoed,
+                                  ChatMessage(role="tool", content="18C", tool_call_id=calls[0]["id"])], [WEATHER])
+    assert rendered[0]["role"] == "system" and '"get_weather"' in rendered[0]["content"]
+    assert '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>' in rendered[2]["content"]
+    assert rendered[3] == {"role": "tool", "content": "18C"}
+
+
+def test_malformed_or_undeclared_tool_calls_stay_content():
+    for text in ('<tool_call>{"name": "nope", "arguments": {}}</tool_call>', "<tool_call>{not json}</tool_call>",
+                 "plain answer"):
+        assert parse_tool_calls(text, [WEATHER]) == (text, None)
+    assert parse_tool_calls('<tool_call>{"name": "get_weather"}</tool_call>', None)[1] is None
+
+
+def _msgs(*pairs: tuple[str, str]) -> list[ChatMessage]:
+    return [ChatMessage(role=r, content=c) for r, c in pairs]
+
+
+def test_prefix_stitching(tmp_path):
+    sm = SessionManager(Store(tmp_path / "s.sqlite"))
+    first = _msgs(("system", "be brief"), ("user", "2+2?"))
+    a = sm.assign(first, None, None, False)
+    assert (a.turn_index, a.next_state, a.stitched) == (0, None, False)
+    sm.remember(a.session_id, first, "4", None)
+    # the client echoes the reply with different whitespace; the next state is the new user message
+    second = first + _msgs(("assistant", "4 "), ("user", "and 3+3?"))
+    b = sm.assign(second, None, None, False)
+    assert (b.session_id, b.turn_index, b.stitched) == (a.session_id, 1, True)
+    assert b.next_state is not None and (b.next_state.role, b.next_state.content) == ("user", "and 3+3?")
+    # an edited history is a different conversation
+    other = _msgs(("system", "be brief"), ("user", "2+5?"), ("assistant", "4"), ("user", "and 3+3?"))
+    assert sm.assign(other, None, None, False).session_id != a.session_id
+
+
+def test_next_state_joins_parallel_tool_results():
+    msgs = [ChatMessage(role="user", content="go"),
+            ChatMessage.model_validate({"role": "assistant", "content": None, "tool_calls": [
+                {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}),
+            ChatMessage(role="tool", content="one"), ChatMessage(role="tool", content="two")]
+    state = next_state_of(msgs)
+    assert state is not None and state.role == "tool" and state.content == "one\ntwo"
+    assert next_state_of(_msgs(("user", "x"), ("assistant", "y"))) is None
+
+
+@pytest.mark.parametrize("body, where", [
+    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ({"messages": [{"role": "user"}]}, "messages[0]"),
+    ({"messages": [{"role": "user", "content": "x"}], "top_p": 0}, "top_p"),
+    ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}, "top_logprobs requires logprobs"),
+    ({"messages": [{"role": "user", "content": "x"}], "stop": ["a", "b", "c", "d", "e"]}, "at most 4"),
+    ({"messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]}, "type 'object'"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "only text parts"),
+])
+def test_validation_messages_say_where(body, where):
+    with pytest.raises(ValidationError) as err:
+        ChatCompletionRequest.model_validate_json(json.dumps(body), strict=True)
+    assert where in validation_message(err.value)[0]
+
+
+def test_log_escaping_cannot_forge_lines():
+    forged = "hi\r\n[policy_service] session=admin turn=0\x1b[2J\u2028end"
+    out = escape_for_log(forged)
+    assert "\n" not in out and "\r" not in out and "\x1b" not in out and "\u2028" not in out
+    assert "\\n" in out and "\\u001b" in out

@@ -1,0 +1,121 @@
+"""Weight swaps while requests are in flight, and the forwarding backends against a second instance
+of this service acting as the external engine."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+
+import httpx
+import torch
+
+from openclaw_rl.types import Turn
+
+USER = [{"role": "user", "content": "Count to ten."}]
+
+
+def _all_turns(store_path) -> list[Turn]:
+    with sqlite3.connect(store_path) as db:
+        return [Turn.model_validate_json(r[0]) for r in db.execute("SELECT data FROM turns ORDER BY updated_at")]
+
+
+def test_swap_during_in_flight_requests_completes_them_all(start_service, tiny_model_dir, weight_dirs):
+    svc, url = start_service(tiny_model_dir, "swap")
+    started = threading.Barrier(5)
+    results: list[tuple[int, int, str]] = []
+
+    def stream_one(i: int) -> None:
+        seen = 0
+        with httpx.stream("POST", url + "/v1/chat/completions", timeout=120, json={
+                "messages": USER, "stream": True, "max_tokens": 120, "temperature": 0,
+                "session_id": f"inflight-{i}"}) as s:
+            pieces = []
+            for line in s.iter_lines():
+                seen += line.startswith("data: ")
+                if seen == 2 and line.startswith("data: "):  # the first sampled token: it is generating
+                    started.wait(60)
+                pieces.append(line)
+            results.append((s.status_code, i, pieces[-2] if len(pieces) > 1 else ""))
+
+    threads = [threading.Thread(target=stream_one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    started.wait(60)  # every request is generating
+    assert svc.swap_weights(weight_dirs["full"], 1) == 1
+    for t in threads:
+        t.join(120)
+    assert sorted(r[0] for r in results) == [200] * 4
+    assert all(r[2] == "data: [DONE]" for r in results)
+    for i in range(4):
+        (turn,) = svc.store.session_turns(f"inflight-{i}")
+        assert turn.policy_version == 0 and len(turn.response_ids) == 120  # finished on the old weights
+    after = httpx.post(url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 3}, timeout=60).json()
+    assert after["policy_version"] == 1
+    assert httpx.get(url + "/healthz").json()["policy_version"] == 1
+    assert svc.store.get_meta("policy_version") == 1
+    # a LoRA adapter through the trainer's HTTP route: merged into the base, version recorded
+    q_before = svc.engine.model.model.layers[0].self_attn.q_proj.weight.clone()
+    r = httpx.post(url + "/v1/admin/load_weights", json={"path": str(weight_dirs["adapter"]), "version": 2},
+                   timeout=120)
+    assert r.status_code == 200 and r.json() == {"ok": True, "policy_version": 2}
+    assert not torch.equal(q_before, svc.engine.model.model.layers[0].self_attn.q_proj.weight)
+    assert httpx.get(url + "/v1/models").json()["data"][0]["policy_version"] == 2
+    # a bad directory is refused with a reason, and serving goes on with version 2
+    bad = httpx.post(url + "/v1/admin/load_weights", json={"path": str(weight_dirs["full"] / "nope"), "version": 3})
+    assert bad.status_code == 400 and "not a directory" in bad.json()["error"]["message"]
+    bad = httpx.post(url + "/v1/admin/load_weights", json={"path": str(weight_dirs["full"])})
+    assert bad.status_code == 400 and "version" in bad.json()["error"]["message"]
+    assert svc.policy_version == 2
+
+
+def test_forwarding_backends_record_the_engine_ids(start_service, tiny_model_dir, weight_dirs):
+    engine, engine_url = start_service(tiny_model_dir, "engine")
+    fwd, url = start_service(tiny_model_dir, "fwd", backend="vllm", engine_url=engine_url)
+    r = httpx.post(url + "/v1/chat/completions", timeout=60, json={
+        "messages": USER, "max_tokens": 5, "logprobs": True, "top_logprobs": 2, "temperature": 0.7, "seed": 1,
+        "session_id": "fw"})
+    assert r.status_code == 200, r.text
+    (turn,) = fwd.store.session_turns("fw")
+    (engine_turn,) = _all_turns(engine.store.path)
+    assert turn.prompt_ids == engine_turn.prompt_ids
+    assert turn.response_ids == engine_turn.response_ids and len(turn.response_ids) == 5
+    assert turn.response_logprobs == engine_turn.response_logprobs
+    entries = r.json()["choices"][0]["logprobs"]["content"]
+    assert [e["logprob"] for e in entries] == turn.response_logprobs and len(entries[0]["top_logprobs"]) == 2
+    # streaming is relayed chunk by chunk and still recorded exactly
+    with httpx.stream("POST", url + "/v1/chat/completions", timeout=60, json={
+            "messages": USER, "max_tokens": 4, "stream": True, "session_id": "fw2"}) as s:
+        lines = [json.loads(x[6:]) for x in s.iter_lines() if x.startswith("data: {")]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in lines if c["choices"])
+    (turn2,) = fwd.store.session_turns("fw2")
+    assert turn2.response_text == text and len(turn2.response_ids) == 4
+    assert turn2.response_ids == _all_turns(engine.store.path)[-1].response_ids
+    # bad input is answered by our layer before reaching the engine
+    assert httpx.post(url + "/v1/chat/completions", json={"messages": []}).status_code == 400
+    # weight sync: vLLM's LoRA route, then SGLang's disk route, both answered by the engine instance
+    fwd.swap_weights(weight_dirs["adapter"], 7)
+    assert engine.policy_version == 1 and fwd.policy_version == 7 and fwd.engine.serve_model == "policy-v7"
+    sg, sg_url = start_service(tiny_model_dir, "sg", backend="sglang", engine_url=engine_url)
+    sg.swap_weights(weight_dirs["full"], 8)
+    assert engine.policy_version == 2 and sg.policy_version == 8
+    r = httpx.post(sg_url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 2, "session_id": "sg"},
+                   timeout=60)
+    assert r.status_code == 200 and sg.store.session_turns("sg")[0].policy_version == 8
+
+
+def test_api_backend_without_ids_records_an_untrainable_turn(start_service, tiny_model_dir):
+    _, engine_url = start_service(tiny_model_dir, "engine2")
+    api, url = start_service(tiny_model_dir, "api", backend="api", api={"base_url": engine_url})
+    r = httpx.post(url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 3, "session_id": "a"},
+                   timeout=60)
+    assert r.status_code == 200
+    (turn,) = api.store.session_turns("a")
+    assert turn.response_ids == [] and turn.response_logprobs == [] and turn.response_text
+    assert turn.prompt_ids  # from the local chat template (documented fallback)
+
+
+def test_unreachable_engine_is_a_502_not_a_hang(start_service, tiny_model_dir):
+    _, url = start_service(tiny_model_dir, "dead", backend="sglang", engine_url="http://127.0.0.1:9")
+    r = httpx.post(url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 2}, timeout=60)
+    assert r.status_code == 502 and "unreachable" in r.json()["error"]["message"]

@@ -1,0 +1,211 @@
+"""Behaviour of the Trainer on the tiny model: learning direction, OPD, top-K, no-ops, micro-batching,
+checkpoints and exports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from openclaw_rl.runtime.models import tiny_model
+from openclaw_rl.trainer.engine import Trainer, micro_batches
+from openclaw_rl.trainer.logprobs import sequence_logprobs
+from openclaw_rl.types import Sample
+
+PROMPT = [1, 520, 33, 1097, 30, 2]
+RESPONSE = [1280, 314, 2133, 28, 216, 9]
+
+
+def _sample(trainer: Trainer, sid: str = "a", prompt=PROMPT, response=RESPONSE, **kw) -> Sample:
+    """A sample whose rollout log-probs are the trainer's own (as if it had served the turn)."""
+    lp, _, _ = sequence_logprobs(trainer.model, prompt, response)
+    return Sample(sample_id=sid, session_id="s", turn_index=0, prompt_ids=prompt, response_ids=response,
+                  rollout_logprobs=lp.tolist(), loss_mask=[1] * len(response), **kw)
+
+
+def _total_lp(trainer: Trainer, prompt=PROMPT, response=RESPONSE) -> float:
+    return float(sequence_logprobs(trainer.model, prompt, response)[0].sum())
+
+
+def _weights(trainer: Trainer) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in trainer.params]
+
+
+@pytest.mark.parametrize("reward", [1.0, -1.0])
+def test_reward_sign_moves_response_logprob(make_cfg, reward):
+    trainer = Trainer(make_cfg(), make_cfg().policy_service.model)
+    before = _total_lp(trainer)
+    for _ in range(3):
+        metrics = trainer.train_update([_sample(trainer, reward=reward)])
+    after = _total_lp(trainer)
+    assert (after - before) * reward > 0.05, (before, after)
+    for key in ("loss", "pg_loss", "kl", "clip_frac", "ppo_kl", "entropy", "grad_norm", "tokens_per_s",
+                "logprob_gap"):
+        assert key in metrics and metrics[key] == metrics[key]  # present and not NaN
+    assert metrics["grad_norm"] > 0 and trainer.step == 3 and trainer.policy_version == 3
+
+
+def test_update_logs_spec_line(make_cfg, capsys):
+    trainer = Trainer(make_cfg(), make_cfg().policy_service.model)
+    trainer.train_update([_sample(trainer, reward=1.0)])
+    out = capsys.readouterr().out
+    assert "[train] ppo_update done, kl=" in out and ", clip_frac=" in out
+
+
+def test_stale_rollout_logprobs_show_as_gap_and_ratio(make_cfg):
+    trainer = Trainer(make_cfg(), make_cfg().policy_service.model)
+    s = _sample(trainer, reward=1.0)
+    shifted = s.model_copy(update={"rollout_logprobs": [x - 0.5 for x in s.rollout_logprobs]})
+    m = trainer.train_update([shifted])
+    assert m["logprob_gap"] == pytest.approx(0.5, abs=1e-4)
+    # new/rollout ratio = e^0.5 > 1.28: every token is clipped on the positive side.
+    assert m["clip_frac"] == pytest.approx(1.0)
+
+
+def _teacher_lp(prompt=PROMPT, response=RESPONSE, topk=0):
+    teacher, _ = tiny_model(seed=7)
+    return sequence_logprobs(teacher, prompt, response, topk=topk)
+
+
+def test_opd_moves_student_towards_teacher(make_cfg):
+    cfg = make_cfg(kl_coef=0.0)
+    trainer = Trainer(cfg, cfg.policy_service.model)
+    teacher = _teacher_lp()[0]
+    def dist() -> float:
+        return float((sequence_logprobs(trainer.model, PROMPT, RESPONSE)[0] - teacher).abs().sum())
+
+    before = dist()
+    for _ in range(3):
+        trainer.train_update([_sample(trainer, teacher_logprobs=teacher.tolist())])
+    assert dist() < before - 0.05
+
+
+def test_topk_distillation_reduces_reverse_kl(make_cfg):
+    from openclaw_rl.trainer.logprobs import batch_token_stats
+    from openclaw_rl.trainer.losses import topk_reverse_kl
+
+    cfg = make_cfg(kl_coef=0.0, topk_distill=True)
+    trainer = Trainer(cfg, cfg.policy_service.model)
+    _, ids, top_lp = _teacher_lp(topk=4)
+
+    def rkl() -> float:
+        with torch.no_grad():
+            st = batch_token_stats(trainer.model, [PROMPT], [RESPONSE], gather_ids=[ids])
+        return float(topk_reverse_kl(st.gathered, top_lp.unsqueeze(0)).sum())
+
+    before = rkl()
+    for _ in range(3):
+        m = trainer.train_update([_sample(trainer, teacher_topk_ids=ids.tolist(),
+                                          teacher_topk_logprobs=top_lp.tolist())])
+    assert m["topk_kl"] > 0
+    # Random tiny models are near-uniform over 49k tokens, so the KL is small in absolute terms.
+    assert rkl() < 0.5 * before
+
+
+def test_all_zero_mask_batch_is_noop(make_cfg):
+    trainer = Trainer(make_cfg(), make_cfg().policy_service.model)
+    s = _sample(trainer, reward=1.0).model_copy(update={"loss_mask": [0] * len(RESPONSE)})
+    w0 = _weights(trainer)
+    m = trainer.train_update([s, s])
+    assert all(v == v for v in m.values())
+    assert m["loss"] == 0.0 and m["optimizer_steps"] == 0.0 and trainer.policy_version == 0
+    assert all(torch.equal(a, b) for a, b in zip(w0, _weights(trainer), strict=True))
+
+
+def test_micro_batching_does_not_change_the_step(make_cfg):
+    """A mini-batch split into single-sample micro-batches gives the same weights as one micro-batch."""
+    results = []
+    for budget in (16, 4096):
+        cfg = make_cfg(micro_batch_tokens=budget, mini_batch_size=3, batch_size=3, lr=1e-3)
+        trainer = Trainer(cfg, cfg.policy_service.model)
+        batch = [_sample(trainer, "a", reward=1.0),
+                 _sample(trainer, "b", prompt=PROMPT[:3], response=RESPONSE[:2], reward=-1.0),
+                 _sample(trainer, "c", prompt=[5, 6], response=[7, 8, 9, 10], reward=1.0)]
+        trainer.train_update(batch)
+        results.append(_weights(trainer))
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_micro_batches_respect_budget():
+    groups = micro_batches([10, 3, 7, 50, 4], budget=20)
+    assert sorted(i for g in groups for i in g) == [0, 1, 2, 3, 4]
+    lengths = [10, 3, 7, 50, 4]
+    for g in groups:
+        assert len(g) == 1 or max(lengths[i] for i in g) * len(g) <= 20
+
+
+def test_checkpoint_resume_round_trip(make_cfg):
+    cfg = make_cfg(lr=1e-3)
+    a = Trainer(cfg, cfg.policy_service.model)
+    samples = [_sample(a, "x", reward=1.0), _sample(a, "y", prompt=[5, 6], response=[7, 8, 9], reward=-1.0)]
+    a.train_update(samples)
+    a.train_update(samples)
+    ckpt = a.save_checkpoint()
+    assert (ckpt / "policy" / "adapter_model.safetensors").is_file()
+    assert (a.checkpoint_root / "latest").read_text().strip() == ckpt.name
+    b = Trainer(cfg, cfg.policy_service.model)
+    assert b.resume() is True
+    assert (b.step, b.policy_version) == (2, 2)
+    for x, y in zip(_weights(a), _weights(b), strict=True):
+        torch.testing.assert_close(x, y)
+    # Optimizer state restored: the next update is identical in both trainers.
+    a.train_update(samples)
+    b.train_update(samples)
+    for x, y in zip(_weights(a), _weights(b), strict=True):
+        torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-5)
+
+
+def test_resume_without_checkpoint_and_with_broken_pointer(make_cfg):
+    cfg = make_cfg()
+    t = Trainer(cfg, cfg.policy_service.model)
+    assert t.resume() is False
+    t.train_update([_sample(t, reward=1.0)])
+    t.save_checkpoint()
+    (t.checkpoint_root / "latest").write_text("step_99999999\n")  # points at nothing
+    (t.checkpoint_root / ".step_00000002.tmp1").mkdir()  # an interrupted write is ignored
+    assert t.latest_checkpoint() == t.checkpoint_root / "step_00000001"
+
+
+def test_lora_export_loads_with_peft(make_cfg, tiny_model_dir):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    cfg = make_cfg()
+    t = Trainer(cfg, cfg.policy_service.model)
+    t.train_update([_sample(t, reward=1.0)])
+    out = t.export_policy(t.checkpoint_root.parent / "exports", 1)
+    assert out.name == "v000001"
+    assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
+    meta = json.loads((out / "openclaw_policy.json").read_text())
+    assert meta["kind"] == "lora" and meta["version"] == 1
+    served = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), out).eval()
+    torch.testing.assert_close(sequence_logprobs(served, PROMPT, RESPONSE)[0],
+                               sequence_logprobs(t.model, PROMPT, RESPONSE)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_full_training_export_and_resume(make_cfg):
+    from transformers import AutoModelForCausalLM
+
+    cfg = make_cfg(lora=False, lr=1e-3)
+    t = Trainer(cfg, cfg.policy_service.model)
+    before = _total_lp(t)
+    t.train_update([_sample(t, reward=1.0)])
+    assert _total_lp(t) > before
+    out = t.export_policy(t.checkpoint_root.parent / "exports", 1)
+    served = AutoModelForCausalLM.from_pretrained(out).eval()
+    torch.testing.assert_close(sequence_logprobs(served, PROMPT, RESPONSE)[0],
+                               sequence_logprobs(t.model, PROMPT, RESPONSE)[0], atol=1e-5, rtol=1e-5)
+    t.save_checkpoint()
+    u = Trainer(cfg, cfg.policy_service.model)
+    assert u.resume()
+    for x, y in zip(_weights(t), _weights(u), strict=True):
+        torch.testing.assert_close(x, y)
+
+
+def test_bad_token_id_is_named(make_cfg):
+    t = Trainer(make_cfg(), make_cfg().policy_service.model)
+    s = _sample(t, reward=1.0).model_copy(update={"response_ids": [10**7] + RESPONSE[1:]})
+    with pytest.raises(ValueError, match="outside the model's vocabulary"):
+        t.train_update([s])

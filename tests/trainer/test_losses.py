@@ -1,0 +1,154 @@
+"""Each loss term against a hand computation on small tensors (SPEC §2 equations)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from openclaw_rl.trainer.losses import (
+    compute_advantages,
+    k3_kl,
+    masked_mean,
+    ppo_loss,
+    topk_reverse_kl,
+)
+
+EPS, EPS_HIGH = 0.2, 0.28
+
+
+def _case():
+    # ratios 0.5, 0.5, 1.5, 1.5 (+ a masked 1.1) against advantages +1, -1, +1, -1 (+ 2)
+    ratios = torch.tensor([[0.5, 0.5, 1.5, 1.5, 1.1]])
+    logp_old = torch.tensor([[-1.0, -2.0, -0.5, -3.0, -1.0]])
+    logp_new = (logp_old + ratios.log()).requires_grad_(True)
+    adv = torch.tensor([[1.0, -1.0, 1.0, -1.0, 2.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0]])
+    return logp_new, logp_old, adv, mask
+
+
+def test_ppo_clipping_both_sides_asymmetric():
+    logp_new, logp_old, adv, mask = _case()
+    out = ppo_loss(logp_new, logp_old, adv, mask, clip_low=EPS, clip_high=EPS_HIGH)
+    # token 0: min(0.5, 0.8)=0.5 -> -0.5 | token 1: min(-0.5, -0.8)=-0.8 -> 0.8 (low clip active)
+    # token 2: min(1.5, 1.28)=1.28 -> -1.28 (high clip active) | token 3: min(-1.5, -1.28) -> 1.5
+    expected = (-0.5 + 0.8 - 1.28 + 1.5) / 4
+    assert out.loss.item() == pytest.approx(expected, abs=1e-6)
+    assert out.metrics["clip_frac"] == pytest.approx(0.5)
+    assert out.num_tokens == 4
+    out.loss.backward()
+    g = logp_new.grad[0]
+    # d/dlogp of -ratio*A is -ratio*A; clipped tokens and the masked one get no gradient.
+    assert g[0].item() == pytest.approx(-0.5 / 4, abs=1e-6)
+    assert g[1].item() == 0.0 and g[2].item() == 0.0 and g[4].item() == 0.0
+    assert g[3].item() == pytest.approx(1.5 / 4, abs=1e-6)
+
+
+def test_ppo_symmetric_clip_uses_eps_for_upper_bound():
+    logp_new, logp_old, adv, mask = _case()
+    out = ppo_loss(logp_new, logp_old, adv, mask, clip_low=EPS, clip_high=EPS)
+    assert out.loss.item() == pytest.approx((-0.5 + 0.8 - 1.2 + 1.5) / 4, abs=1e-6)
+
+
+def test_ppo_kl_metric_and_denominator():
+    logp_new, logp_old, adv, mask = _case()
+    out = ppo_loss(logp_new, logp_old, adv, mask, clip_low=EPS, clip_high=EPS_HIGH, denom=8)
+    assert out.loss.item() == pytest.approx((-0.5 + 0.8 - 1.28 + 1.5) / 8, abs=1e-6)
+    # ppo_kl = mean(old - new) over the 4 masked tokens = -mean(log ratio)
+    assert out.metrics["ppo_kl"] == pytest.approx(-(2 * math.log(0.5) + 2 * math.log(1.5)) / 4, abs=1e-6)
+
+
+def test_all_zero_mask_is_a_noop_even_with_overflowing_ratios():
+    logp_old = torch.zeros(2, 3)
+    logp_new = torch.full((2, 3), 1000.0, requires_grad=True)  # exp(1000) = inf if not guarded
+    ref = torch.full((2, 3), -1000.0)
+    out = ppo_loss(logp_new, logp_old, torch.ones(2, 3), torch.zeros(2, 3), clip_low=EPS,
+                   clip_high=EPS_HIGH, logp_ref=ref, kl_coef=0.1, entropy=torch.ones(2, 3), entropy_coef=0.1)
+    assert out.loss.item() == 0.0 and out.num_tokens == 0
+    out.loss.backward()
+    assert torch.isfinite(logp_new.grad).all() and (logp_new.grad == 0).all()
+    assert all(math.isfinite(v) for v in out.metrics.values())
+
+
+def test_masked_token_with_huge_ratio_does_not_poison_batch():
+    logp_old = torch.tensor([[0.0, 0.0]])
+    logp_new = torch.tensor([[0.1, 500.0]], requires_grad=True)
+    out = ppo_loss(logp_new, logp_old, torch.ones(1, 2), torch.tensor([[1.0, 0.0]]), clip_low=EPS,
+                   clip_high=EPS_HIGH)
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(-math.exp(0.1), abs=1e-6)
+    assert torch.isfinite(logp_new.grad).all()
+
+
+def test_sample_weight_scales_without_changing_denominator():
+    logp = torch.zeros(2, 1)
+    base = dict(clip_low=EPS, clip_high=EPS_HIGH)
+    out = ppo_loss(logp, logp, torch.ones(2, 1), torch.ones(2, 1), sample_weight=torch.tensor([1.0, 0.5]), **base)
+    assert out.loss.item() == pytest.approx(-(1.0 + 0.5) / 2)
+
+
+def test_k3_kl_hand_values():
+    new = torch.tensor([0.0, -1.0, -2.0])
+    ref = torch.tensor([math.log(2.0), -1.0, -2.5])
+    k3 = k3_kl(new, ref)
+    assert k3[0].item() == pytest.approx(2.0 - math.log(2.0) - 1.0, abs=1e-6)
+    assert k3[1].item() == pytest.approx(0.0, abs=1e-7)
+    assert k3[2].item() == pytest.approx(math.exp(-0.5) + 0.5 - 1.0, abs=1e-6)
+    assert (k3 >= 0).all()
+
+
+def test_kl_and_entropy_enter_total_loss():
+    logp = torch.tensor([[-1.0, -1.0]])
+    ref = torch.tensor([[-1.0 + math.log(2.0), -1.0]])
+    ent = torch.tensor([[2.0, 4.0]])
+    out = ppo_loss(logp, logp, torch.zeros(1, 2), torch.ones(1, 2), clip_low=EPS, clip_high=EPS_HIGH,
+                   logp_ref=ref, kl_coef=0.5, entropy=ent, entropy_coef=0.1)
+    kl = (2.0 - math.log(2.0) - 1.0) / 2
+    assert out.metrics["kl"] == pytest.approx(kl, abs=1e-6)
+    assert out.metrics["entropy"] == pytest.approx(3.0)
+    assert out.loss.item() == pytest.approx(0.5 * kl - 0.1 * 3.0, abs=1e-6)
+
+
+def test_advantages_binary_opd_combined():
+    old = torch.tensor([[-1.0, -2.0, -3.0], [-1.0, -1.0, -1.0]])
+    teacher = torch.tensor([[-0.5, -4.0, -3.0], [0.0, 0.0, 0.0]])
+    rewards = torch.tensor([1.0, -1.0])
+    # Binary RL only: reward broadcast, no normalisation.
+    a = compute_advantages(rewards, torch.tensor([True, True]), teacher, torch.tensor([False, False]), old)
+    assert a.tolist() == [[1.0] * 3, [-1.0] * 3]
+    # OPD only, clipped at 1: teacher - old = [0.5, -2 -> -1, 0]
+    a = compute_advantages(rewards, torch.tensor([False, False]), teacher, torch.tensor([True, False]), old,
+                           opd_adv_clip=1.0)
+    assert a.tolist() == [[0.5, -1.0, 0.0], [0.0, 0.0, 0.0]]
+    # Combined with weights 2 : 0.5; sample 1 has no teacher part.
+    a = compute_advantages(rewards, torch.tensor([True, True]), teacher, torch.tensor([True, False]), old,
+                           binary_rl_weight=2.0, opd_weight=0.5)
+    assert a[0].tolist() == pytest.approx([2.25, 1.0, 2.0])
+    assert a[1].tolist() == [-2.0] * 3
+
+
+def test_topk_reverse_kl_with_tail_bin():
+    q = torch.tensor([[[0.5, 0.2]]])  # student tail 0.3
+    p = torch.tensor([[[0.4, 0.4]]])  # teacher tail 0.2
+    kl = topk_reverse_kl(q.log(), p.log())
+    expected = 0.5 * math.log(0.5 / 0.4) + 0.2 * math.log(0.2 / 0.4) + 0.3 * math.log(0.3 / 0.2)
+    assert kl.item() == pytest.approx(expected, abs=1e-6)
+    assert topk_reverse_kl(p.log(), p.log()).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_topk_term_in_loss_only_on_selected_tokens():
+    q = torch.tensor([[[0.5, 0.2], [0.5, 0.2]]]).log().requires_grad_(True)
+    p = torch.tensor([[[0.4, 0.4], [0.4, 0.4]]]).log()
+    zeros = torch.zeros(1, 2)
+    out = ppo_loss(zeros, zeros, zeros, torch.ones(1, 2), clip_low=EPS, clip_high=EPS_HIGH,
+                   student_topk=q, teacher_topk=p, topk_mask=torch.tensor([[1.0, 0.0]]), topk_coef=2.0)
+    single = topk_reverse_kl(q[:, :1], p[:, :1]).item()
+    assert out.loss.item() == pytest.approx(2.0 * single / 2, abs=1e-6)
+    out.loss.backward()
+    assert (q.grad[0, 1] == 0).all() and (q.grad[0, 0] != 0).any()
+
+
+def test_masked_mean_zero_mask():
+    assert masked_mean(torch.tensor([1.0, 2.0]), torch.zeros(2)).item() == 0.0
+    assert masked_mean(torch.tensor([1.0, 3.0]), torch.ones(2)).item() == 2.0

@@ -1,0 +1,93 @@
+"""samples.jsonl reading/writing and the offline replay command (``openclaw-rl train``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from openclaw_rl.trainer.cli import train_command
+from openclaw_rl.trainer.samples import SampleFileError, load_samples, write_samples
+from openclaw_rl.types import Sample
+
+
+def _samples(n: int) -> list[Sample]:
+    out = []
+    for i in range(n):
+        resp = [100 + i, 200 + i, 300 + i]
+        out.append(Sample(sample_id=f"s{i}", session_id="sess", turn_index=i, prompt_ids=[1, 2, 3 + i],
+                          response_ids=resp, rollout_logprobs=[-10.8] * 3, loss_mask=[1, 1, 1],
+                          reward=1.0 if i % 2 == 0 else -1.0,
+                          teacher_logprobs=[-10.0, -11.0, -10.5] if i == 1 else None))
+    return out
+
+
+def test_round_trip(tmp_path):
+    path = write_samples(tmp_path / "d" / "s.jsonl", _samples(3))
+    assert load_samples(path) == _samples(3)
+
+
+def test_bad_lines_name_the_line(tmp_path):
+    path = write_samples(tmp_path / "s.jsonl", _samples(2))
+    good = path.read_text()
+    path.write_text(good + "\n{not json\n")
+    with pytest.raises(SampleFileError, match=r"s\.jsonl:4: not valid JSON"):
+        load_samples(path)
+    bad = json.loads(good.splitlines()[0])
+    bad["loss_mask"] = [1]
+    path.write_text(good + json.dumps(bad) + "\n")
+    with pytest.raises(SampleFileError, match=r"s\.jsonl:3: invalid sample: .*loss_mask has 1 entries"):
+        load_samples(path)
+    path.write_text("[1, 2]\n")
+    with pytest.raises(SampleFileError, match=r":1: expected a JSON object"):
+        load_samples(path)
+    with pytest.raises(SampleFileError, match="not found"):
+        load_samples(tmp_path / "missing.jsonl")
+
+
+def test_train_command_replays_checkpoints_and_resumes(make_cfg, tmp_path, capsys):
+    cfg = make_cfg(checkpoint_interval=2, batch_size=2, mini_batch_size=1)
+    path = write_samples(tmp_path / "s.jsonl", _samples(3))
+    assert train_command(cfg, str(path), 3, resume=False) == 0
+    out = capsys.readouterr().out
+    assert out.count("[train] ppo_update done, kl=") == 3
+    ckpts = cfg.log_dir / "checkpoints"
+    assert (ckpts / "latest").read_text().strip() == "step_00000003"  # saved at the end too
+    assert (ckpts / "step_00000002").is_dir()
+    assert (cfg.log_dir / "policies" / "v000003" / "adapter_model.safetensors").is_file()
+    # --steps is the total to reach: a resumed run continues from 3 to 5.
+    assert train_command(cfg, str(path), 5, resume=True) == 0
+    out = capsys.readouterr().out
+    assert "resumed at step=3" in out and out.count("[train] ppo_update done") == 2
+    assert (ckpts / "latest").read_text().strip() == "step_00000005"
+
+
+def test_train_command_bad_input_exits_2(make_cfg, tmp_path, capsys):
+    cfg = make_cfg()
+    path = tmp_path / "bad.jsonl"
+    path.write_text("{}\n")
+    assert train_command(cfg, str(path), 1, resume=False) == 2
+    assert "bad.jsonl:1: invalid sample" in capsys.readouterr().err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    assert train_command(cfg, str(empty), 1, resume=False) == 2
+
+
+def test_openclaw_rl_train_command_line(tmp_path, tiny_model_dir):
+    """The real entry point a user types, in a subprocess: config file + samples file."""
+    import subprocess
+    import sys
+
+    path = write_samples(tmp_path / "s.jsonl", _samples(2))
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[global]\nlog_dir = "{tmp_path / "logs"}"\n'
+        f'[policy_service]\nmodel = "{tiny_model_dir}"\n'
+        '[training]\nbackend = "torch"\nbatch_size = 2\nmini_batch_size = 2\nlr = 1e-3\n')
+    proc = subprocess.run([sys.executable, "-m", "openclaw_rl.cli", "train", "--config", str(config),
+                           "--samples", str(path), "--steps", "1"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "OMP_NUM_THREADS": "2"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "[train] ppo_update done, kl=" in proc.stdout
+    assert (tmp_path / "logs" / "policies" / "v000001" / "adapter_config.json").is_file()
