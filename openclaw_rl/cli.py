@@ -52,9 +52,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from openclaw_rl.envs.evaluate import eval_command
+    from openclaw_rl.envs.evaluate import EvalSizes, eval_command
 
-    return eval_command(_config(args.config), args.checkpoint)
+    sizes = EvalSizes(**{k: v for k, v in (("chat", args.chat_n), ("terminal", args.terminal_n),
+                                           ("tool_call", args.tool_call_n), ("max_tokens", args.max_tokens))
+                         if v is not None})
+    return eval_command(_config(args.config), args.checkpoint, sizes=sizes, out=args.out)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -88,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     p = verb("eval", _cmd_eval, "evaluate on the held-out set")
     p.add_argument("--checkpoint", help="exported policy directory (default: the base model)")
+    p.add_argument("--chat-n", type=int, help="held-out problems per chat persona (default 5)")
+    p.add_argument("--terminal-n", type=int, help="held-out terminal tasks (default all 6)")
+    p.add_argument("--tool-call-n", type=int, help="held-out tool_call episodes (default 4)")
+    p.add_argument("--max-tokens", type=int, help="max tokens per reply (default 160)")
+    p.add_argument("--out", help="where to write the JSON summary (default <log_dir>/eval/)")
     verb("status", _cmd_status, "print the run's counters")
     return parser
 

@@ -38,7 +38,7 @@ class Env(ABC):
     def step(self, action: str | dict[str, Any]) -> StepResult:
         """Apply the agent's action (text, or a tool call dict); return the next state."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: environments without resources need not override it
         """Release processes, browsers, temp dirs. Safe to call twice."""
 
 

@@ -77,13 +77,19 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def _has_words(text: str, n: int = 3) -> bool:
+    # "No markdown" / "no assistant phrases" are met by writing plain prose, not by saying nothing:
+    # without this an empty reply would score on every negative preference.
+    return len(re.findall(r"[A-Za-z]+", text)) >= n
+
+
 def no_markdown(text: str, ctx: Context | None = None) -> bool:
-    return not _MARKDOWN.search(text)
+    return _has_words(text) and not _MARKDOWN.search(text)
 
 
 def no_ai_phrases(text: str, ctx: Context | None = None) -> bool:
     low = text.lower().replace("\u2019", "'")
-    return not any(p in low for p in AI_PHRASES)
+    return _has_words(text) and not any(p in low for p in AI_PHRASES)
 
 
 def student_voice(text: str, ctx: Context | None = None) -> bool:

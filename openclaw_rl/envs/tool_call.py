@@ -209,7 +209,7 @@ class ToolCallEnv(Env):
         elif form == "stock":
             q, a = f"How many {target['item']} are in stock according to inventory.json?", target["stock"]
         else:
-            q = f"What is the total stock of all items in inventory.json?"
+            q = "What is the total stock of all items in inventory.json?"
             a = sum(row["stock"] for row in rows)
         return q + " Use the file tool (or python) to look it up.", str(a)
 

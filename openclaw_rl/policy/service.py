@@ -12,6 +12,7 @@ from another process; both update ``store`` meta ``policy_version``.
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import sys
 import threading
@@ -101,6 +102,10 @@ class PolicyService:
         """Serve until SIGTERM / SIGINT, then drain in-flight requests, record them, and return."""
         server, sock = self._prepare()
         print(self._listen_line, flush=True)
+        # uvicorn turns SIGTERM/SIGINT into a graceful shutdown, then re-raises the signal with the
+        # handlers it found installed. Installing these first makes that re-raise a no-op, so the
+        # engine is stopped and the process exits 0 after the drain instead of dying on the re-raise.
+        previous = {sig: signal.signal(sig, self._note_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             server.run(sockets=[sock])
         finally:
@@ -109,8 +114,13 @@ class PolicyService:
             sock.close()
             if self._own_store:
                 self.store.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             print(f"[policy_service] stopped after {served} request(s); in-flight requests were drained "
                   "and recorded", flush=True)
+
+    def _note_signal(self, sig: int, frame: object) -> None:
+        log.info("[policy_service] received signal %d after shutdown", sig)
 
     def swap_weights(self, path: str | Path, version: int) -> int:
         """Replace the weights with ``path`` (LoRA adapter or full model dir) as ``version``; in-flight

@@ -196,7 +196,11 @@ def test_registered_and_first_observation(env: GuiEnv, d: Driver):
     assert re.search(r'^\[\d+\] textbox "New todo" value=""$', obs, re.M)
     assert re.search(r'^\[\d+\] button "Add"$', obs, re.M)
     assert 'heading "Todo list"' in obs and 'text "Pay rent"' in obs
-    assert d.info["next_state_role"] == "environment" and d.info["task_id"] == "todo_add"
+    assert d.info["next_state_role"] == "environment" and d.info["task"] == "todo_add"
+    system, user = d.info["messages"]
+    assert system["role"] == "system" and "done" in system["content"]
+    assert user == {"role": "user", "content": obs}
+    assert "tools" not in d.info  # only with offer_tools=True
 
 
 def test_changes_are_explicit(d: Driver):
@@ -233,6 +237,24 @@ def test_tool_call_actions(d: Driver):
     assert 'status "Settings saved."' in d.obs
     reward, info = d.done()
     assert reward == 1.0, info["check"]
+
+
+def test_assistant_message_with_tool_calls(d: Driver):
+    d.reset("todo_delete")
+    delete = d.id("button", "Delete Call mom")
+    message = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_a", "type": "function", "function": {"name": "click", "arguments": json.dumps({"id": delete})}},
+        {"id": "call_b", "type": "function", "function": {"name": "done", "arguments": "{}"}},
+    ]}
+    d.step(message)
+    assert d.info["next_state_role"] == "tool"
+    first, second = d.info["messages"]
+    assert first == {"role": "tool", "tool_call_id": "call_a", "name": "click", "content": d.obs}
+    assert second["tool_call_id"] == "call_b" and second["content"].startswith("Not run: one action per step")
+    assert "Event: the reply made 2 tool calls; one action per step, so only the first (click)" in d.obs
+    assert '- text "Call mom"' in d.obs
+    d.step({"role": "assistant", "content": "done"})  # a message without tool calls acts with its text
+    assert d.info["success"] is True and d.info["messages"] == [{"role": "user", "content": d.obs}]
 
 
 def test_model_style_reply_with_reasoning(d: Driver):

@@ -55,7 +55,7 @@ def test_sigterm_drains_and_records(tmp_path: Path, tiny_model_dir):
                     if len(chunks) == 3:
                         proc.send_signal(signal.SIGTERM)
         assert chunks[-1] == "data: [DONE]"
-        final = json.loads(chunks[-2])
+        final = json.loads(chunks[-2][6:])
         assert final["choices"][0]["finish_reason"] == "length"
         assert proc.wait(60) == 0
         out = proc.stdout.read()

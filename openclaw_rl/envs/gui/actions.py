@@ -200,8 +200,44 @@ def parse_tool_call(call: dict[str, Any]) -> Action:
     raise ActionError(f"unknown tool {name!r}; the tools are click, type, select, scroll, back, done")
 
 
+@dataclass(frozen=True)
+class Unwrapped:
+    """An agent's output reduced to one thing to parse, plus the tool calls it answered with."""
+
+    action: str | dict[str, Any]
+    tool_call_ids: tuple[str, ...] = ()  # ids of every native tool call, in order
+    tool_names: tuple[str, ...] = ()
+
+    @property
+    def native(self) -> bool:
+        """True when the agent used the API's tool calls (answers must be ``tool`` messages)."""
+        return bool(self.tool_call_ids)
+
+
+def unwrap(action: Any) -> Unwrapped:
+    """Accept an assistant message dict (``content`` / ``tool_calls``) as well as text or one call.
+
+    A message with tool calls acts with the first call (one action per step); a message without
+    them acts with its text content.
+    """
+    if isinstance(action, dict) and ("tool_calls" in action or "role" in action):
+        calls = action.get("tool_calls") or []
+        if not isinstance(calls, list):
+            calls = [calls]
+        if calls:
+            ids = tuple(str(c.get("id") or f"call_{i}") if isinstance(c, dict) else f"call_{i}"
+                        for i, c in enumerate(calls))
+            names = tuple(str(((c.get("function") or c) if isinstance(c, dict) else {}).get("name") or "?")
+                          for c in calls)
+            first = calls[0] if isinstance(calls[0], dict) else {"name": str(calls[0])}
+            return Unwrapped(first, ids, names)
+        return Unwrapped(str(action.get("content") or ""))
+    return Unwrapped(action)
+
+
 def parse_action(action: str | dict[str, Any]) -> Action:
-    """Parse what an agent emitted — plain text or a tool call dict — into an :class:`Action`."""
+    """Parse what an agent emitted — text, a tool call, or an assistant message — into an :class:`Action`."""
+    action = unwrap(action).action
     if isinstance(action, dict):
         return parse_tool_call(action)
     return parse_text(action)

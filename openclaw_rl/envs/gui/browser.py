@@ -63,6 +63,10 @@ class BrowserError(RuntimeError):
     """The browser could not be started or stopped responding; the message says what to do."""
 
 
+class ChromiumNotFound(BrowserError):
+    """No Chromium binary where we were told to look (retrying cannot help)."""
+
+
 def is_loopback_url(url: str) -> bool:
     """True for URLs the browser may load: loopback hosts, ``about:``, ``data:`` and ``blob:``."""
     parts = urlsplit(url)
@@ -140,7 +144,7 @@ class BrowserHost:
                 await self._drop_browser()
             if not (os.path.isfile(self.executable_path) and os.access(self.executable_path, os.X_OK)):
                 found = shutil.which("chromium") or shutil.which("chromium-browser")
-                raise BrowserError(
+                raise ChromiumNotFound(
                     f"Chromium not found at {self.executable_path!r}"
                     + (f" (but {found} exists: pass chromium_path={found!r})" if found else
                        "; install it with `make sysdeps` (Debian package `chromium`)"))

@@ -28,9 +28,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from openclaw_rl.envs.base import Env, Observation, StepResult, register
-from openclaw_rl.envs.gui.actions import GRAMMAR, Action, ActionError, parse_action
+from openclaw_rl.envs.gui.actions import GRAMMAR, TOOLS, Action, ActionError, Unwrapped, parse_action, unwrap
 from openclaw_rl.envs.gui.apps import AppServer, AppState
-from openclaw_rl.envs.gui.browser import DEFAULT_CHROMIUM, BrowserError, BrowserHost, is_loopback_url
+from openclaw_rl.envs.gui.browser import (
+    DEFAULT_CHROMIUM,
+    BrowserError,
+    BrowserHost,
+    ChromiumNotFound,
+    is_loopback_url,
+)
 from openclaw_rl.envs.gui.observe import (
     SNAPSHOT_JS,
     IdRegistry,
@@ -42,6 +48,13 @@ from openclaw_rl.envs.gui.observe import (
 from openclaw_rl.envs.gui.tasks import TASK_BY_ID, TASKS, GuiTask, get_task
 
 log = logging.getLogger(__name__)
+
+SYSTEM_PROMPT = (
+    "You operate a web browser to complete a task. Each message shows the page as a list of elements; "
+    "the ones you can use have an id in [brackets]. Reply with exactly one command per turn, on its own "
+    f"line: {GRAMMAR}. `type` replaces the text of a text box; submit forms by clicking their button. "
+    "When the task is complete, reply `done`."
+)
 
 TEXT_ROLES = frozenset({"textbox", "searchbox", "spinbutton", "combobox_editable"})
 _instances = itertools.count(1)
@@ -83,6 +96,10 @@ class GuiEnv(Env):
         chromium_path: the Chromium binary (for the environment's own host).
         action_timeout_s: how long one action may wait for the page before it is an error.
         max_lines: element lines per observation; longer pages show a window that scrolls.
+        offer_tools: put the OpenAI tool definitions of the commands in ``reset()``'s
+            ``info["tools"]`` (about 400 prompt tokens); text commands work either way.
+        max_turns: alias of ``max_steps`` (the name the environment service uses).
+        split: accepted for the environment service; gui tasks have no held-out split.
     """
 
     name = "gui"
@@ -90,7 +107,15 @@ class GuiEnv(Env):
     def __init__(self, seed: int | None = None, tasks: list[str] | tuple[str, ...] | None = None,
                  max_steps: int = 20, screenshot_dir: str | Path | None = None,
                  browser: BrowserHost | None = None, chromium_path: str = DEFAULT_CHROMIUM,
-                 action_timeout_s: float = 5.0, max_lines: int = 60) -> None:
+                 action_timeout_s: float = 5.0, max_lines: int = 40, offer_tools: bool = False,
+                 max_turns: int | None = None, split: str | None = None) -> None:
+        # max_turns / split: what the environment service passes every environment type.
+        # max_turns is the episode's step budget under its generic name; gui tasks have no
+        # train / eval split (each task is small and fixed), so split only gets validated.
+        if max_turns is not None:
+            max_steps = max_turns
+        if split not in (None, "train", "eval", "all"):
+            raise ValueError(f"split must be train, eval or all, got {split!r}")
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         if action_timeout_s <= 0:
@@ -104,6 +129,7 @@ class GuiEnv(Env):
         self.max_steps = max_steps
         self.action_timeout_s = float(action_timeout_s)
         self.max_lines = max_lines
+        self.offer_tools = offer_tools
         self.screenshot_dir = Path(screenshot_dir) if screenshot_dir is not None else None
         if self.screenshot_dir is not None:
             self.screenshot_dir.mkdir(parents=True, exist_ok=True)
@@ -192,7 +218,10 @@ class GuiEnv(Env):
         url = base + start_path
         try:
             outcome = self.host.run(self._open(url), timeout=self._step_budget_s + 30)
-        except (TimeoutError, BrowserError, Exception) as first:  # noqa: B014 - any failure: relaunch once
+        except ChromiumNotFound:
+            self._over = True
+            raise
+        except Exception as first:  # a dead or wedged browser, a failed load: relaunch once
             log.warning("gui reset failed (%s: %s); relaunching the browser", type(first).__name__, first)
             try:
                 self.host.run(self.host._drop_browser(), timeout=30)
@@ -208,6 +237,9 @@ class GuiEnv(Env):
             lines[3:3] = [f"Error: {outcome.error}"]
         obs = "\n".join(lines) + "\n" + (render_page(outcome.snap, self.max_lines) if outcome.snap else "")
         info = self._info(outcome, None)
+        info["messages"] = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": obs}]
+        if self.offer_tools:
+            info["tools"] = TOOLS
         return obs, info
 
     async def _open(self, url: str) -> _Outcome:
@@ -312,21 +344,48 @@ class GuiEnv(Env):
 
     # -- step -----------------------------------------------------------------------------
     def step(self, action: str | dict[str, Any]) -> StepResult:
-        """Apply one command; never raises for bad actions or browser faults."""
+        """Apply one command; never raises for bad actions or browser faults.
+
+        ``action`` is text, one tool call dict, or a whole assistant message (``content`` /
+        ``tool_calls``); ``info["messages"]`` holds the observation as the chat message(s) to
+        append — ``tool`` messages answering each tool call, or one ``user`` message.
+        """
+        wrapped = unwrap(action)
+        obs, reward, terminated, truncated, info = self._step(wrapped)
+        info["messages"] = self._messages(obs, wrapped)
+        info["next_state_role"] = "tool" if wrapped.native else "environment"
+        return obs, reward, terminated, truncated, info
+
+    def _messages(self, obs: str, wrapped: Unwrapped) -> list[dict[str, Any]]:
+        if not wrapped.native:
+            return [{"role": "user", "content": obs}]
+        msgs = [{"role": "tool", "tool_call_id": wrapped.tool_call_ids[0], "name": wrapped.tool_names[0],
+                 "content": obs}]
+        for call_id, name in zip(wrapped.tool_call_ids[1:], wrapped.tool_names[1:], strict=True):
+            msgs.append({"role": "tool", "tool_call_id": call_id, "name": name,
+                         "content": "Not run: one action per step; only the first tool call was applied."})
+        return msgs
+
+    def _step(self, wrapped: Unwrapped) -> StepResult:
         if self._task is None or self._closed:
             return self._ended_result("there is no episode: call reset() first")
         if self._over:
             return self._ended_result("the episode is over: call reset() to start a new one")
         self._steps += 1
+        extra = len(wrapped.tool_call_ids) - 1
+        ignored = ((f"the reply made {extra + 1} tool calls; one action per step, so only the first "
+                    f"({wrapped.tool_names[0]}) was applied",) if extra > 0 else ())
         try:
-            act = parse_action(action)
+            act = parse_action(wrapped.action)
         except ActionError as exc:
-            shown = action if isinstance(action, str) else repr(action)
-            outcome = self._screenshot_only(_Outcome(self._snap, error=f"could not parse the action: {exc}"))
+            raw = wrapped.action
+            shown = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False, default=str)
+            outcome = self._screenshot_only(_Outcome(self._snap, error=f"could not parse the action: {exc}",
+                                                     events=ignored))
             return self._result(outcome, header=f"Action: {shown.strip()[:120]!r}", act=None)
         if act.kind == "done":
-            return self._result(self._screenshot_only(_Outcome(self._snap)), header="Action: done",
-                                act=act, done=True)
+            return self._result(self._screenshot_only(_Outcome(self._snap, events=ignored)),
+                                header="Action: done", act=act, done=True)
         try:
             outcome = self.host.run(self._guarded(act), timeout=self._step_budget_s)
         except TimeoutError:
@@ -334,6 +393,8 @@ class GuiEnv(Env):
                                     f"{self._step_budget_s:.0f}s")
         except Exception as exc:  # the host itself failed (closed, crashed loop): end the episode
             outcome = self._abandon(f"{type(exc).__name__}: {exc}")
+        if ignored:
+            outcome.events = ignored + outcome.events
         return self._result(outcome, header=f"Action: {act.describe()}", act=act)
 
     def _screenshot_only(self, outcome: _Outcome) -> _Outcome:
@@ -547,6 +608,7 @@ class GuiEnv(Env):
     def _info(self, outcome: _Outcome, act: Action | None) -> dict[str, Any]:
         info: dict[str, Any] = {
             "next_state_role": "environment",
+            "task": self._task.id if self._task else None,
             "task_id": self._task.id if self._task else None,
             "instruction": self._task.instruction if self._task else None,
             "step": self._steps,
@@ -593,7 +655,8 @@ class GuiEnv(Env):
         return "\n".join(lines), reward, terminated, truncated, info
 
     def _ended_result(self, message: str) -> StepResult:
-        info = {"next_state_role": "environment", "task_id": self._task.id if self._task else None,
+        info = {"next_state_role": "environment", "task": self._task.id if self._task else None,
+                "task_id": self._task.id if self._task else None,
                 "step": self._steps, "action": None, "error": message, "events": [], "url": None,
                 "screenshot": None}
         return f"Error: {message}", 0.0, False, True, info

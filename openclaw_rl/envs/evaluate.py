@@ -1,0 +1,176 @@
+"""``openclaw-rl eval``: the fixed held-out set, per interaction type, through the policy's HTTP API.
+
+What is measured (SPEC §8, issue 6):
+
+* **chat** — personalisation score (fraction of the persona's preferences met, 0..1) of the
+  policy's *first* reply to each held-out GSM8K problem, for each persona in
+  ``[env_service] personas``. The problems are the last ``eval_size`` items of the data
+  (:func:`openclaw_rl.envs.data.split_gsm8k`), which training episodes never draw.
+* **terminal** — task success rate on the held-out tasks (:data:`terminal.EVAL_TASKS`), full
+  episodes of up to ``max_turns`` commands in the sandbox.
+* **tool_call** — task success rate on held-out GSM8K problems and held-out lookup tasks.
+
+The policy is served by an in-process :class:`~openclaw_rl.policy.service.PolicyService` on a free
+loopback port with its *own temporary store*: evaluation turns must never become training data.
+``checkpoint`` (a LoRA adapter or full model directory) is loaded into it before the first request.
+Sampling is greedy (temperature 0), so a run is repeatable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from openclaw_rl.config import Config
+from openclaw_rl.envs.base import make
+from openclaw_rl.envs.service import PolicyClient, PolicyRequestError, env_kwargs_for
+from openclaw_rl.envs.terminal import EVAL_TASKS
+
+log = logging.getLogger("openclaw_rl.eval")
+
+
+@dataclass(frozen=True)
+class EvalSizes:
+    """How many held-out items each part runs; the defaults finish in a few minutes on 2 CPU cores."""
+
+    chat: int = 5            # problems per persona
+    terminal: int = len(EVAL_TASKS)
+    tool_call: int = 4
+    max_tokens: int = 160
+
+
+def _client(url: str, cfg: Config, stop: threading.Event) -> PolicyClient:
+    key = cfg.policy_service.api_key
+    return PolicyClient(url, cfg.policy_service.model, key.get_secret_value() if key is not None else None,
+                        cfg.policy_service.request_timeout_sec, stop, backoff_max_sec=2.0)
+
+
+def _episode(client: PolicyClient, env: Any, reset_kw: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    """One full episode; returns the env's final info plus the first reply."""
+    _obs, info = env.reset(**reset_kw)
+    messages = [dict(m) for m in info.get("messages", [])]
+    tools = info.get("tools")
+    sid = f"eval-{uuid.uuid4().hex[:12]}"
+    first: str | None = None
+    turns = 0
+    while True:
+        reply = client.complete(messages, sid, done=False, tools=tools, max_tokens=max_tokens, temperature=0.0)
+        if reply is None:
+            raise RuntimeError("evaluation stopped")
+        first = reply["content"] if first is None else first
+        messages.append(reply)
+        _obs, reward, term, trunc, info = env.step(reply if reply.get("tool_calls") else reply["content"])
+        turns += 1
+        messages.extend(info.get("messages", []))
+        if term or trunc:
+            return {**info, "first_reply": first, "turns": turns, "reward": reward}
+
+
+def evaluate(cfg: Config, base_url: str, sizes: EvalSizes = EvalSizes()) -> dict[str, Any]:
+    """Run the held-out set against the policy at ``base_url``; return the summary dict."""
+    stop = threading.Event()
+    client = _client(base_url, cfg, stop)
+    types = [t for t in cfg.env_service.interaction_types if t in ("chat", "terminal", "tool_call")]
+    summary: dict[str, Any] = {}
+    try:
+        if "chat" in types and sizes.chat > 0:
+            summary["chat"] = {}
+            for persona in cfg.env_service.personas:
+                env = make("chat", persona=persona, **{**env_kwargs_for(cfg, "chat", "eval"), "max_turns": 1})
+                n = min(sizes.chat, len(env.items))  # type: ignore[attr-defined]
+                scores = []
+                for i in range(n):
+                    _obs, info = env.reset(seed=i, options={"item": i})
+                    reply = client.complete(info["messages"], f"eval-{uuid.uuid4().hex[:12]}", done=True,
+                                            max_tokens=sizes.max_tokens, temperature=0.0)
+                    if reply is None:
+                        raise RuntimeError("evaluation stopped")
+                    scores.append(env.score(reply["content"]))  # type: ignore[attr-defined]
+                summary["chat"][persona] = {"n": n, "personalization": sum(scores) / max(1, n), "scores": scores}
+                print(f"[eval] chat persona={persona} n={n} personalization={summary['chat'][persona]['personalization']:.3f}",
+                      flush=True)
+        if "terminal" in types and sizes.terminal > 0:
+            names = list(EVAL_TASKS)[: sizes.terminal]
+            results = {}
+            for name in names:
+                env = make("terminal", **{**env_kwargs_for(cfg, "terminal", "eval"), "task": name})
+                try:
+                    results[name] = bool(_episode(client, env, {"seed": 0}, sizes.max_tokens).get("success"))
+                finally:
+                    env.close()
+            rate = sum(results.values()) / max(1, len(results))
+            summary["terminal"] = {"n": len(results), "success_rate": rate, "tasks": results}
+            print(f"[eval] terminal n={len(results)} success_rate={rate:.3f}", flush=True)
+        if "tool_call" in types and sizes.tool_call > 0:
+            env = make("tool_call", **env_kwargs_for(cfg, "tool_call", "eval"))
+            outcomes = []
+            try:
+                for i in range(sizes.tool_call):
+                    kind = "gsm8k" if i % 2 == 0 else "lookup"
+                    opts: dict[str, Any] = {"kind": kind}
+                    if kind == "gsm8k":
+                        opts["item"] = (i // 2) % len(env.items)  # type: ignore[attr-defined]
+                    out = _episode(client, env, {"seed": 10_000 + i, "options": opts}, sizes.max_tokens)
+                    outcomes.append({"kind": kind, "success": bool(out.get("success")), "turns": out["turns"]})
+            finally:
+                env.close()
+            rate = sum(o["success"] for o in outcomes) / max(1, len(outcomes))
+            summary["tool_call"] = {"n": len(outcomes), "success_rate": rate, "episodes": outcomes}
+            print(f"[eval] tool_call n={len(outcomes)} success_rate={rate:.3f}", flush=True)
+    finally:
+        client.close()
+    return summary
+
+
+def eval_command(cfg: Config, checkpoint: str | None, sizes: EvalSizes | None = None,
+                 out: str | None = None) -> int:
+    """``openclaw-rl eval``: serve the policy (base or ``checkpoint``) in-process and evaluate it.
+
+    Prints one line per part and a JSON summary; writes it to ``out`` (default
+    ``<log_dir>/eval/eval-<time>.json``). Returns the process exit code.
+    """
+    from openclaw_rl.policy.service import PolicyService
+
+    sizes = sizes or EvalSizes()
+    if checkpoint is not None and not Path(checkpoint).is_dir():
+        print(f"[eval] error: --checkpoint {checkpoint}: not a directory (give an exported adapter or model dir)",
+              flush=True)
+        return 2
+    ecfg = cfg.model_copy(deep=True)
+    tmp = tempfile.TemporaryDirectory(prefix="openclaw_eval_")
+    # A private port and store: evaluation traffic never reaches the training store.
+    ecfg.policy_service.host = "127.0.0.1"
+    ecfg.policy_service.port = 0
+    ecfg.global_.log_dir = tmp.name
+    started = time.monotonic()
+    service = PolicyService(ecfg)
+    try:
+        url = service.start()
+        version = 0
+        if checkpoint is not None:
+            version = service.swap_weights(checkpoint, 1)
+        print(f"[eval] policy={checkpoint or cfg.policy_service.model} version={version} "
+              f"sizes=chat:{sizes.chat}/persona terminal:{sizes.terminal} tool_call:{sizes.tool_call}", flush=True)
+        summary = evaluate(ecfg, url, sizes)
+    except (PolicyRequestError, RuntimeError, OSError, ValueError) as exc:
+        print(f"[eval] error: {exc}", flush=True)
+        return 1
+    finally:
+        service.stop()
+        tmp.cleanup()
+    summary = {"checkpoint": checkpoint, "policy_model": cfg.policy_service.model,
+               "elapsed_s": round(time.monotonic() - started, 1), **summary}
+    text = json.dumps(summary, indent=2)
+    print(text, flush=True)
+    target = Path(out) if out else Path(cfg.global_.log_dir) / "eval" / f"eval-{int(time.time())}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text + "\n")
+    print(f"[eval] summary written to {target}", flush=True)
+    return 0

@@ -1,0 +1,382 @@
+"""The environment service: ``num_envs`` workers drive episodes against the policy service over HTTP.
+
+Why over HTTP: the policy service learns from whatever talks to it; the environment service is just
+one more client, exactly like OpenClaw or any OpenAI SDK user (SPEC §3 loop 2). Each request is a
+real ``POST /v1/chat/completions`` with the session headers:
+
+* ``X-Session-Id`` — one id per episode, so every turn of the episode lands in one session;
+* ``X-Turn-Type: main`` — environment turns are main-line turns;
+* ``X-Session-Done: true`` — on the episode's last request;
+* ``Authorization: Bearer <key>`` — when ``[policy_service] api_key`` is set.
+
+An episode: reset the environment, then repeatedly send the conversation, apply the reply to the
+environment, and append the environment's next state (user / tool / terminal message). When the
+episode ends, one closing request carries the final next state with ``X-Session-Done: true`` —
+that is how the policy service learns the next state of the episode's last acting turn; the reply
+to the closing request itself is the session's last turn and is never trained on (SPEC §1).
+
+``state_capture = false``: each episode is a single request sent with ``X-Session-Done: true`` and
+the environment's next state is never sent back, so no turn gets a next state and nothing is
+learned (config validation warns about it).
+
+Faults: a policy service that is down, overloaded (429) or failing (5xx) makes the worker wait with
+exponential backoff and retry the same request — workers never die of it. A request the service
+refuses (other 4xx) ends that episode with an error in its stats. An exception inside an
+environment is logged, the environment is rebuilt, and the worker goes on.
+
+Episode stats (:class:`EpisodeStats`) go to ``on_episode`` callbacks and to the :attr:`EnvService.episodes`
+queue for the launcher / benchmarks to consume.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+from openclaw_rl.config import Config
+from openclaw_rl.envs.base import Env, make
+
+log = logging.getLogger("openclaw_rl.env_service")
+
+
+class PolicyRequestError(RuntimeError):
+    """The policy service refused a request (a 4xx other than 429); ends the episode, not the worker."""
+
+
+@dataclass
+class EpisodeStats:
+    """The outcome of one episode, for logs, metrics and benchmarks."""
+
+    worker: int
+    interaction_type: str
+    session_id: str
+    success: bool
+    reward: float
+    turns: int
+    elapsed_s: float
+    error: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def env_kwargs_for(cfg: Config, interaction_type: str, split: Literal["train", "eval"] = "train") -> dict[str, Any]:
+    """The ``make()`` keyword arguments an interaction type gets from the config."""
+    es = cfg.env_service
+    kw: dict[str, Any] = {"max_turns": es.max_turns}
+    if interaction_type in ("chat", "tool_call"):
+        kw.update(split=split, data_path=es.data_path, eval_size=es.eval_size, config_source=cfg.source)
+    elif interaction_type == "terminal":
+        kw.update(split=split)
+    return kw
+
+
+class PolicyClient:
+    """A plain HTTP client of the policy service's ``/v1/chat/completions`` with session headers."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None, timeout_sec: float,
+                 stop_event: threading.Event, backoff_max_sec: float = 10.0):
+        self.url = base_url.rstrip("/").removesuffix("/v1") + "/v1/chat/completions"
+        self.model = model
+        self.stop_event = stop_event
+        self.backoff_max = backoff_max_sec
+        headers = {"X-Turn-Type": "main"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self.http = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout_sec, connect=5.0))
+        self.retries = 0
+
+    def complete(self, messages: list[dict[str, Any]], session_id: str, done: bool,
+                 tools: list[dict[str, Any]] | None = None, max_tokens: int | None = None,
+                 temperature: float | None = None) -> dict[str, Any] | None:
+        """The assistant message of one completion; None when the service is stopping.
+
+        Unreachable / 429 / 5xx: wait and retry (backoff up to ``backoff_max_sec``) until it answers
+        or :attr:`stop_event` is set. Other 4xx: :class:`PolicyRequestError`.
+        """
+        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        if tools:
+            body["tools"] = tools
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        if temperature is not None:
+            body["temperature"] = temperature
+        headers = {"X-Session-Id": session_id, "X-Session-Done": "true" if done else "false"}
+        delay = 0.5
+        warned = False
+        while not self.stop_event.is_set():
+            try:
+                resp = self.http.post(self.url, json=body, headers=headers)
+            except httpx.HTTPError as exc:
+                problem = f"{type(exc).__name__} ({exc})"
+            else:
+                if resp.status_code == 200:
+                    if warned:
+                        log.info("[env_service] policy service is back at %s", self.url)
+                    return _assistant_message(resp)
+                if resp.status_code != 429 and resp.status_code < 500:
+                    raise PolicyRequestError(f"policy service answered {resp.status_code}: {resp.text[:300]}")
+                problem = f"HTTP {resp.status_code}"
+            self.retries += 1
+            if not warned:
+                log.warning("[env_service] policy service at %s not available (%s); retrying with backoff",
+                            self.url, problem)
+                warned = True
+            self.stop_event.wait(delay)
+            delay = min(delay * 2, self.backoff_max)
+        return None
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def _assistant_message(resp: httpx.Response) -> dict[str, Any]:
+    try:
+        data = resp.json()
+        msg = data["choices"][0]["message"]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise PolicyRequestError(f"policy service sent a malformed completion ({exc}): {resp.text[:300]}") from None
+    out: dict[str, Any] = {"role": "assistant", "content": msg.get("content") or ""}
+    if msg.get("tool_calls"):
+        out["tool_calls"] = msg["tool_calls"]
+    return out
+
+
+class EnvService:
+    """``[env_service]`` in local mode: worker threads that drive episodes through the policy API.
+
+    Usage::
+
+        svc = EnvService(cfg, base_url="http://127.0.0.1:30000", on_episode=print)
+        svc.start()          # returns at once; workers run on threads
+        ...
+        svc.stop()           # finishes the request in flight, closes envs
+
+    ``run()`` does the same in the foreground until ``stop()`` (another thread or Ctrl-C) or until
+    ``max_episodes`` episodes are done.
+    """
+
+    def __init__(self, cfg: Config, base_url: str | None = None,
+                 on_episode: Callable[[EpisodeStats], None] | None = None, max_episodes: int | None = None,
+                 max_tokens: int | None = None, final_max_tokens: int = 8, temperature: float | None = None,
+                 env_overrides: dict[str, dict[str, Any]] | None = None, backoff_max_sec: float = 10.0):
+        es = cfg.env_service
+        if es.mode != "local":
+            raise ValueError(f"[env_service] mode = {es.mode!r}: only \"local\" is built; the cluster mode is not")
+        if not es.interaction_types:
+            raise ValueError("[env_service] interaction_types is empty: name at least one of "
+                             "chat, terminal, gui, tool_call")
+        self.cfg = cfg
+        pol = cfg.policy_service
+        host = "127.0.0.1" if pol.host in ("0.0.0.0", "") else pol.host
+        self.base_url = base_url or f"http://{host}:{pol.port}"
+        self.callbacks: list[Callable[[EpisodeStats], None]] = [on_episode] if on_episode else []
+        self.episodes: queue.Queue[EpisodeStats] = queue.Queue()
+        self.max_episodes = max_episodes
+        self.max_tokens = max_tokens
+        self.final_max_tokens = final_max_tokens
+        self.temperature = temperature
+        self.env_overrides = env_overrides or {}
+        self.backoff_max = backoff_max_sec
+        self.stop_event = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.clients: list[PolicyClient] = []
+        self._count_lock = threading.Lock()
+        self.started_episodes = 0
+        self.finished_episodes = 0
+        self.disabled_types: set[str] = set()
+
+    @property
+    def start_line(self) -> str:
+        es = self.cfg.env_service
+        return f"[env_service] mode={es.mode}, num_envs={es.num_envs}, types=[{', '.join(es.interaction_types)}]"
+
+    def add_callback(self, fn: Callable[[EpisodeStats], None]) -> None:
+        """Call ``fn(stats)`` after every episode (from the worker's thread)."""
+        self.callbacks.append(fn)
+
+    # ---- lifecycle ----
+
+    def start(self) -> None:
+        """Print the start line and launch ``num_envs`` worker threads."""
+        print(self.start_line, flush=True)
+        if not self.cfg.env_service.state_capture:
+            log.warning("[env_service] state_capture = false: next states are not sent back; nothing is learned")
+        key = self.cfg.policy_service.api_key
+        for i in range(self.cfg.env_service.num_envs):
+            client = PolicyClient(self.base_url, self.cfg.policy_service.model,
+                                  key.get_secret_value() if key is not None else None,
+                                  self.cfg.policy_service.request_timeout_sec, self.stop_event, self.backoff_max)
+            self.clients.append(client)
+            t = threading.Thread(target=self._worker, args=(i, client), name=f"env-worker-{i}", daemon=True)
+            self.threads.append(t)
+            t.start()
+
+    def run(self) -> None:
+        """Start and block until :meth:`stop` is called or ``max_episodes`` are done."""
+        self.start()
+        try:
+            while not self.stop_event.is_set() and any(t.is_alive() for t in self.threads):
+                self.stop_event.wait(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.stop()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Ask workers to finish; join them (the request in flight may complete first)."""
+        self.stop_event.set()
+        wait = timeout if timeout is not None else self.cfg.policy_service.request_timeout_sec + 5
+        for t in self.threads:
+            t.join(timeout=wait)
+        for c in self.clients:
+            c.close()
+        self.threads, self.clients = [], []
+
+    def wait_episodes(self, n: int, timeout: float) -> list[EpisodeStats]:
+        """Collect ``n`` episode stats from :attr:`episodes` (fewer if ``timeout`` passes)."""
+        out: list[EpisodeStats] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                out.append(self.episodes.get(timeout=min(left, 0.5)))
+            except queue.Empty:
+                continue
+        return out
+
+    # ---- workers ----
+
+    def _claim_episode(self) -> bool:
+        with self._count_lock:
+            if self.max_episodes is not None and self.started_episodes >= self.max_episodes:
+                return False
+            self.started_episodes += 1
+            return True
+
+    def _make_env(self, itype: str, seed: int) -> Env | None:
+        kw = env_kwargs_for(self.cfg, itype)
+        if itype == "chat":
+            kw["persona"] = random.Random(seed).choice(self.cfg.env_service.personas)
+            if self.cfg.env_service.user_mode == "llm":
+                from openclaw_rl.envs.chat import make_user_writer
+
+                kw.update(user_mode="llm", user_writer=make_user_writer(self.cfg))
+        kw.update(self.env_overrides.get(itype, {}))
+        try:
+            return make(itype, seed=seed, **kw)
+        except (KeyError, ImportError) as exc:
+            # e.g. gui without its browser: drop the type rather than crash every worker forever
+            with self._count_lock:
+                first = itype not in self.disabled_types
+                self.disabled_types.add(itype)
+            if first:
+                log.error("[env_service] interaction type %r is unavailable (%s); skipping it", itype, exc)
+            return None
+
+    def _worker(self, index: int, client: PolicyClient) -> None:
+        rng = random.Random(self.cfg.global_.seed * 1000 + index)
+        envs: dict[str, Env] = {}
+        try:
+            while not self.stop_event.is_set():
+                types = [t for t in self.cfg.env_service.interaction_types if t not in self.disabled_types]
+                if not types:
+                    log.error("[env_service] worker %d: no interaction type is available; stopping", index)
+                    return
+                if not self._claim_episode():
+                    return
+                itype = rng.choice(types)
+                env = envs.get(itype)
+                if env is None:
+                    env = self._make_env(itype, rng.randrange(1 << 30))
+                    if env is None:
+                        with self._count_lock:
+                            self.started_episodes -= 1
+                        continue
+                    envs[itype] = env
+                stats = self._episode(index, itype, env, client, rng.randrange(1 << 30))
+                if stats is None:  # stopping mid-episode
+                    return
+                if stats.error and stats.details.get("env_failed"):
+                    env.close()
+                    envs.pop(itype, None)
+                self._report(stats)
+        finally:
+            for env in envs.values():
+                try:
+                    env.close()
+                except Exception:  # noqa: BLE001 - closing is best effort; log and go on
+                    log.exception("[env_service] worker %d: closing an environment failed", index)
+
+    def _report(self, stats: EpisodeStats) -> None:
+        with self._count_lock:
+            self.finished_episodes += 1
+        self.episodes.put(stats)
+        for fn in self.callbacks:
+            try:
+                fn(stats)
+            except Exception:  # noqa: BLE001 - a faulty hook must not kill a worker
+                log.exception("[env_service] on_episode callback failed")
+
+    def _episode(self, index: int, itype: str, env: Env, client: PolicyClient, seed: int) -> EpisodeStats | None:
+        session_id = f"env-{itype}-w{index}-{uuid.uuid4().hex[:12]}"
+        capture = self.cfg.env_service.state_capture
+        start = time.monotonic()
+        turns = 0
+        reward = 0.0
+        info: dict[str, Any] = {}
+
+        def stats(success: bool, error: str | None = None, **details: Any) -> EpisodeStats:
+            keep = {k: info[k] for k in ("task", "persona", "kind", "score", "preferences") if k in info}
+            return EpisodeStats(index, itype, session_id, success, reward, turns, time.monotonic() - start,
+                                error, {**keep, **details})
+
+        try:
+            _obs, info = env.reset(seed=seed)
+        except Exception as exc:  # noqa: BLE001 - an env bug ends this episode, not the worker
+            log.exception("[env_service] worker %d: %s reset failed", index, itype)
+            return stats(False, f"reset failed: {exc}", env_failed=True)
+        messages = [dict(m) for m in info.get("messages", [])]
+        tools = info.get("tools")
+        while True:
+            try:
+                reply = client.complete(messages, session_id, done=not capture, tools=tools,
+                                        max_tokens=self.max_tokens, temperature=self.temperature)
+            except PolicyRequestError as exc:
+                log.warning("[env_service] worker %d: %s", index, exc)
+                return stats(False, str(exc))
+            if reply is None:
+                return None
+            messages.append(reply)
+            try:
+                action: str | dict[str, Any] = reply if reply.get("tool_calls") else reply["content"]
+                _obs, reward, terminated, truncated, info = env.step(action)
+            except Exception as exc:  # noqa: BLE001 - as above
+                log.exception("[env_service] worker %d: %s step failed", index, itype)
+                return stats(False, f"step failed: {exc}", env_failed=True)
+            turns += 1
+            if not capture:
+                # The session was closed with this request; the next state is never sent back.
+                return stats(bool(info.get("success")), None, state_captured=False)
+            messages.extend(info.get("messages", []))
+            if terminated or truncated:
+                try:
+                    closing = client.complete(messages, session_id, done=True, tools=tools,
+                                              max_tokens=self.final_max_tokens, temperature=self.temperature)
+                except PolicyRequestError as exc:
+                    return stats(bool(info.get("success")), f"closing request refused: {exc}")
+                if closing is None:
+                    return None
+                return stats(bool(info.get("success")), None, truncated=truncated)

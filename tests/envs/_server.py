@@ -1,0 +1,65 @@
+"""A minimal but real OpenAI-compatible server (FastAPI + uvicorn on loopback) for env tests.
+
+It speaks ``POST /v1/chat/completions`` and records every request (headers and body) so tests
+can check what a client really sent. ``reply`` decides the assistant's answer.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ChatServer:
+    """``with ChatServer(reply) as srv: srv.base_url`` — a uvicorn server in a background thread."""
+
+    def __init__(self, reply: Callable[[dict[str, Any]], str], api_key: str | None = None, port: int | None = None):
+        self.requests: list[dict[str, Any]] = []
+        self.port = port or free_port()
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        async def complete(request: Request):
+            if api_key and request.headers.get("authorization") != f"Bearer {api_key}":
+                return JSONResponse({"error": {"message": "bad key"}}, status_code=401)
+            body = await request.json()
+            self.requests.append({"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body})
+            text = reply(body)
+            return {"id": "cmpl-1", "object": "chat.completion", "created": int(time.time()),
+                    "model": body.get("model", "m"),
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": text}}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> ChatServer:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("test server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

@@ -1,0 +1,143 @@
+"""chat personas: the fixed scorer, the scripted users' replies, and the llm user mode over HTTP."""
+
+from __future__ import annotations
+
+import pytest
+
+from openclaw_rl.envs import make
+from openclaw_rl.envs.chat import (
+    PERSONAS,
+    LLMUserWriter,
+    personalization_score,
+    preference_report,
+)
+from openclaw_rl.envs.data import gsm8k_split, load_gsm8k, split_gsm8k
+
+from ._server import ChatServer
+
+AI_STYLE = """Sure! I'd be happy to help you with that.
+
+**Step 1:** Let's find the total.
+1. Carol has 20 signatures.
+2. Jennifer has 44.
+
+I hope this helps!"""
+
+STUDENT_STYLE = """first i added carol's and jennifer's signatures, 20 + 44 = 64. then i did 100 - 64 = 36 to see
+how many more they need.
+so the answer is 36"""
+
+
+def test_student_scorer_on_fixed_texts():
+    assert personalization_score("student", AI_STYLE) == 0.0
+    assert personalization_score("student", STUDENT_STYLE) == 1.0
+    report = preference_report("student", STUDENT_STYLE.replace("so the answer is 36", "you get 36"))
+    assert report == {"no_markdown": True, "no_ai_phrases": True, "student_voice": False, "final_answer": False}
+    # not a length check: a long AI-styled reply scores as low as a short one
+    assert personalization_score("student", AI_STYLE * 5) == 0.0
+    assert personalization_score("student", "") == 0.0  # saying nothing meets no preference
+    assert personalization_score("teacher", "") == 0.0
+
+
+def test_teacher_scorer_uses_context():
+    ctx = {"student_name": "Maya", "correct_answer": "36"}
+    good = ("Maya, great effort! Your answer of 39 is not quite right: the correct answer is 36. Next time, "
+            "double-check the subtraction 100 - 64.")
+    curt = "Wrong. 39."
+    assert personalization_score("teacher", good, ctx) == 1.0
+    assert personalization_score("teacher", curt, ctx) < 0.2
+    assert preference_report("teacher", good.replace("Maya", "Sam"), ctx)["addresses_student"] is False
+
+
+def test_split_is_shared_and_disjoint(gsm8k_path):
+    items = load_gsm8k(str(gsm8k_path))
+    train, held = split_gsm8k(items, 50)
+    assert len(items) == 1319 and len(held) == 50 and held == list(items[-50:])
+    assert gsm8k_split(gsm8k_path, 50, "eval") == held
+    assert not {i.index for i in train} & {i.index for i in held}
+    env = make("chat", persona="student", data_path=str(gsm8k_path), split="train")
+    seen = {env.reset(seed=s)[1]["context"]["item_index"] for s in range(40)}
+    assert max(seen) < 1319 - 50
+
+
+def _run(persona, responses, seed, gsm8k_path):
+    env = make("chat", persona=persona, data_path=str(gsm8k_path), seed=seed, max_turns=6)
+    obs, info = env.reset(seed=seed)
+    trace = [obs]
+    for text in responses:
+        obs, r, term, trunc, step_info = env.step(text.format(**info["context"]))
+        trace.append((obs, r, term, trunc, step_info.get("success")))
+        if term or trunc:
+            break
+    return trace, info
+
+
+def test_student_episode_redo_then_thanks_then_save(gsm8k_path):
+    good = "first i read it carefully and worked it out.\nso the answer is {answer}"
+    trace, info = _run("student", [AI_STYLE, "i did it and got 1.\nso the answer is 999999", good, "Saved!"], 7,
+                       gsm8k_path)
+    assert "homework" in trace[0] or "due" in trace[0]
+    redo, correction, thanks, bye = trace[1], trace[2], trace[3], trace[4]
+    assert redo[1] == 0.0 and not redo[2] and redo[4] is False
+    assert any(w in redo[0] for w in ("robot", "bold", "chatgpt", "voice", "answer", "formatting", "me",
+                                      "chatbot", "bullet"))
+    assert correction[1] == 1.0 and info["context"]["answer"] in correction[0]  # a real correction
+    assert "save" in thanks[0] and thanks[4] is True and not thanks[2]
+    assert bye[2] and bye[4] is True
+    # deterministic given the seed
+    again, _ = _run("student", [AI_STYLE, "i did it and got 1.\nso the answer is 999999", good, "Saved!"], 7,
+                    gsm8k_path)
+    assert again == trace
+
+
+def test_teacher_episode(gsm8k_path):
+    good = ("{student_name}, great effort! Your answer is not quite right: the correct answer is {correct_answer}. "
+            "Next time, double-check each step.")
+    trace, info = _run("teacher", ["Wrong.", good, "Saved."], 3, gsm8k_path)
+    assert info["context"]["student_name"] in trace[0] and info["context"]["student_answer"] in trace[0]
+    assert trace[1][1] < 0.5 and not trace[1][2]
+    assert trace[2][4] is True and "save" in trace[2][0].lower()
+    assert trace[3][2]
+
+
+def test_episode_truncates_at_max_turns(gsm8k_path):
+    env = make("chat", persona="student", data_path=str(gsm8k_path), max_turns=2)
+    env.reset(seed=0)
+    assert env.step(AI_STYLE)[3] is False
+    obs, r, term, trunc, info = env.step(AI_STYLE)
+    assert trunc and not term and not info["success"]
+
+
+def test_llm_user_mode_over_a_real_http_server(gsm8k_path):
+    seen = []
+
+    def reply(body):
+        seen.append(body)
+        return '"ugh this still reads like a chatbot wrote it, can you make it sound like me?"'
+
+    with ChatServer(reply, api_key="k-test") as srv:
+        writer = LLMUserWriter(base_url=srv.base_url + "/v1", api_key="k-test", model="user-model",
+                               timeout_sec=10, max_retries=0)
+        env = make("chat", persona="student", data_path=str(gsm8k_path), user_mode="llm", user_writer=writer)
+        env.reset(seed=1)
+        obs, r, term, trunc, info = env.step(AI_STYLE)
+        assert obs == "ugh this still reads like a chatbot wrote it, can you make it sound like me?"
+        assert info["user_error"] is None and r == 0.0
+        assert seen[0]["model"] == "user-model" and "student" in seen[0]["messages"][0]["content"]
+        assert "rewrite" in seen[0]["messages"][0]["content"]
+        # a wrong key: the API refuses, the user falls back to the scripted reply and the env lives on
+        bad = LLMUserWriter(base_url=srv.base_url + "/v1", api_key="wrong", model="m", timeout_sec=5,
+                            max_retries=0)
+        env2 = make("chat", persona="student", data_path=str(gsm8k_path), user_mode="llm", user_writer=bad)
+        env2.reset(seed=1)
+        obs2, *_, info2 = env2.step(AI_STYLE)
+        assert info2["user_error"] and "AuthenticationError" in info2["user_error"] and obs2
+        assert "wrong" not in info2["user_error"]
+
+
+def test_bad_arguments_are_clear(gsm8k_path):
+    with pytest.raises(ValueError, match="unknown persona"):
+        make("chat", persona="pirate", data_path=str(gsm8k_path))
+    with pytest.raises(ValueError, match="user_writer"):
+        make("chat", persona="student", data_path=str(gsm8k_path), user_mode="llm")
+    assert set(PERSONAS) == {"student", "teacher"}

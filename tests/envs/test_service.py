@@ -1,0 +1,168 @@
+"""EnvService: real HTTP clients against a real server — headers, episodes, outages, e2e with PolicyService."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from openclaw_rl.config import build_config
+from openclaw_rl.envs.service import EnvService
+
+from ._server import ChatServer, free_port
+
+
+def _cfg(tmp_path, port: int, types=("terminal",), num_envs=2, state_capture=True, api_key=None, **env: Any):
+    pol: dict[str, Any] = {"port": port, "host": "127.0.0.1", "request_timeout_sec": 30, "model": "m"}
+    if api_key:
+        pol["api_key"] = api_key
+    return build_config({"global": {"log_dir": str(tmp_path / "logs")}, "policy_service": pol,
+                         "env_service": {"num_envs": num_envs, "interaction_types": list(types),
+                                         "state_capture": state_capture, "max_turns": 2, **env}}, environ={})
+
+
+def _terminal_agent(body: dict[str, Any]) -> str:
+    """Solves the count_lines task on the second try, so episodes have two acting turns."""
+    acted = sum(m["role"] == "assistant" for m in body["messages"])
+    return "```bash\nls\n```" if acted == 0 else "```bash\nwc -l < access.log\n```"
+
+
+def _by_session(requests):
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in requests:
+        out.setdefault(r["headers"]["x-session-id"], []).append(r)
+    return out
+
+
+def test_workers_speak_the_session_protocol(tmp_path, capsys):
+    with ChatServer(_terminal_agent, api_key="sekret") as srv:
+        cfg = _cfg(tmp_path, srv.port, api_key="sekret")
+        got = []
+        svc = EnvService(cfg, on_episode=got.append, max_episodes=3,
+                         env_overrides={"terminal": {"task": "count_lines"}})
+        svc.start()
+        stats = svc.wait_episodes(3, timeout=60)
+        svc.stop()
+    assert capsys.readouterr().out.splitlines()[0] == "[env_service] mode=local, num_envs=2, types=[terminal]"
+    assert len(stats) == 3 and got == stats
+    assert all(s.success and s.turns == 2 and s.reward == 1.0 and s.error is None for s in stats)
+    sessions = _by_session(srv.requests)
+    assert len(sessions) == 3
+    for sid, reqs in sessions.items():
+        assert sid.startswith("env-terminal-")
+        # two acting turns, then the closing request carrying the last next state
+        assert [r["headers"]["x-session-done"] for r in reqs] == ["false", "false", "true"]
+        assert all(r["headers"]["x-turn-type"] == "main" for r in reqs)
+        assert all(r["headers"]["authorization"] == "Bearer sekret" for r in reqs)
+        last = reqs[-1]["body"]["messages"]
+        assert last[-1]["role"] == "user" and last[-1]["content"].startswith("exit code: 0\nstdout:\n7")
+        assert reqs[1]["body"]["messages"][-1]["content"].startswith("exit code: 0")  # ls output came back
+
+
+def test_state_capture_off_sends_no_next_state(tmp_path, caplog):
+    with ChatServer(_terminal_agent) as srv:
+        cfg = _cfg(tmp_path, srv.port, state_capture=False, num_envs=1)
+        assert any("state_capture = false" in w for w in cfg.warnings)
+        svc = EnvService(cfg, max_episodes=2, env_overrides={"terminal": {"task": "count_lines"}})
+        with caplog.at_level(logging.WARNING, logger="openclaw_rl.env_service"):
+            svc.start()
+            stats = svc.wait_episodes(2, timeout=60)
+            svc.stop()
+    assert len(stats) == 2 and all(s.turns == 1 and s.details["state_captured"] is False for s in stats)
+    assert all(r["headers"]["x-session-done"] == "true" for r in srv.requests)
+    assert all(m["role"] != "assistant" for r in srv.requests for m in r["body"]["messages"])
+    assert "nothing is learned" in caplog.text
+
+
+def test_policy_down_workers_wait_and_retry(tmp_path, caplog):
+    port = free_port()
+    cfg = _cfg(tmp_path, port, num_envs=2)
+    svc = EnvService(cfg, max_episodes=2, backoff_max_sec=0.5, env_overrides={"terminal": {"task": "count_lines"}})
+    with caplog.at_level(logging.WARNING, logger="openclaw_rl.env_service"):
+        svc.start()
+        time.sleep(2.0)  # nobody listens: workers back off and retry
+        assert all(t.is_alive() for t in svc.threads)
+        assert sum(c.retries for c in svc.clients) >= 2 and svc.finished_episodes == 0
+        with ChatServer(_terminal_agent, port=port):
+            stats = svc.wait_episodes(2, timeout=60)
+        svc.stop()
+    assert len(stats) == 2 and all(s.success for s in stats)
+    assert "not available" in caplog.text
+
+
+def test_refused_request_ends_episode_not_worker(tmp_path):
+    with ChatServer(_terminal_agent, api_key="right") as srv:
+        cfg = _cfg(tmp_path, srv.port, api_key="wrong", num_envs=1)
+        svc = EnvService(cfg, max_episodes=2, env_overrides={"terminal": {"task": "count_lines"}})
+        svc.start()
+        stats = svc.wait_episodes(2, timeout=30)
+        svc.stop()
+    assert len(stats) == 2 and all(not s.success and "401" in (s.error or "") for s in stats)
+    assert all("wrong" not in (s.error or "") for s in stats)
+
+
+def test_unavailable_type_is_skipped(tmp_path, monkeypatch):
+    import openclaw_rl.envs.service as service_mod
+
+    real_make = service_mod.make
+
+    def make_without_gui(name, **kw):
+        if name == "gui":
+            raise KeyError("unknown environment 'gui'")
+        return real_make(name, **kw)
+
+    # Only the registry lookup is replaced, so this runs whether or not the gui env exists yet.
+    monkeypatch.setattr(service_mod, "make", make_without_gui)
+    with ChatServer(_terminal_agent) as srv:
+        cfg = _cfg(tmp_path, srv.port, types=("gui", "terminal"), num_envs=1)
+        svc = EnvService(cfg, max_episodes=2, env_overrides={"terminal": {"task": "count_lines"}})
+        svc.start()
+        stats = svc.wait_episodes(2, timeout=30)
+        svc.stop()
+    assert len(stats) == 2 and {s.interaction_type for s in stats} == {"terminal"}
+    assert svc.disabled_types == {"gui"}
+
+
+def test_cloud_mode_is_rejected(tmp_path):
+    from openclaw_rl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="cloud"):
+        _cfg(tmp_path, 1, mode="cloud")
+
+
+def test_end_to_end_with_the_policy_service(tmp_path, tiny_model_dir, gsm8k_path):
+    policy = pytest.importorskip("openclaw_rl.policy.service")
+    cfg = build_config({
+        "global": {"log_dir": str(tmp_path / "logs")},
+        "policy_service": {"model": str(tiny_model_dir), "port": 0, "host": "127.0.0.1", "batch_wait_ms": 2.0,
+                           "max_tokens_default": 12, "api_key": "e2e-key"},
+        "env_service": {"num_envs": 2, "interaction_types": ["chat", "terminal", "tool_call"], "max_turns": 2,
+                        "data_path": str(gsm8k_path)},
+    }, environ={})
+    ps = policy.PolicyService(cfg)
+    url = ps.start()
+    try:
+        done: list[Any] = []
+        lock = threading.Lock()
+
+        def hook(s):
+            with lock:
+                done.append(s)
+
+        svc = EnvService(cfg, base_url=url, on_episode=hook, max_episodes=4, max_tokens=12, final_max_tokens=4)
+        svc.start()
+        stats = svc.wait_episodes(4, timeout=240)
+        svc.stop()
+        assert len(stats) == 4, stats
+        assert all(s.error is None and s.turns >= 1 for s in stats), stats
+        # the policy service recorded each episode as one session whose first turn got its next state
+        for s in stats:
+            turns = ps.store.session_turns(s.session_id)
+            assert len(turns) == s.turns + 1, (s, turns)
+            assert turns[0].next_state is not None and turns[0].next_state.content
+            assert all(t.turn_type == "main" for t in turns)
+    finally:
+        ps.stop()

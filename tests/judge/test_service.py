@@ -1,0 +1,119 @@
+"""The judge service loop over a real Store, judged by the loopback API server (the remote judge)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+from openclaw_rl.judge import make_judge
+from openclaw_rl.judge.service import JudgeService
+from openclaw_rl.judge.teacher import LocalTeacher, template_ids
+from openclaw_rl.runtime.store import Store
+from openclaw_rl.types import NextState, Turn
+
+from .conftest import api_config
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    from openclaw_rl.runtime.models import load_model
+
+    return load_model(str(tiny_model_dir))
+
+
+def record(store: Store, tok, sid: str, idx: int, user: str, previous_next_state: str | None = None) -> Turn:
+    messages = [{"role": "user", "content": user}]
+    ids = tok.encode(f"**Answer {idx}:** forty-two", add_special_tokens=False)
+    turn = Turn(session_id=sid, turn_index=idx, messages=messages, prompt_ids=template_ids(tok, messages),
+                response_ids=ids, response_logprobs=[-0.5] * len(ids), response_text=f"**Answer {idx}:** 42")
+    state = NextState(role="user", content=previous_next_state) if previous_next_state else None
+    store.record_turn(turn, next_state_for_previous=state)
+    return turn
+
+
+def test_judged_turns_become_samples_with_teacher_logprobs(remote, tiny, tmp_path, caplog):
+    model, tok = tiny
+    remote.eval_reply = "SCORE: -1"
+    remote.hint_reply = "VERDICT: +1\n[HINT_START]Answer in plain prose without bold text.[HINT_END]"
+    cfg = api_config(remote, training={"opd_enabled": True})
+    store = Store(tmp_path / "store.sqlite")
+    record(store, tok, "a", 0, "what is 6 * 7?")
+    record(store, tok, "a", 1, "no bold please", previous_next_state="no bold please")
+    judge = make_judge(cfg, teacher=LocalTeacher(model, tok, topk=2))
+    service = JudgeService(cfg, store, judge=judge)
+    with caplog.at_level(logging.INFO, logger="openclaw_rl.judge"):
+        results = asyncio.run(service.run_once())
+    assert len(results) == 1 and results[0].score == -1
+    assert store.turn_status("a", 0) == "judged" and store.turn_status("a", 1) == "open"
+    stored = store.judgement("a", 0)
+    assert stored.score == -1 and [v.raw for v in stored.votes] == ["SCORE: -1"] * 3
+    assert stored.hint == "Answer in plain prose without bold text."
+    samples = store.claim_samples(10, step=1, current_version=0)
+    assert len(samples) == 1
+    s = samples[0]
+    assert s.reward == -1.0 and len(s.teacher_logprobs) == len(s.response_ids)
+    assert stored.teacher_context_len > 0
+    text = caplog.text
+    assert "[rollout] step=1 reward=-1 instruction_extracted=true" in text
+    assert f"[opd] token_level_advantage applied, teacher_context_len={stored.teacher_context_len}" in text
+    assert service.start_line() == "[prm_service] backend=taotoken, vote_count=3, extract_instruction=true"
+
+
+def test_outage_is_stored_as_error_and_retried(remote, tiny, tmp_path):
+    _, tok = tiny
+    remote.fail_next = [500] * 100
+    cfg = api_config(remote, api={"max_retries": 0}, extract_instruction=False)
+    store = Store(tmp_path / "store.sqlite")
+    record(store, tok, "b", 0, "hi")
+    record(store, tok, "b", 1, "thanks!", previous_next_state="thanks!")
+    service = JudgeService(cfg, store)
+    results = asyncio.run(service.run_once())
+    assert len(results) == 1 and not results[0].ok and "HTTP 500" in results[0].error
+    assert store.turn_status("b", 0) == "failed"
+    assert store.judgement("b", 0).error is not None
+    assert store.ready_count() == 0  # no sample from a failed judgement — and no score of 0
+    assert store.counters().judged == 0 and store.counters().failed == 1
+    # Not due yet: nothing to judge until retry_interval_sec has passed.
+    assert asyncio.run(service.run_once()) == [] or store.turn_status("b", 0) == "failed"
+    remote.fail_next = []
+    time.sleep(0.1)
+    results = asyncio.run(service.run_once())
+    assert [r.score for r in results] == [1]
+    assert store.turn_status("b", 0) == "judged"
+    assert [s.reward for s in store.claim_samples(10, step=1, current_version=0)] == [1.0]
+
+
+def test_all_zero_session_gets_its_guarantee_sample(remote, tiny, tmp_path):
+    _, tok = tiny
+    remote.eval_reply = "SCORE: 0"
+    cfg = api_config(remote, extract_instruction=False)
+    store = Store(tmp_path / "store.sqlite")
+    record(store, tok, "c", 0, "hello")
+    record(store, tok, "c", 1, "what's the weather?", previous_next_state="what's the weather?")
+    store.close_session("c")
+    service = JudgeService(cfg, store)
+    asyncio.run(service.run_once())
+    samples = store.claim_samples(10, step=1, current_version=0)
+    assert [(s.turn_index, s.reward) for s in samples] == [(0, 0.0)]
+    assert store.sessions_needing_guarantee() == []
+
+
+def test_background_loop_judges_while_running(remote, tiny, tmp_path):
+    _, tok = tiny
+    cfg = api_config(remote, extract_instruction=False, num_workers=2)
+    store = Store(tmp_path / "store.sqlite")
+    service = JudgeService(cfg, store)
+    service.start()
+    try:
+        for sid in ("d1", "d2", "d3"):
+            record(store, tok, sid, 0, "q")
+            record(store, tok, sid, 1, "great, thanks", previous_next_state="great, thanks")
+        deadline = time.time() + 30
+        while store.counters().judged < 3 and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        service.stop()
+    assert store.counters().judged == 3 and service.step == 3

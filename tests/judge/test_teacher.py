@@ -1,0 +1,86 @@
+"""Teacher log-probs: the hint's placement in the prompt and equality with a direct forward pass."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from openclaw_rl.judge.prompts import HINT_HEADING
+from openclaw_rl.judge.teacher import LocalTeacher, hinted_messages, hinted_prompt, template_ids
+from openclaw_rl.types import Turn
+
+HINT = "Write plain prose without bold text or numbered lists."
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    from openclaw_rl.runtime.models import load_model
+
+    return load_model(str(tiny_model_dir))
+
+
+def make_turn(tok, messages, response="Sure! **Step 1:** add them. The answer is 7."):
+    prompt = template_ids(tok, messages)
+    ids = tok.encode(response, add_special_tokens=False)
+    return Turn(session_id="s", turn_index=0, messages=messages, prompt_ids=prompt, response_ids=ids,
+                response_logprobs=[-1.0] * len(ids), response_text=response)
+
+
+MESSAGES = [
+    {"role": "system", "content": "You are a helpful tutor."},
+    {"role": "user", "content": "What is 3 + 4?"},
+    {"role": "assistant", "content": "**7**"},
+    {"role": "user", "content": "and 2 + 5?"},
+    {"role": "tool", "content": "irrelevant tool output after the last user message"},
+]
+
+
+def test_hint_goes_to_last_user_message_under_heading():
+    out = hinted_messages(MESSAGES, HINT)
+    assert out[3]["content"] == f"and 2 + 5?\n\n{HINT_HEADING}\n{HINT}"
+    assert out[1]["content"] == "What is 3 + 4?"  # earlier user turns untouched
+    assert out[4] == MESSAGES[4]
+    assert MESSAGES[3]["content"] == "and 2 + 5?"  # the turn's own messages are not mutated
+    parts = [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]
+    assert hinted_messages(parts, HINT)[0]["content"].startswith("hello\n\n" + HINT_HEADING)
+    no_user = hinted_messages([{"role": "system", "content": "s"}], HINT)
+    assert no_user[-1] == {"role": "user", "content": f"{HINT_HEADING}\n{HINT}"}
+
+
+def test_enhanced_prompt_renders_hint_and_counts_added_tokens(tiny):
+    _, tok = tiny
+    turn = make_turn(tok, MESSAGES[:4])
+    ids, added = hinted_prompt(tok, turn, HINT)
+    text = tok.decode(ids)
+    assert HINT_HEADING in text and HINT in text
+    assert text.rstrip().endswith("assistant")  # prompt only, ending in the generation prompt
+    assert text.index(HINT) > text.index("and 2 + 5?")
+    assert added == len(ids) - len(turn.prompt_ids) > 0
+
+
+def test_teacher_logprobs_equal_a_direct_forward_pass(tiny):
+    model, tok = tiny
+    turn = make_turn(tok, MESSAGES[:4])
+    teacher = LocalTeacher(model, tok, topk=4, chunk_size=5)  # several chunks
+    out = asyncio.run(teacher.score(turn, HINT))
+
+    prompt, added = hinted_prompt(tok, turn, HINT)
+    full = torch.tensor([prompt + turn.response_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=full).logits[0].float(), dim=-1)
+    n_p = len(prompt)
+    expected = [logp[n_p + j - 1, t].item() for j, t in enumerate(turn.response_ids)]
+    assert len(out.logprobs) == len(turn.response_ids)
+    assert out.logprobs == pytest.approx(expected, abs=1e-4)
+    assert out.context_len == added
+    top = logp[n_p - 1:n_p - 1 + len(turn.response_ids)].topk(4, dim=-1)
+    assert out.topk_ids == top.indices.tolist()
+    flat = [x for row in out.topk_logprobs for x in row]
+    assert flat == pytest.approx(top.values.flatten().tolist(), abs=1e-4)
+    # The hint must matter: scoring without it gives different log-probs.
+    with torch.no_grad():
+        base = torch.log_softmax(model(input_ids=torch.tensor([turn.prompt_ids + turn.response_ids])).logits[0], -1)
+    plain = [base[len(turn.prompt_ids) + j - 1, t].item() for j, t in enumerate(turn.response_ids)]
+    assert out.logprobs != pytest.approx(plain, abs=1e-4)
