@@ -7,9 +7,11 @@ log_softmax), one fresh subprocess loads the model, builds a :class:`Trainer` an
 with teacher log-probs, so the combined loss with the k3 KL term runs). Fresh processes keep one
 variant's allocations from inflating another's peak.
 
-Memory: on CPU the peak *RSS delta* — the process's resident set size sampled every 2 ms from
-/proc/self/statm during the update, minus the RSS just before it (so it includes gradients,
-optimizer state created on the first step, activations and logits). On CUDA,
+Memory: on CPU the peak of torch's CPU allocator during the update, read from the profiler's memory
+events (``profile_memory=True``: bytes allocated since the update began, net of frees — activations,
+logits, gradients). RSS was tried first and rejected: glibc keeps freed blocks and memory-mapped
+weights page in on first touch, which made it track the allocator's history rather than the update.
+The profiler's bookkeeping is inside the timed region for both implementations alike. On CUDA,
 ``torch.cuda.max_memory_allocated`` minus the allocation before the update. By default a small
 warm-up update runs first (weights are memory-mapped and paged in on first use; AdamW creates its
 state on its first step), so the figures are those of a steady-state update; ``--no-warmup``
@@ -27,38 +29,17 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
-
-def _rss() -> int:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * PAGE
-
-
-class _PeakRss:
-    """Samples RSS in a thread; ``peak`` is the maximum seen between start and stop."""
-
-    def __init__(self, interval: float = 0.002):
-        self.interval, self.peak, self._stop = interval, 0, threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, _rss())
-            time.sleep(self.interval)
-
-    def __enter__(self) -> _PeakRss:
-        self.peak = _rss()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, _rss())
+def _peak_cpu_allocated(trace_path: str) -> int:
+    """Peak of torch's CPU allocator "Total Allocated" (bytes allocated since profiling began, net of
+    frees) over the memory events of a profiler trace."""
+    with open(trace_path) as fh:
+        events = json.load(fh)["traceEvents"]
+    totals = [e["args"]["Total Allocated"] for e in events
+              if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 0]
+    return max(totals, default=0)
 
 
 def child(args: argparse.Namespace) -> dict:
@@ -105,14 +86,22 @@ def child(args: argparse.Namespace) -> dict:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-    t0 = time.perf_counter()
-    with _PeakRss() as meter:
-        rss0 = _rss()
+    if cuda:
+        t0 = time.perf_counter()
         metrics = trainer.train_update(samples)
-        if cuda:
-            torch.cuda.synchronize()
-    elapsed = time.perf_counter() - t0
-    peak = (torch.cuda.max_memory_allocated() - base) if cuda else (meter.peak - rss0)
+        torch.cuda.synchronize()
+        elapsed = time.perf_counter() - t0
+        peak = torch.cuda.max_memory_allocated() - base
+    else:
+        from torch.profiler import ProfilerActivity, profile
+
+        t0 = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            metrics = trainer.train_update(samples)
+        elapsed = time.perf_counter() - t0
+        trace = os.path.join(log_dir, "trace.json")
+        prof.export_chrome_trace(trace)
+        peak = _peak_cpu_allocated(trace)
     tokens = sum(s.num_tokens for s in samples)
     return {"mode": args.mode, "impl": args.impl, "seconds": elapsed, "tokens": tokens,
             "tokens_per_s": tokens / elapsed, "peak_mem_mb": peak / 2**20,
@@ -142,7 +131,7 @@ def main() -> int:
     print(f"one PPO update, batch={args.batch}, prompt={args.prompt_len}, response={args.response_len} "
           f"tokens, chunk={args.chunk_size}, model={args.model}, device={args.device}, "
           f"threads={args.threads}; memory = "
-          f"{'CUDA max_memory_allocated delta' if args.device.startswith('cuda') else 'peak RSS delta'}"
+          f"{'CUDA max_memory_allocated delta' if args.device.startswith('cuda') else 'peak torch CPU allocation (profiler)'}"
           f"{', after a warm-up update' if args.warmup else ', first update (no warm-up)'}")
     results: dict[tuple[str, str], dict] = {}
     for mode in args.modes.split(","):

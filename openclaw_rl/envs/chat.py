@@ -399,7 +399,11 @@ class ChatEnv(Env):
         if violated:
             picks = self.rng.sample(violated, k=min(2, len(violated)))
             points = [self.rng.choice(p.complaints).format(**self.context) for p in picks]
-            scripted = f"{self.rng.choice(self.persona.redo_leads)} {' and '.join(points)}"
+            lead = self.rng.choice(self.persona.redo_leads)
+            body = " and ".join(points)
+            if lead.endswith((".", "?", "!")):  # a new sentence starts with a capital, as people type it
+                body = body[0].upper() + body[1:]
+            scripted = f"{lead} {body}"
             message, err = self._say("redo", [p.description.format(**self.context) for p in picks], scripted)
         elif wrong_number:
             scripted = self.rng.choice(self.persona.corrections).format(**self.context)

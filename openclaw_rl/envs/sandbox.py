@@ -48,6 +48,7 @@ PRLIMIT = shutil.which("prlimit") or "/usr/bin/prlimit"
 SANDBOX_UID_BASE = 61000
 _uid_counter = itertools.count()
 _uid_lock = threading.Lock()
+_probed = False
 
 
 class SandboxUnavailable(RuntimeError):
@@ -139,6 +140,21 @@ class Sandbox:
         os.chmod(self.root, 0o755)
         self._chown_tree()
         self._closed = False
+        self._probe()
+
+    def _probe(self) -> None:
+        """Once per process: prove bwrap can build its namespaces here, or say why it cannot."""
+        global _probed
+        if _probed:
+            return
+        r = self.run("true")
+        if r.exit_code != 0:
+            self.close()
+            raise SandboxUnavailable(
+                f"bubblewrap cannot create a sandbox here (exit {r.exit_code}): {r.stderr.strip()[:300]}; "
+                "it needs unprivileged user namespaces (kernel.unprivileged_userns_clone / "
+                "user.max_user_namespaces) or a setuid bwrap")
+        _probed = True
 
     # ---- files (used by task set-up and checkers; never follow links out of /work) ----
 

@@ -266,10 +266,10 @@ class EnvService:
             self.started_episodes += 1
             return True
 
-    def _make_env(self, itype: str, seed: int) -> Env | None:
+    def _make_env(self, itype: str, seed: int, persona: str | None = None) -> Env | None:
         kw = env_kwargs_for(self.cfg, itype)
         if itype == "chat":
-            kw["persona"] = random.Random(seed).choice(self.cfg.env_service.personas)
+            kw["persona"] = persona or self.cfg.env_service.personas[0]
             if self.cfg.env_service.user_mode == "llm":
                 from openclaw_rl.envs.chat import make_user_writer
 
@@ -298,20 +298,23 @@ class EnvService:
                 if not self._claim_episode():
                     return
                 itype = rng.choice(types)
-                env = envs.get(itype)
+                # chat: the persona is drawn per episode; one env per (type, persona) is kept and reused
+                persona = rng.choice(self.cfg.env_service.personas) if itype == "chat" else None
+                key = f"{itype}:{persona}" if persona else itype
+                env = envs.get(key)
                 if env is None:
-                    env = self._make_env(itype, rng.randrange(1 << 30))
+                    env = self._make_env(itype, rng.randrange(1 << 30), persona)
                     if env is None:
                         with self._count_lock:
                             self.started_episodes -= 1
                         continue
-                    envs[itype] = env
+                    envs[key] = env
                 stats = self._episode(index, itype, env, client, rng.randrange(1 << 30))
                 if stats is None:  # stopping mid-episode
                     return
                 if stats.error and stats.details.get("env_failed"):
                     env.close()
-                    envs.pop(itype, None)
+                    envs.pop(key, None)
                 self._report(stats)
         finally:
             for env in envs.values():

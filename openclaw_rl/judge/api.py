@@ -62,8 +62,22 @@ class ApiJudge(Judge):
     def __init__(self, cfg: Config, teacher: object | None = None, client: openai.AsyncOpenAI | None = None):
         super().__init__(cfg, teacher)
         self.name = cfg.prm_service.backend
-        self.client = client or make_client(cfg)
+        if client is None and not cfg.api.base_url:  # fail at set-up, not at the first turn
+            raise ValueError("[api] base_url is empty: the API judge needs the API root, e.g. https://host/api")
+        self._given = client
+        self._client: openai.AsyncOpenAI | None = client
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.url = f"{cfg.api.v1_url}/chat/completions"
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        """The client for the running event loop: an async HTTP pool belongs to the loop that made
+        it, so a judge used from a new loop (e.g. the service thread) gets a fresh client."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or (self._given is None and self._loop is not loop):
+            self._client = make_client(self.cfg)
+            self._loop = loop
+        return self._client
 
     async def _ask(self, messages: list[dict[str, str]]) -> str:
         try:
@@ -91,4 +105,7 @@ class ApiJudge(Judge):
         return votes
 
     async def close(self) -> None:
-        await self.client.close()
+        if self._client is not None and (self._given is not None or self._loop is asyncio.get_running_loop()):
+            await self._client.close()
+        if self._given is None:
+            self._client = None

@@ -234,9 +234,13 @@ class StateClassifier:
 _DIRECTIVE = re.compile(
     r"\b(please|pls|don'?t|do not|no|not|never|stop|avoid|instead|use|make|should|shouldn'?t|must|"
     r"need|want|wanted|meant|try|without|less|more|shorter|longer|only|just|remove|add|keep|write|"
-    r"redo|again|rather|answer|give|show|put|sort|check|read)\b", re.IGNORECASE)
-_FILLER = re.compile(r"^(ugh|hmm+|um+|well|ok(ay)?|so|nope|no no( no)?|again\?|sorry|look)[,.!\s]+",
-                     re.IGNORECASE)
+    r"redo|again|rather|answer|give|show|put|sort|check|read|drop|cut|lose|skip|change|fix|switch|"
+    r"rewrite|simplify|talk|said|say|be)\b", re.IGNORECASE)
+_FILLER = re.compile(r"^(ugh|hmm+|um+|well|ok(ay)?|so|nope|no no( no)?|again\?|sorry|look|and|but|also|then)"
+                     r"[,.!\s]+", re.IGNORECASE)
+# "way too formal" / "it's too long": a complaint that is a directive in disguise.
+_TOO = re.compile(r"^(?:(?:it'?s|it is|this is|that'?s|you'?re|you are|way|much|far|a bit|bit|still|just)\s+)*"
+                  r"too\s+([a-z]+(?:\s+[a-z]+)?)[.!]*$", re.IGNORECASE)
 _ERROR_LINE = re.compile(r"(error|exception|traceback|not found|denied|failed|refused|invalid|"
                          r"cannot|can't|timeout|timed out|no such|segmentation|rejected|undefined)",
                          re.IGNORECASE)
@@ -261,9 +265,19 @@ def extract_hint(role: str, content: str) -> str | None:
         return None
     if role == "user":
         clauses = [c for part in re.split(r"(?<=[.!?;])\s+|\n+", text) for c in re.split(r",\s+|\s+—\s+", part)]
-        kept = [_clean(c) for c in clauses if _DIRECTIVE.search(c)]
+        kept = []
+        for c in clauses:
+            too = _TOO.match(c.strip())
+            if too:
+                kept.append(f"Do not be too {too.group(1).lower()}.")
+            elif _DIRECTIVE.search(c):
+                kept.append(_clean(c))
         kept = [k for k in kept if len(k) > 3][:MAX_HINT_SENTENCES]
-        return " ".join(kept) if kept else None
+        if kept:
+            return " ".join(kept)
+        # No directive sentence ("wrong. it's Canberra"): the correction itself is the hint.
+        return f'The user replied: "{text[:200]}". Take this correction into account.'
+
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("[exit")]
     errors = [ln for ln in lines if _ERROR_LINE.search(ln)]
     if not errors:
@@ -292,15 +306,20 @@ class MiniLMJudge(Judge):
             self.classifier = self._shared[str(directory)]
         self.rng = random.Random(cfg.global_.seed)
         self._recent: OrderedDict[tuple[str, str], dict[int, float]] = OrderedDict()
+        self._recent_lock = threading.Lock()
 
     def distribution(self, next_state: NextState) -> dict[int, float]:
         """Blocking: the classifier's probabilities restricted to ``reward_space``."""
         key = (next_state.role, next_state.content)
-        if key not in self._recent:
-            self._recent[key] = self.classifier.predict([key])[0]
-            while len(self._recent) > 256:  # the score and hint votes of one turn share a prediction
-                self._recent.popitem(last=False)
-        return restrict(self._recent[key], self.prm.reward_space)
+        with self._recent_lock:
+            probs = self._recent.get(key)
+        if probs is None:
+            probs = self.classifier.predict([key])[0]
+            with self._recent_lock:
+                self._recent[key] = probs
+                while len(self._recent) > 256:  # the score and hint votes of one turn share a prediction
+                    self._recent.popitem(last=False)
+        return restrict(probs, self.prm.reward_space)
 
     async def score_votes(self, response: str, next_state: NextState) -> list[Vote]:
         dist = await asyncio.to_thread(self.distribution, next_state)

@@ -152,6 +152,21 @@ def test_dialog_is_reported_and_accepted(d: Driver):
     assert 'Title changed: "Fault playground" -> "Changed title"' in d.obs
 
 
+def test_crashed_tab_is_reopened(d: Driver):
+    d.reset("todo_add")
+    renderers = [p["id"] for p in d.env.host.run(d.env.host.processes(), timeout=10) if p["type"] == "renderer"]
+    assert renderers
+    for pid in renderers:  # kill the page's renderer: the tab crashes, the browser lives on
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.3)
+    _, term, trunc, info = d.step(f"click {d.id('button', 'Add')}", ok=False)
+    assert not term and not trunc
+    assert "the page crashed" in info["error"] and "opened again in a new one" in info["error"]
+    assert "Page: Todo list" in d.obs
+    solve_todo_add(d)
+    assert d.done()[0] == 1.0
+
+
 def test_steps_outside_an_episode(host):
     env = GuiEnv(browser=host)
     try:

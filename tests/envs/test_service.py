@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from openclaw_rl.config import build_config
+from openclaw_rl.envs import make
 from openclaw_rl.envs.service import EnvService
 
 from ._server import ChatServer, free_port
@@ -164,5 +165,38 @@ def test_end_to_end_with_the_policy_service(tmp_path, tiny_model_dir, gsm8k_path
             assert len(turns) == s.turns + 1, (s, turns)
             assert turns[0].next_state is not None and turns[0].next_state.content
             assert all(t.turn_type == "main" for t in turns)
+        # the llm user mode, driven through the same real OpenAI-compatible server
+        from openclaw_rl.envs.chat import LLMUserWriter
+
+        writer = LLMUserWriter(base_url=url + "/v1", api_key="e2e-key", model=str(tiny_model_dir), timeout_sec=60,
+                               max_retries=0)
+        env = make("chat", persona="teacher", data_path=str(gsm8k_path), user_mode="llm", user_writer=writer)
+        env.reset(seed=2)
+        obs, reward, term, trunc, info = env.step("Wrong.")
+        assert info["user_error"] is None and obs.strip() and reward < 0.5
     finally:
         ps.stop()
+
+
+def test_chat_episodes_carry_the_users_feedback(tmp_path, gsm8k_path):
+    def student_agent(body):
+        acted = sum(m["role"] == "assistant" for m in body["messages"])
+        if acted == 0:
+            return "Sure! I'd be happy to help you. **Step 1:** let's add."
+        # the style is right now; if the number is wrong the simulated student corrects it
+        return "i added the numbers and checked it twice.\nso the answer is 7"
+
+    with ChatServer(student_agent) as srv:
+        cfg = _cfg(tmp_path, srv.port, types=("chat",), num_envs=1, personas=["student"], max_turns=4,
+                   data_path=str(gsm8k_path))
+        svc = EnvService(cfg, max_episodes=1)
+        svc.start()
+        (stats,) = svc.wait_episodes(1, timeout=30)
+        svc.stop()
+    assert stats.interaction_type == "chat" and stats.details["persona"] == "student"
+    reqs = srv.requests
+    # second request: the user's redo request is the newest message, in plain words
+    feedback = reqs[1]["body"]["messages"][-1]
+    assert feedback["role"] == "user" and "**" not in feedback["content"] and len(feedback["content"]) > 20
+    assert reqs[-1]["headers"]["x-session-done"] == "true"
+    assert all(r["headers"]["x-session-done"] == "false" for r in reqs[:-1])

@@ -6,8 +6,14 @@ import random
 
 import pytest
 
-from openclaw_rl.judge.prompts import (HINT_END, HINT_START, evaluative_messages, hint_messages,
-                                       parse_hint_vote, parse_score)
+from openclaw_rl.judge.prompts import (
+    HINT_END,
+    HINT_START,
+    evaluative_messages,
+    hint_messages,
+    parse_hint_vote,
+    parse_score,
+)
 from openclaw_rl.judge.voting import majority, restrict, sample_from_distribution, select_hint, tempered
 from openclaw_rl.types import NextState, Vote
 

@@ -130,6 +130,11 @@ class BrowserHost:
         return self._browser is not None and self._browser.is_connected()
 
     @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    @property
     def pid(self) -> int | None:
         """Process id of the Chromium browser process (for monitoring, and for crash tests)."""
         return self._pid
@@ -141,7 +146,7 @@ class BrowserHost:
                 return self._browser
             if self._browser is not None:
                 log.warning("chromium (pid %s) is gone; relaunching", self._pid)
-                await self._drop_browser()
+                await self.drop_browser()
             if not (os.path.isfile(self.executable_path) and os.access(self.executable_path, os.X_OK)):
                 found = shutil.which("chromium") or shutil.which("chromium-browser")
                 raise ChromiumNotFound(
@@ -169,19 +174,25 @@ class BrowserHost:
             log.info("chromium %s started (pid %s)", self._browser.version, self._pid)
             return self._browser
 
+    async def processes(self) -> list[dict[str, Any]]:
+        """Chromium's processes as ``{"type": "browser" | "renderer" | ..., "id": pid}`` (DevTools)."""
+        if not self.connected:
+            return []
+        session = await self._browser.new_browser_cdp_session()
+        try:
+            info = await session.send("SystemInfo.getProcessInfo")
+        finally:
+            await session.detach()
+        return [{"type": str(p.get("type")), "id": int(p["id"])} for p in info.get("processInfo", [])]
+
     async def _browser_pid(self) -> int | None:
         """Ask Chromium for its own process id over the DevTools protocol."""
         try:
-            session = await self._browser.new_browser_cdp_session()
-            info = await session.send("SystemInfo.getProcessInfo")
-            await session.detach()
+            procs = await self.processes()
         except Exception as exc:  # only used for monitoring; a failure here is not fatal
             log.debug("could not read chromium pid: %s", exc)
             return None
-        for proc in info.get("processInfo", []):
-            if proc.get("type") == "browser":
-                return int(proc["id"])
-        return None
+        return next((p["id"] for p in procs if p["type"] == "browser"), None)
 
     async def new_context(self) -> Any:
         """A fresh loopback-only browser context (relaunching Chromium if it died)."""
@@ -191,7 +202,8 @@ class BrowserHost:
         await ctx.route("**/*", _loopback_only)
         return ctx
 
-    async def _drop_browser(self) -> None:
+    async def drop_browser(self) -> None:
+        """Close (or, if it does not answer, kill) Chromium; the next ``new_context`` relaunches it."""
         browser, self._browser, pid, self._pid = self._browser, None, self._pid, None
         if browser is not None:
             try:
@@ -209,7 +221,7 @@ class BrowserHost:
                 log.debug("stopping playwright failed: %s", exc)
 
     async def _shutdown(self) -> None:
-        await self._drop_browser()
+        await self.drop_browser()
         await self._stop_playwright()
 
     def close(self) -> None:
@@ -253,6 +265,6 @@ def shared_host() -> BrowserHost:
     """A process-wide :class:`BrowserHost`, for running many ``gui`` environments on one Chromium."""
     global _shared
     with _shared_lock:
-        if _shared is None or _shared._closed:
+        if _shared is None or _shared.closed:
             _shared = BrowserHost()
         return _shared

@@ -56,7 +56,7 @@ SYSTEM_PROMPT = (
     "When the task is complete, reply `done`."
 )
 
-TEXT_ROLES = frozenset({"textbox", "searchbox", "spinbutton", "combobox_editable"})
+TEXT_ROLES = frozenset({"textbox", "searchbox", "spinbutton"})
 _instances = itertools.count(1)
 
 
@@ -222,9 +222,12 @@ class GuiEnv(Env):
             self._over = True
             raise
         except Exception as first:  # a dead or wedged browser, a failed load: relaunch once
-            log.warning("gui reset failed (%s: %s); relaunching the browser", type(first).__name__, first)
+            wedged = isinstance(first, TimeoutError) or not self.host.connected
+            log.warning("gui reset failed (%s: %s); %s", type(first).__name__, first,
+                        "relaunching the browser" if wedged else "retrying")
             try:
-                self.host.run(self.host._drop_browser(), timeout=30)
+                if wedged:  # a shared browser is only torn down when it is dead or not answering
+                    self.host.run(self.host.drop_browser(), timeout=30)
                 outcome = self.host.run(self._open(url), timeout=self._step_budget_s + 60)
             except Exception as second:
                 self._over = True
@@ -669,7 +672,7 @@ class GuiEnv(Env):
         self._closed = True
         self._over = True
         try:
-            if not self.host._closed:
+            if not self.host.closed:
                 self.host.run(self._close_context(), timeout=20)
         except Exception as exc:  # cleanup must not raise; a dead browser has nothing to close
             log.debug("closing gui context failed: %s", exc)
