@@ -59,7 +59,8 @@ def child(args: argparse.Namespace) -> dict:
         "global": {"log_dir": log_dir},
         "training": {"lora": args.mode == "lora", "batch_size": args.batch, "mini_batch_size": args.batch,
                      "micro_batch_tokens": max(4096, args.batch * (args.prompt_len + args.response_len)),
-                     "lr": 1e-5, "kl_coef": 0.01, "logprob_chunk_size": args.chunk_size, "device": args.device, "checkpoint_interval": 1000},
+                     "lr": 1e-5, "kl_coef": 0.01, "logprob_chunk_size": args.chunk_size,
+                     "device": args.device, "checkpoint_interval": 1000},
     }, environ={})
     trainer = Trainer(cfg, args.model)
     if args.impl == "plain":
@@ -86,7 +87,6 @@ def child(args: argparse.Namespace) -> dict:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-    if cuda:
         t0 = time.perf_counter()
         metrics = trainer.train_update(samples)
         torch.cuda.synchronize()

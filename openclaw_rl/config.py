@@ -167,6 +167,9 @@ class TrainingConfig(_Section):
     max_staleness: int | None = Field(None, ge=0, description="versions; older samples are dropped")
     logprob_chunk_size: int = Field(256, ge=1)
     device: str = "cpu"
+    num_processes: int = Field(1, ge=1, description="backend fsdp: training processes (one per GPU)")
+    num_cpus: float = Field(1, gt=0, description="cluster mode: CPUs the trainer actor reserves")
+    num_gpus: float = Field(0, ge=0, description="cluster mode: GPUs the trainer actor reserves")
 
     @property
     def eps_high(self) -> float:
@@ -281,9 +284,9 @@ def unbuilt_parts(cfg: Config) -> list[str]:
     """Values that parse but name a part this version cannot run; the launcher refuses them
     before anything starts (validation, never step 1)."""
     problems = []
-    if cfg.training.backend in ("fsdp", "megatron"):
+    if cfg.training.backend == "megatron":
         problems.append(f"[training] backend = \"{cfg.training.backend}\" is not built yet; use "
-                        "backend = \"torch\" (single process, CPU or GPU)")
+                        "backend = \"torch\" (single process) or \"fsdp\" (multi-process)")
     return problems
 
 
@@ -304,8 +307,14 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
         warnings.append(f"[policy_service] weight_sync_interval = {pol.weight_sync_interval}: serving would "
                         "swap weights nearly every training step; 5-20 is typical")
     if env.mode == "cloud":
-        errors.append("[env_service] mode = \"cloud\": no cluster is reachable — set [global] ray_address "
-                      "to a running Ray cluster (cluster mode is not built yet); use mode = \"local\"")
+        import importlib.util
+
+        if not cfg.global_.ray_address:
+            errors.append("[env_service] mode = \"cloud\" needs [global] ray_address: the address of a running "
+                          "Ray cluster (host:port of `ray start --head`, or \"auto\"); or use mode = \"local\"")
+        if importlib.util.find_spec("ray") is None:
+            errors.append("[env_service] mode = \"cloud\" needs the ray package, which is not installed: "
+                          "pip install 'openclaw-rl[ray]'")
     if not env.state_capture:
         warnings.append("[env_service] state_capture = false: the judge gets no next state, every reward "
                         "is 0 and nothing is learned")

@@ -120,6 +120,12 @@ def check_env(cfg: Config) -> Check:
     if not env.enabled or env.num_envs == 0:
         return Check("env_service", True, "no environment workers (personal-agent mode)")
     problems = []
+    if env.mode == "cloud":  # a TCP check of the head, bounded (10 s) well inside the dry-run deadline
+        from openclaw_rl.runtime.cluster import check_ray_address
+
+        problem = check_ray_address(cfg.global_.ray_address)
+        if problem:
+            problems.append(problem)
     types = set(env.interaction_types)
     if types & {"terminal", "tool_call"} and shutil.which("bwrap") is None:
         problems.append("terminal/tool_call need bubblewrap (bwrap): apt-get install bubblewrap")
@@ -150,7 +156,8 @@ def check_training(cfg: Config) -> Check:
         return Check("training", False, f"device = {device!r} but no CUDA device is available")
     if cfg.training.lora and importlib.util.find_spec("peft") is None:
         return Check("training", False, "lora = true needs the peft package")
-    return Check("training", True, f"backend=torch {torch.__version__} on {device}, lora={cfg.training.lora}")
+    return Check("training", True, f"backend={cfg.training.backend} torch {torch.__version__} on {device}, "
+                 f"lora={cfg.training.lora}")
 
 
 def check_log_dir(cfg: Config) -> str | None:

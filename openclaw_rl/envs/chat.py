@@ -47,11 +47,17 @@ AI_PHRASES = (
     "as an ai", "language model", "i'd be happy", "i would be happy", "happy to help", "i'm happy to",
     "glad to help", "certainly", "great question", "hope this helps", "feel free", "let me know",
     "here's", "here is", "let's", "let us", "step-by-step", "step by step", "in conclusion",
-    "to solve this problem", "of course", "sure!", "sure,", "alright", "assist you",
+    "to solve this problem", "of course", "sure!", "sure,", "alright", "assist", "chatbot", "i'm sorry",
+    "i apologize", "ready to help", "here to help", "please provide", "we need to", "we can ",
 )
 _MARKDOWN = re.compile(r"\*\*|__|^\s{0,3}#{1,6}\s|^\s*\d+[.)]\s|^\s*[-*\u2022]\s", re.M)
 _SECOND_PERSON = re.compile(r"\b(you|your|you're|youre|you'll|you've|yourself)\b", re.I)
-_FIRST_PERSON = re.compile(r"\b(i|i'm|im|i've|my|me)\b", re.I)
+# The student narrating their own work: "i added", "i then divided", "i got" (not "I'm happy to").
+_NARRATION = re.compile(r"\bi\s+(?:(?:just|then|first|also|basically|finally)\s+)?"
+                        r"(?:\w+ed|got|did|found|took|made|knew|know|think|thought|saw|had|put|went|set|wrote|"
+                        r"came|read|multiply|divide|add|subtract|figure|work|times|split|take|get|do)\b", re.I)
+# A clean closing statement: "so the answer is 36" / "Answer: $1,250 total." (not a sentence cut mid-sum).
+_FINAL = re.compile(r"answer\b[^\d\n]{0,25}-?\$?\d[\d,]*(?:\.\d+)?(?:\s+[A-Za-z]+){0,3}\s*[.!]?\s*$", re.I)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _VERDICT = re.compile(r"\b(correct|incorrect|right answer|not right|not quite|wrong answer|is right|"
                       r"got it right|spot on|exactly right|isn't right|is off|not correct)\b", re.I)
@@ -93,12 +99,11 @@ def no_ai_phrases(text: str, ctx: Context | None = None) -> bool:
 
 
 def student_voice(text: str, ctx: Context | None = None) -> bool:
-    return bool(_FIRST_PERSON.search(text)) and not _SECOND_PERSON.search(text.replace("\u2019", "'"))
+    return bool(_NARRATION.search(text)) and not _SECOND_PERSON.search(text.replace("\u2019", "'"))
 
 
 def final_answer_stated(text: str, ctx: Context | None = None) -> bool:
-    last = _last_line(text)
-    return "answer" in last.lower() and bool(_NUMBER.search(last))
+    return bool(_FINAL.search(_last_line(text)))
 
 
 def says_verdict(text: str, ctx: Context | None = None) -> bool:
@@ -163,7 +168,7 @@ STUDENT = Persona(
                    ("this sounds like a robot wrote it lol. no \"happy to help\" or \"let's\" stuff",
                     "get rid of the chatbot phrases, nobody in my class writes \"here's\" or \"let's\"",
                     "it literally sounds like chatgpt, my teacher will know")),
-        Preference("student_voice", "written as the student in first person (\"i added...\"), never talking to \"you\"",
+        Preference("student_voice", "written as the student narrating their work (\"i added...\"), never talking to \"you\"",
                    student_voice,
                    ("write it like im the one who did it, like \"i added...\", and don't talk to me as \"you\"",
                     "it should sound like me explaining my work, not you explaining it to me",

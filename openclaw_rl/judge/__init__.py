@@ -16,8 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from openclaw_rl.config import Config
-from openclaw_rl.judge.base import Judge, JudgeUnavailable
-from openclaw_rl.judge.teacher import ApiTeacher, LocalTeacher, TeacherUnavailable
+from openclaw_rl.judge.base import Judge
+from openclaw_rl.judge.errors import JudgeUnavailable, TeacherUnavailable
+from openclaw_rl.judge.teacher import ApiTeacher, LocalTeacher
 
 __all__ = ["Judge", "JudgeUnavailable", "TeacherUnavailable", "make_judge", "make_teacher"]
 

@@ -17,7 +17,8 @@ import asyncio
 import openai
 
 from openclaw_rl.config import Config
-from openclaw_rl.judge.base import Judge, JudgeUnavailable
+from openclaw_rl.judge.base import Judge
+from openclaw_rl.judge.errors import JudgeUnavailable
 from openclaw_rl.judge.prompts import evaluative_messages, hint_messages, parse_hint_vote, parse_score
 from openclaw_rl.types import NextState, Vote
 

@@ -19,15 +19,11 @@ import time
 from abc import ABC, abstractmethod
 
 from openclaw_rl.config import Config
-from openclaw_rl.judge.teacher import TeacherUnavailable
+from openclaw_rl.judge.errors import JudgeUnavailable, TeacherUnavailable
 from openclaw_rl.judge.voting import majority, select_hint
 from openclaw_rl.types import JudgeResult, NextState, Turn, Vote
 
 log = logging.getLogger("openclaw_rl.judge")
-
-
-class JudgeUnavailable(RuntimeError):
-    """The judge (or teacher) could not be reached or refused us; the turn must be retried later."""
 
 
 def response_text(turn: Turn) -> str:

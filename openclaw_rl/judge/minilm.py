@@ -259,7 +259,12 @@ def _clean(clause: str) -> str:
 
 
 def extract_hint(role: str, content: str) -> str | None:
-    """A short hint made of the next state's own directive sentences (or its error line)."""
+    """A short hint made of the next state's own words; the judge uses it only for negative states.
+
+    A user reply gives its directive clauses, cleaned up (at most three), or — when it has none, as
+    in "wrong. it's Canberra" — the quoted reply as a correction. A tool / terminal / page output
+    gives its last error line; without one there is no hint (None).
+    """
     text = content.strip()
     if not text:
         return None

@@ -121,6 +121,13 @@ class JudgeService:
         """Loop until :meth:`stop`; an all-failed round pauses for ``retry_interval_sec``."""
         log.info(self.start_line())
         try:
+            # Build the judge before the first turn: a setup mistake (no model, empty base_url)
+            # stops the service with its message instead of failing every turn forever.
+            await asyncio.to_thread(lambda: self.judge)
+        except Exception:
+            log.exception("[prm_service] the judge could not be set up")
+            raise
+        try:
             while not self._stop.is_set():
                 results = await self.run_once()
                 if results and all(not r.ok for r in results):
@@ -167,6 +174,9 @@ def main(config_path: str) -> int:
         asyncio.run(service.run())
     except KeyboardInterrupt:
         pass
+    except Exception as exc:  # already logged with its traceback by run(); exit non-zero
+        print(f"[prm_service] stopped: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     finally:
         store.close()
     return 0

@@ -25,6 +25,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from openclaw_rl.judge.errors import JudgeUnavailable, TeacherUnavailable
 from openclaw_rl.judge.prompts import HINT_HEADING
 from openclaw_rl.types import Turn
 
@@ -44,10 +45,6 @@ def shared_model(name: str, device: str = "cpu", dtype: str = "float32") -> tupl
         if key not in _models:
             _models[key] = load_model(name, device=device, dtype=dtype)
         return _models[key]
-
-
-class TeacherUnavailable(RuntimeError):
-    """The configured teacher cannot produce log-probs at all (a setup problem, not an outage)."""
 
 
 @dataclass
@@ -166,6 +163,11 @@ class ApiTeacher:
                 f"the API at {self.client.base_url} refused a prompt log-prob request ({exc.status_code}); "
                 "OPD needs a local teacher ([prm_service] teacher = \"policy_base\") or an endpoint with "
                 "prompt log-prob support (echo + logprobs on /v1/completions)") from None
+        except openai.APIError as exc:  # an outage, not a missing feature: judge this turn again later
+            from openclaw_rl.judge.api import describe_failure
+
+            raise JudgeUnavailable("teacher: " + describe_failure(exc, f"{self.client.base_url}completions",
+                                                                  self.client.max_retries)) from None
         lp = resp.choices[0].logprobs if resp.choices else None
         token_lps = list(getattr(lp, "token_logprobs", None) or [])
         if len(token_lps) < n_p + n_r:

@@ -32,7 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from openclaw_rl.policy.engine import WeightLoadError
 from openclaw_rl.policy.protocol import APIError, LoadWeightsRequest, validation_message
-from openclaw_rl.policy.serving import Serving
+from openclaw_rl.policy.serving import Serving, escape_for_log
 
 log = logging.getLogger("openclaw_rl.policy")
 
@@ -80,6 +80,8 @@ def build_app(serving: Serving, api_key: str | None) -> FastAPI:
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        # messages may quote client input: escaped so a request cannot forge log lines
+        log.info("[policy_service] %d on %s: %s", exc.status, request.url.path, escape_for_log(exc.message, 300))
         return _error(exc)
 
     @app.exception_handler(RequestValidationError)

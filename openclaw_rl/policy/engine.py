@@ -19,18 +19,26 @@ Sampling and the recorded log-probs (what PPO's ``logp_old`` is):
 Every sampled token is recorded, including an end-of-sequence token and the token that completed a stop
 string (the returned *text* excludes both, as OpenAI does); nothing is ever re-tokenised from text.
 
-Weight swaps happen **between** decoding steps and only once the current batch has drained: while a
-swap is pending no new request is admitted, in-flight requests finish on the weights they started
-with, then the new state dict is copied in (milliseconds) and admission resumes. So no request is
-refused or fails, every response — tokens and log-probs — comes from exactly one policy version, and
-the version recorded with a turn is the one that produced all of it. Loading and merging the new
-weights happens in the caller's thread, off the decoding path.
+Weight swaps happen **between** decoding steps, never inside a forward pass; loading and merging the
+new weights happens in the caller's thread, off the decoding path, and the copy into the model takes
+milliseconds. ``[policy_service] non_blocking`` chooses when:
+
+* ``true`` (default, SPEC §3): at the very next step boundary. Nothing waits; in-flight requests
+  continue on the new weights for their remaining tokens. Each token's recorded log-prob is still the
+  one it was actually sampled with (the behaviour policy PPO's ratio needs); the turn records the
+  version it *started* on, so staleness is never under-estimated.
+* ``false``: once the running batch has drained. No new request is admitted while the swap is pending,
+  in-flight requests finish on the weights they started with, so every response comes from exactly
+  one version; new requests wait (never fail) for at most one response's duration.
+
+Either way no request is refused or fails.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import logging
 import threading
 import time
@@ -112,6 +120,7 @@ class Engine(ABC):
         self.cfg = cfg
         self.model_name = cfg.policy_service.model
         self.tokenizer: Any = None
+        self._prep_tokenizer: Any = None
         self._version = 0
 
     @property
@@ -138,11 +147,17 @@ class Engine(ABC):
         prompt + max_tokens fits ``max_model_len``; raises :class:`APIError` 400 otherwise."""
         if self.tokenizer is None:
             return
+        if getattr(self, "_prep_tokenizer", None) is None:
+            # Requests are tokenised on worker threads while the engine thread decodes; a Rust fast
+            # tokenizer must not be used from two threads at once, so preparation has its own copy.
+            self._prep_tokenizer = copy.deepcopy(self.tokenizer)
+            self._prep_lock = threading.Lock()
         limit = self.cfg.policy_service.max_model_len
-        text = self.tokenizer.apply_chat_template(
-            template_messages(req.messages, req.tools if req.tool_choice != "none" else None),
-            add_generation_prompt=True, tokenize=False)
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        with self._prep_lock:
+            text = self._prep_tokenizer.apply_chat_template(
+                template_messages(req.messages, req.tools if req.tool_choice != "none" else None),
+                add_generation_prompt=True, tokenize=False)
+            ids = self._prep_tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) >= limit:
             raise APIError(400, f"messages: the prompt is {len(ids)} tokens, which leaves no room to generate "
                            f"within max_model_len = {limit}; shorten the conversation", param="messages",
@@ -250,6 +265,7 @@ class TransformersEngine(Engine):
         self._thread: threading.Thread | None = None
         self.active_count = 0
         self.steps = 0
+        self.mid_batch_swaps = 0
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -302,8 +318,8 @@ class TransformersEngine(Engine):
                 return
 
     def swap_weights(self, path: str | Path, version: int) -> None:
-        """Load ``path`` (LoRA adapter or full model) and make it the policy for new requests; blocks
-        until applied. In-flight requests finish on the weights they started with."""
+        """Load ``path`` (LoRA adapter or full model) and apply it at a step boundary (see the module
+        docstring for ``non_blocking``); blocks until applied. Call after :meth:`start`."""
         state = load_policy_state(path, self.base_dir, getattr(torch, self.pcfg.dtype))
         check_compatible(self.model, state)
         done = threading.Event()
@@ -330,10 +346,11 @@ class TransformersEngine(Engine):
             new: list[_Row] = []
             with self._cv:
                 active = batch.size if batch else 0
-                if self._swap is not None and active == 0:
+                if self._swap is not None and (active == 0 or self.pcfg.non_blocking):
                     state, version, done = self._swap
                     self._swap = None
                     self._apply(state, version)
+                    self.mid_batch_swaps += active > 0
                     done.set()
                 if active == 0 and not self._pending:
                     if self._stopping:
@@ -368,18 +385,22 @@ class TransformersEngine(Engine):
         out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
                          use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
         new_cache = getattr(out, "cache", None)
-        return out.logits[:, -1, :].float(), new_cache if new_cache is not None else out.past_key_values
+        # sampling runs on the CPU (per-request seeded generators are CPU generators)
+        logits = out.logits[:, -1, :].float().cpu()
+        return logits, new_cache if new_cache is not None else out.past_key_values
 
     def _prefill(self, rows: list[_Row], batch: _Batch | None) -> _Batch:
         from transformers import DynamicCache
 
         width = max(len(r.prompt) for r in rows)
         pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(r.prompt)) + r.prompt for r in rows])
-        mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in rows])
+        dev = self.pcfg.device
+        ids = torch.tensor([[pad] * (width - len(r.prompt)) + r.prompt for r in rows], device=dev)
+        mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in rows], device=dev)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         logits, cache = self._forward(ids, mask, positions, DynamicCache())
-        fresh = _Batch(rows, cache, mask, torch.tensor([len(r.prompt) for r in rows]), torch.zeros(len(rows), dtype=torch.long))
+        fresh = _Batch(rows, cache, mask, torch.tensor([len(r.prompt) for r in rows], device=dev),
+                       torch.zeros(len(rows), dtype=torch.long, device=dev))
         self._sample(fresh, logits)
         fresh = fresh.keep_unfinished()
         if batch is None or batch.size == 0:
@@ -389,7 +410,8 @@ class TransformersEngine(Engine):
         return batch.merge(fresh)
 
     def _decode(self, batch: _Batch) -> _Batch:
-        batch.mask = torch.cat([batch.mask, torch.ones(batch.size, 1, dtype=batch.mask.dtype)], dim=1)
+        batch.mask = torch.cat([batch.mask, torch.ones(batch.size, 1, dtype=batch.mask.dtype,
+                                                       device=batch.mask.device)], dim=1)
         logits, batch.cache = self._forward(batch.last[:, None], batch.mask, batch.positions[:, None], batch.cache)
         batch.positions = batch.positions + 1
         self._sample(batch, logits)
@@ -398,32 +420,46 @@ class TransformersEngine(Engine):
 
     def _sample(self, batch: _Batch, logits: torch.Tensor) -> None:
         """Draw one token per row, record its log-prob, stream it, finish rows that are done."""
-        limit = self.pcfg.max_model_len
-        new_last = []
-        for i, row in enumerate(batch.rows):
+        rows = batch.rows
+        temps = torch.tensor([r.req.params.temperature if r.req.params.temperature > 0 else 1.0 for r in rows])
+        logp = torch.log_softmax(logits / temps[:, None], dim=-1)  # one batched op for every row
+        toks: list[int | None] = [None] * len(rows)
+        plain: list[int] = []  # rows sampled with the shared generator, in one multinomial call
+        for i, row in enumerate(rows):
             p = row.req.params
-            if p.temperature > 0:
-                logp = torch.log_softmax(logits[i] / p.temperature, dim=-1)
-                if p.top_p < 1.0:
-                    sorted_lp, order = torch.sort(logp, descending=True)
-                    before = torch.cumsum(sorted_lp.exp(), 0) - sorted_lp.exp()
-                    drop = order[before >= p.top_p]  # the first token always stays
-                    logp[drop] = float("-inf")
-                    logp = logp - torch.logsumexp(logp, 0)
-                tok = int(torch.multinomial(logp.exp(), 1, generator=row.gen).item())
+            if p.temperature <= 0:
+                toks[i] = int(torch.argmax(logp[i]).item())
+                continue
+            if p.top_p < 1.0:
+                sorted_lp, order = torch.sort(logp[i], descending=True)
+                before = torch.cumsum(sorted_lp.exp(), 0) - sorted_lp.exp()
+                drop = order[before >= p.top_p]  # the first token always stays
+                row_lp = logp[i].clone()
+                row_lp[drop] = float("-inf")
+                logp[i] = row_lp - torch.logsumexp(row_lp, 0)
+            if row.gen is not None:
+                toks[i] = int(torch.multinomial(logp[i].exp(), 1, generator=row.gen).item())
             else:
-                logp = torch.log_softmax(logits[i], dim=-1)
-                tok = int(torch.argmax(logp).item())
-            lp = float(logp[tok].item())
+                plain.append(i)
+        if plain:
+            drawn = torch.multinomial(logp[plain].exp(), 1).squeeze(1).tolist()
+            for i, t in zip(plain, drawn, strict=True):
+                toks[i] = int(t)
+        limit = self.pcfg.max_model_len
+        for i, row in enumerate(rows):
+            tok = toks[i]
+            assert tok is not None
+            lp = float(logp[i, tok].item())
             top = None
-            if p.top_logprobs:
-                vals, idx = torch.topk(logp, p.top_logprobs)
-                top = [[(self.tokenizer.decode([int(j)]), max(float(v), IMPOSSIBLE)) for v, j in zip(vals, idx, strict=True)]]
+            k = row.req.params.top_logprobs
+            if k:
+                vals, idx = torch.topk(logp[i], k)
+                top = [[(self.tokenizer.decode([int(j)]), max(float(v), IMPOSSIBLE))
+                        for v, j in zip(vals, idx, strict=True)]]
             row.ids.append(tok)
             row.logprobs.append(lp)
-            new_last.append(tok)
             self._advance(row, tok, lp, top, limit)
-        batch.last = torch.tensor(new_last)
+        batch.last = torch.tensor(toks, device=batch.mask.device)
 
     def _advance(self, row: _Row, tok: int, lp: float, top: Any, limit: int) -> None:
         p = row.req.params
@@ -479,7 +515,7 @@ class _Batch:
         self.rows = [self.rows[i] for i in keep]
         if not keep:
             return self
-        idx = torch.tensor(keep)
+        idx = torch.tensor(keep, device=self.mask.device)
         self.cache.batch_select_indices(idx)
         self.mask = self.mask[idx]
         self.positions = self.positions[idx]
@@ -504,7 +540,7 @@ class _Batch:
                 return x
             shape = list(x.shape)
             shape[dim] = n
-            return torch.cat([torch.zeros(shape, dtype=x.dtype), x], dim=dim)
+            return torch.cat([torch.zeros(shape, dtype=x.dtype, device=x.device), x], dim=dim)
 
         for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
             mine.keys = torch.cat([lpad(mine.keys, width - t_self, 2), lpad(theirs.keys, width - t_other, 2)])

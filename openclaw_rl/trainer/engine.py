@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -183,9 +184,22 @@ class Trainer:
             bad = [t for t in (*s.prompt_ids, *s.response_ids) if t < 0 or t >= vocab]
             if bad:
                 raise ValueError(f"{where}: token id {bad[0]} outside the model's vocabulary (0..{vocab - 1})")
+            if not (math.isfinite(s.weight) and s.weight >= 0):
+                raise ValueError(f"{where}: weight must be a finite number >= 0, got {s.weight}")
+            for name in ("rollout_logprobs", "teacher_logprobs"):
+                values = getattr(s, name) or []
+                if not all(math.isfinite(v) for v in values):
+                    raise ValueError(f"{where}: {name} contains a non-finite value (NaN or infinity)")
             if self._uses_topk(s):
                 assert s.teacher_topk_ids is not None
                 ks.update(len(row) for row in s.teacher_topk_ids)
+                assert s.teacher_topk_logprobs is not None
+                if not all(math.isfinite(v) for row in s.teacher_topk_logprobs for v in row):
+                    raise ValueError(f"{where}: teacher_topk_logprobs contains a non-finite value")
+                bad = [t for row in s.teacher_topk_ids for t in row if t < 0 or t >= vocab]
+                if bad:
+                    raise ValueError(f"{where}: teacher_topk_ids holds {bad[0]}, outside the model's "
+                                     f"vocabulary (0..{vocab - 1}); was the teacher a different model?")
         if len(ks) > 1:
             raise ValueError(f"teacher top-K lists have different K within one update: {sorted(ks)}")
 
@@ -253,8 +267,9 @@ class Trainer:
 
         Metrics: loss, pg_loss, kl, clip_frac, ppo_kl, entropy, topk_kl, grad_norm, tokens_per_s,
         logprob_gap (mean |trainer log-prob before the update - rollout log-prob| over trained
-        tokens), num_tokens (trained tokens), optimizer_steps. A batch with no trained token (all
-        loss masks zero) changes nothing and reports zeros.
+        tokens), num_tokens (trained tokens), optimizer_steps, skipped_steps (mini-batches whose loss
+        or gradient was not finite: their step is dropped, never applied). A batch with no trained
+        token (all loss masks zero) changes nothing and reports zeros.
         """
         if not samples:
             raise ValueError("train_update needs at least one sample")
@@ -265,6 +280,7 @@ class Trainer:
         tok_weighted = ("clip_frac", "ppo_kl", "logprob_gap", "ratio_mean", "adv_mean")
         per_step = ("loss", "pg_loss", "kl", "entropy", "topk_kl")
         n_trained = 0
+        skipped = 0
         grad_norms: list[float] = []
         if active:
             old_lp = self._score(self.model, active)
@@ -279,25 +295,42 @@ class Trainer:
                 denom = float(sum(sum(1 for m in active[i].loss_mask if m) for i in idx))
                 self.optimizer.zero_grad(set_to_none=True)
                 step_sums: dict[str, float] = {}
+                step_tok: dict[str, float] = {}
+                step_n = 0
+                finite = True
                 for micro in micro_batches([active[i].num_tokens for i in idx], self.tc.micro_batch_tokens):
                     rows = [idx[j] for j in micro]
                     loss, m, n_tok = self._micro_step(
                         [active[i] for i in rows], [old_lp[i] for i in rows],
                         [ref_lp[i] for i in rows] if ref_lp is not None else None, denom)
+                    if not torch.isfinite(loss.detach()):
+                        finite = False
+                        break
                     loss.backward()
                     m["loss"] = float(loss.detach())
                     for key in per_step:  # already divided by the mini-batch denominator: add up
                         step_sums[key] = step_sums.get(key, 0.0) + m.get(key, 0.0)
                     for key in tok_weighted:
-                        sums[key] = sums.get(key, 0.0) + m[key] * n_tok
-                    n_trained += n_tok
-                norm = torch.nn.utils.clip_grad_norm_(self.params, self.tc.max_grad_norm)
+                        step_tok[key] = step_tok.get(key, 0.0) + m[key] * n_tok
+                    step_n += n_tok
+                norm = torch.nn.utils.clip_grad_norm_(self.params, self.tc.max_grad_norm) if finite else None
+                if norm is None or not torch.isfinite(norm):
+                    # One bad step must not corrupt the weights or the AdamW moments: drop it, say so.
+                    print(f"[train] warning: non-finite {'loss' if norm is None else 'gradient'} in "
+                          f"mini-batch {start // mb}; optimiser step skipped", flush=True)
+                    self.optimizer.zero_grad(set_to_none=True)
+                    skipped += 1
+                    continue
                 grad_norms.append(float(norm))
                 self.optimizer.step()
+                n_trained += step_n
                 for key, v in step_sums.items():
                     sums[key] = sums.get(key, 0.0) + v
+                for key, v in step_tok.items():
+                    sums[key] = sums.get(key, 0.0) + v
             self.optimizer.zero_grad(set_to_none=True)
-            self.policy_version += 1
+            if grad_norms:
+                self.policy_version += 1
         n_steps = len(grad_norms)
         elapsed = time.perf_counter() - t0
         metrics = {key: sums.get(key, 0.0) / max(n_steps, 1) for key in per_step}
@@ -306,6 +339,7 @@ class Trainer:
         metrics["tokens_per_s"] = sum(s.num_tokens for s in active) / elapsed if elapsed > 0 else 0.0
         metrics["num_tokens"] = float(n_trained)
         metrics["optimizer_steps"] = float(n_steps)
+        metrics["skipped_steps"] = float(skipped)
         metrics["num_samples"] = float(len(samples))
         self.step += 1
         metrics["step"] = float(self.step)
@@ -367,9 +401,15 @@ class Trainer:
         state = {"step": self.step, "policy_version": self.policy_version, "lora": self.tc.lora,
                  "base_model": str(self.base_dir), "saved_at": time.time()}
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
+        old = None
         if final.exists():  # same step saved twice (e.g. interval and shutdown): keep the newest
-            shutil.rmtree(final)
+            old = root / f".{name}.old{os.getpid()}"
+            if old.exists():
+                shutil.rmtree(old)
+            final.rename(old)
         tmp.rename(final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
         _atomic_write_text(root / POINTER_FILE, name + "\n")
         self._prune(keep=name)
         print(f"[train] checkpoint saved: {final}", flush=True)

@@ -37,6 +37,12 @@ def test_student_scorer_on_fixed_texts():
     assert personalization_score("student", AI_STYLE * 5) == 0.0
     assert personalization_score("student", "") == 0.0  # saying nothing meets no preference
     assert personalization_score("teacher", "") == 0.0
+    # replies the untrained model really gives (greedy) must not pass as student-written
+    refusal = "I'm ready to help. Please go ahead and provide the math problem."
+    assert preference_report("student", refusal) == {"no_markdown": True, "no_ai_phrases": False,
+                                                     "student_voice": False, "final_answer": False}
+    cut_off = "So 2 * 3 = 6 people.\nThe answer is 1/4 * 1 + "
+    assert preference_report("student", cut_off)["final_answer"] is False
 
 
 def test_teacher_scorer_uses_context():

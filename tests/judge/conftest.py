@@ -29,6 +29,7 @@ class Remote:
     delay_s: float = 0.0
     calls: int = 0
     url: str = ""
+    prompt_logprobs: bool = True  # whether /v1/completions supports echo + logprobs
 
     def reset(self) -> None:
         self.eval_reply = "The user thanked the assistant.\nSCORE: +1"
@@ -36,6 +37,7 @@ class Remote:
         self.fail_next = []
         self.delay_s = 0.0
         self.calls = 0
+        self.prompt_logprobs = True
 
 
 def _app(remote: Remote) -> FastAPI:
@@ -62,6 +64,22 @@ def _app(remote: Remote) -> FastAPI:
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                          "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        })
+
+    @app.post("/api/v1/completions")
+    async def completions(request: Request) -> JSONResponse:
+        """Prompt log-probs the vLLM way: echo=True returns one log-prob per prompt token, here the
+        canned value -(position / 100) so a test can check which positions were taken."""
+        body = await request.json()
+        if not remote.prompt_logprobs or not body.get("echo"):
+            return JSONResponse({"error": {"message": "echo is not supported"}}, status_code=400)
+        ids = body["prompt"]
+        lps = [None] + [-(i / 100) for i in range(1, len(ids))]
+        return JSONResponse({
+            "id": "cmpl-test", "object": "text_completion", "created": int(time.time()), "model": body["model"],
+            "choices": [{"index": 0, "text": "", "finish_reason": "length",
+                         "logprobs": {"tokens": [str(i) for i in ids], "token_logprobs": lps,
+                                      "top_logprobs": None, "text_offset": list(range(len(ids)))}}],
         })
 
     return app

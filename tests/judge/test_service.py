@@ -65,7 +65,7 @@ def test_judged_turns_become_samples_with_teacher_logprobs(remote, tiny, tmp_pat
 def test_outage_is_stored_as_error_and_retried(remote, tiny, tmp_path):
     _, tok = tiny
     remote.fail_next = [500] * 100
-    cfg = api_config(remote, api={"max_retries": 0}, extract_instruction=False)
+    cfg = api_config(remote, api={"max_retries": 0}, extract_instruction=False, retry_interval_sec=0.5)
     store = Store(tmp_path / "store.sqlite")
     record(store, tok, "b", 0, "hi")
     record(store, tok, "b", 1, "thanks!", previous_next_state="thanks!")
@@ -77,9 +77,9 @@ def test_outage_is_stored_as_error_and_retried(remote, tiny, tmp_path):
     assert store.ready_count() == 0  # no sample from a failed judgement — and no score of 0
     assert store.counters().judged == 0 and store.counters().failed == 1
     # Not due yet: nothing to judge until retry_interval_sec has passed.
-    assert asyncio.run(service.run_once()) == [] or store.turn_status("b", 0) == "failed"
     remote.fail_next = []
-    time.sleep(0.1)
+    assert asyncio.run(service.run_once()) == [] and store.turn_status("b", 0) == "failed"
+    time.sleep(0.6)
     results = asyncio.run(service.run_once())
     assert [r.score for r in results] == [1]
     assert store.turn_status("b", 0) == "judged"
@@ -117,3 +117,49 @@ def test_background_loop_judges_while_running(remote, tiny, tmp_path):
     finally:
         service.stop()
     assert store.counters().judged == 3 and service.step == 3
+
+
+def test_service_runs_as_its_own_process(remote, tmp_path):
+    """``python -m openclaw_rl.judge.service --config FILE`` judges what another process recorded."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from .conftest import KEY
+
+    log_dir = tmp_path / "run"
+    config = tmp_path / "config.toml"
+    config.write_text(f"""
+[global]
+log_dir = "{log_dir}"
+[api]
+base_url = "{remote.url}"
+api_key = "{KEY}"
+timeout_sec = 5
+[prm_service]
+backend = "taotoken"
+model = "judge-model"
+extract_instruction = false
+retry_interval_sec = 0.1
+""")
+    store = Store(log_dir / "store.sqlite")
+    for idx, state in ((0, None), (1, "thanks, that works")):
+        store.record_turn(Turn(session_id="p", turn_index=idx, messages=[{"role": "user", "content": "q"}],
+                               prompt_ids=[1, 2], response_ids=[3, 4], response_logprobs=[-0.1, -0.2]),
+                          next_state_for_previous=NextState(role="user", content=state) if state else None)
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.judge.service", "--config", str(config)],
+                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 120
+        while store.turn_status("p", 0) != "judged" and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert store.turn_status("p", 0) == "judged", out
+    assert "[prm_service] backend=taotoken, vote_count=3, extract_instruction=false" in out
+    assert "[rollout] step=1 reward=1 instruction_extracted=false" in out
+    assert KEY not in out
+    assert proc.returncode == 0, out

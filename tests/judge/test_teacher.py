@@ -9,7 +9,7 @@ import torch
 
 from openclaw_rl.judge.prompts import HINT_HEADING
 from openclaw_rl.judge.teacher import LocalTeacher, hinted_messages, hinted_prompt, template_ids
-from openclaw_rl.types import Turn
+from openclaw_rl.types import NextState, Turn
 
 HINT = "Write plain prose without bold text or numbered lists."
 
@@ -84,3 +84,41 @@ def test_teacher_logprobs_equal_a_direct_forward_pass(tiny):
         base = torch.log_softmax(model(input_ids=torch.tensor([turn.prompt_ids + turn.response_ids])).logits[0], -1)
     plain = [base[len(turn.prompt_ids) + j - 1, t].item() for j, t in enumerate(turn.response_ids)]
     assert out.logprobs != pytest.approx(plain, abs=1e-4)
+
+
+def _api_turn_setup(remote, tiny_model_dir, tok):
+    from .conftest import api_config
+
+    cfg = api_config(remote, training={"opd_enabled": True}, teacher="api")
+    cfg.policy_service.model = str(tiny_model_dir)
+    remote.eval_reply = "SCORE: -1"
+    remote.hint_reply = f"VERDICT: +1\n[HINT_START]{HINT}[HINT_END]"
+    turn = make_turn(tok, MESSAGES[:4])
+    turn.next_state = NextState(role="user", content="no bold please")
+    return cfg, turn
+
+
+def test_api_teacher_uses_prompt_logprobs_of_the_response_positions(remote, tiny, tiny_model_dir):
+    from openclaw_rl.judge import make_judge
+
+    _, tok = tiny
+    cfg, turn = _api_turn_setup(remote, tiny_model_dir, tok)
+    result = asyncio.run(make_judge(cfg).judge(turn))
+    assert result.ok and result.score == -1 and result.hint == HINT
+    prompt, added = hinted_prompt(tok, turn, HINT)
+    n_p = len(prompt)
+    assert result.teacher_logprobs == pytest.approx([-(n_p + j) / 100 for j in range(len(turn.response_ids))])
+    assert result.teacher_context_len == added
+
+
+def test_api_without_prompt_logprobs_says_opd_needs_a_capable_teacher(remote, tiny, tiny_model_dir, caplog):
+    from openclaw_rl.judge import make_judge
+
+    _, tok = tiny
+    cfg, turn = _api_turn_setup(remote, tiny_model_dir, tok)
+    remote.prompt_logprobs = False
+    with caplog.at_level("ERROR", logger="openclaw_rl.judge"):
+        result = asyncio.run(make_judge(cfg).judge(turn))
+    # The RL part is still judged; only the OPD part is missing, and the log says why.
+    assert result.ok and result.score == -1 and result.teacher_logprobs is None
+    assert "OPD needs a local teacher" in caplog.text

@@ -230,3 +230,73 @@ def test_queue_full_gets_429_with_retry_after(start_service, tiny_model_dir):
     assert results == [200, 200]
     assert httpx.post(url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 1},
                       timeout=30).status_code == 200
+
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def test_tools_are_rendered_and_tool_results_become_next_state(tiny_service, client):
+    svc, _ = tiny_service
+    h = {"X-Session-Id": "tools-1"}
+    r0 = client.post("/v1/chat/completions", headers=h, json={
+        "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER_TOOL], "max_tokens": 3})
+    assert r0.status_code == 200
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    r1 = client.post("/v1/chat/completions", headers=h, json={"tools": [WEATHER_TOOL], "max_tokens": 3, "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18C and sunny"}]})
+    assert r1.status_code == 200, r1.text
+    t0, t1 = svc.store.session_turns("tools-1")
+    prompt = svc.engine.tokenizer.decode(t1.prompt_ids)
+    assert '"name": "get_weather"' in prompt and "# Tools" in prompt
+    assert '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>' in prompt
+    assert "<|im_start|>tool\n18C and sunny" in prompt
+    assert t0.next_state is not None and (t0.next_state.role, t0.next_state.content) == ("tool", "18C and sunny")
+    # tool_choice "none": the tools are not shown to the model
+    r2 = client.post("/v1/chat/completions", headers={"X-Session-Id": "tools-2"}, json={
+        "messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER_TOOL], "tool_choice": "none",
+        "max_tokens": 2})
+    assert "# Tools" not in svc.engine.tokenizer.decode(svc.store.session_turns("tools-2")[0].prompt_ids)
+    assert r2.status_code == 200
+
+
+def test_stream_formatter_turns_tool_markup_into_tool_calls(tiny_service):
+    """The SSE formatter on engine events that contain a tool call: content stops at the markup and
+    the parsed call arrives as a tool_calls delta with finish_reason tool_calls."""
+    import asyncio
+
+    from openclaw_rl.policy.engine import Delta, Final
+    from openclaw_rl.policy.protocol import ChatCompletionRequest, ToolDef
+    from openclaw_rl.policy.serving import _Job
+    from openclaw_rl.policy.sessions import Assignment
+    from openclaw_rl.policy.tools import parse_tool_calls
+
+    svc, _ = tiny_service
+    serving = svc.serving
+    req = ChatCompletionRequest.model_validate({"messages": USER, "tools": [WEATHER_TOOL], "stream": True})
+    pieces = ["Sure. <tool", '_call>{"name": "get_weather", ', '"arguments": {"city": "Oslo"}}</tool_call>']
+    text = "".join(pieces)
+
+    async def run() -> list[str]:
+        from openclaw_rl.policy.engine import GenRequest, SamplingParams
+        job = _Job(req, GenRequest(req.messages, [ToolDef.model_validate(WEATHER_TOOL)], SamplingParams()),
+                   Assignment("fmt", 0, "main", None, False, False))
+        for i, p in enumerate(pieces):
+            await job.events.put(Delta(p, [i], [-0.1], [p]))
+        job.final = Final("stop", [1], [0, 1, 2], [-0.1] * 3, text, 0)
+        job.content, job.tool_calls = parse_tool_calls(text, job.gen.tools)
+        await job.events.put(job.final)
+        return [c async for c in serving.stream(job)]
+
+    chunks = asyncio.run(run())
+    assert chunks[-1] == "data: [DONE]\n\n"
+    bodies = [json.loads(c[6:]) for c in chunks[:-1]]
+    content = "".join(b["choices"][0]["delta"].get("content", "") for b in bodies)
+    assert content == "Sure. "
+    calls = [b["choices"][0]["delta"]["tool_calls"] for b in bodies if "tool_calls" in b["choices"][0]["delta"]]
+    assert len(calls) == 1 and calls[0][0]["function"]["name"] == "get_weather"
+    assert json.loads(calls[0][0]["function"]["arguments"]) == {"city": "Oslo"}
+    assert bodies[-1]["choices"][0]["finish_reason"] == "tool_calls"

@@ -21,7 +21,8 @@ def _all_turns(store_path) -> list[Turn]:
 
 
 def test_swap_during_in_flight_requests_completes_them_all(start_service, tiny_model_dir, weight_dirs):
-    svc, url = start_service(tiny_model_dir, "swap")
+    """non_blocking = false: the swap waits for the running batch; responses are single-version."""
+    svc, url = start_service(tiny_model_dir, "swap", non_blocking=False)
     started = threading.Barrier(5)
     results: list[tuple[int, int, str]] = []
 
@@ -67,6 +68,37 @@ def test_swap_during_in_flight_requests_completes_them_all(start_service, tiny_m
     bad = httpx.post(url + "/v1/admin/load_weights", json={"path": str(weight_dirs["full"])})
     assert bad.status_code == 400 and "version" in bad.json()["error"]["message"]
     assert svc.policy_version == 2
+
+
+def test_non_blocking_swap_applies_mid_batch_and_fails_nothing(start_service, tiny_model_dir, weight_dirs):
+    """non_blocking = true (default): the swap lands at the next step boundary while requests decode."""
+    svc, url = start_service(tiny_model_dir, "swapnb")
+    started = threading.Barrier(4)
+    codes: list[int] = []
+
+    def stream_one(i: int) -> None:
+        seen = 0
+        with httpx.stream("POST", url + "/v1/chat/completions", timeout=120, json={
+                "messages": USER, "stream": True, "max_tokens": 400, "temperature": 0,
+                "session_id": f"nb-{i}"}) as s:
+            for line in s.iter_lines():
+                seen += line.startswith("data: ")
+                if seen == 2 and line.startswith("data: "):
+                    started.wait(60)
+            codes.append(s.status_code)
+
+    threads = [threading.Thread(target=stream_one, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    started.wait(60)
+    svc.swap_weights(weight_dirs["full"], 1)
+    for t in threads:
+        t.join(120)
+    assert codes == [200] * 3
+    assert svc.engine.mid_batch_swaps == 1  # applied while the three were decoding, nobody waited
+    for i in range(3):
+        (turn,) = svc.store.session_turns(f"nb-{i}")
+        assert turn.policy_version == 0 and len(turn.response_ids) == len(turn.response_logprobs) == 400
 
 
 def test_forwarding_backends_record_the_engine_ids(start_service, tiny_model_dir, weight_dirs):

@@ -209,3 +209,27 @@ def test_bad_token_id_is_named(make_cfg):
     s = _sample(t, reward=1.0).model_copy(update={"response_ids": [10**7] + RESPONSE[1:]})
     with pytest.raises(ValueError, match="outside the model's vocabulary"):
         t.train_update([s])
+
+
+def test_non_finite_inputs_are_refused(make_cfg):
+    t = Trainer(make_cfg(), make_cfg().policy_service.model)
+    s = _sample(t, reward=1.0)
+    bad = s.model_copy(update={"rollout_logprobs": [float("nan")] + s.rollout_logprobs[1:]})
+    with pytest.raises(ValueError, match="rollout_logprobs contains a non-finite value"):
+        t.train_update([bad])
+    with pytest.raises(ValueError, match="weight must be a finite number"):
+        t.train_update([s.model_copy(update={"weight": float("inf")})])
+
+
+def test_non_finite_step_is_skipped_not_applied(make_cfg, capsys):
+    t = Trainer(make_cfg(), make_cfg().policy_service.model)
+    s = _sample(t, reward=1.0)
+    poisoned = next(p for n, p in t.model.named_parameters() if "lora_B" in n)
+    with torch.no_grad():
+        poisoned[0, 0] = float("nan")
+    w0 = _weights(t)
+    m = t.train_update([s])
+    assert m["skipped_steps"] == 1.0 and m["optimizer_steps"] == 0.0 and t.policy_version == 0
+    assert "optimiser step skipped" in capsys.readouterr().out
+    for a, b in zip(w0, _weights(t), strict=True):
+        assert torch.equal(a.nan_to_num(), b.nan_to_num())

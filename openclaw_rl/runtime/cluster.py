@@ -1,0 +1,485 @@
+"""Cluster mode: the same loops placed on a Ray cluster (``[env_service] mode = "cloud"``).
+
+Why Ray and not a home-made scheduler: users who outgrow one machine already run a cluster engine;
+Ray gives placement over nodes, resource requests (CPUs / GPUs per actor), actor restarts when a
+node dies, and one address to connect to. Nothing in the loops changes between local and cluster
+mode — the actors here host the very same objects:
+
+* **environment workers** — ``num_envs`` :class:`EnvWorker` actors spread over the nodes
+  (``SPREAD``), each running the env service's episode logic against the one policy service URL over
+  HTTP. The driver (:class:`ClusterEnvRunner`) deals out *episodes* one at a time; when a node dies,
+  the episodes in flight there fail with an actor error and are dealt again to a live worker (Ray
+  restarts the dead worker elsewhere). None is lost; :class:`RunReport` counts the retries. A
+  retried episode starts afresh under a new session id; the half-finished session of the dead
+  node never gets its closing request, so its last turn has no next state and is never trained on;
+* **the judge** — one :class:`JudgeWorker` actor hosting ``JudgeService`` (its ``num_workers``
+  judgements run concurrently inside it: the store has no per-turn claim yet, so two judge actors
+  would judge a turn twice);
+* **the trainer** — one :class:`TrainerWorker` actor reserving ``[training] num_cpus`` / ``num_gpus``,
+  running :class:`~openclaw_rl.trainer.loop.TrainingLoop` (or the FSDP loop).
+
+The durable store (SQLite, WAL) stays the single source of truth: the policy service (launcher child
+on the head node), the judge and the trainer open the *same file*. On one machine that is simply
+the log_dir; across hosts ``[global] log_dir`` must be a shared filesystem path mounted at the same
+place on every node that hosts a judge or trainer actor (SQLite over NFS needs working POSIX locks;
+keep those actors on one host otherwise). Environment workers never touch the store.
+
+``ray`` is an optional extra (``pip install 'openclaw-rl[ray]'``); this module imports it lazily so
+that everything else works without it. See docs/scaling.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from openclaw_rl.config import Config
+
+log = logging.getLogger("openclaw_rl.cluster")
+
+RAY_MISSING = ("[env_service] mode = \"cloud\" needs the ray package, which is not installed: "
+               "pip install 'openclaw-rl[ray]'")
+#: CPUs an environment worker reserves: it is an HTTP client plus a light environment.
+ENV_WORKER_CPUS = 0.25
+#: How long a check of ``ray_address`` may take (the dry run's budget is 25 s, the brief's 30 s).
+ADDRESS_TIMEOUT_S = 10.0
+NAMESPACE = "openclaw_rl"
+#: CPUs the judge actor reserves (its num_workers judgements share them; an API judge mostly waits).
+JUDGE_CPUS = 0.5
+
+
+def ray_module() -> Any:
+    """``import ray``, or a clear error naming the extra to install."""
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError(RAY_MISSING) from None
+    return ray
+
+
+# ---------------------------------------------------------------------- address / connection
+
+
+def _resolve_auto() -> str | None:
+    """``auto``: $RAY_ADDRESS, else the address ``ray start`` recorded for this machine."""
+    env = os.environ.get("RAY_ADDRESS")
+    if env and env != "auto":
+        return env
+    recorded = Path("/tmp/ray/ray_current_cluster")
+    if recorded.is_file():
+        text = recorded.read_text(encoding="utf-8").strip()
+        return text or None
+    return None
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``host:port`` or ``ray://host:port`` → (host, port); ValueError saying what is wrong."""
+    raw = address.strip()
+    target = raw if "://" in raw else f"ray://{raw}"
+    parts = urlsplit(target)
+    if parts.scheme not in ("ray", "http", "https") or not parts.hostname:
+        raise ValueError(f"[global] ray_address = {address!r} is not host:port (or ray://host:port or 'auto')")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is None:
+        raise ValueError(f"[global] ray_address = {address!r} has no valid port (the head's --port, e.g. 6379)")
+    return parts.hostname, port
+
+
+def check_ray_address(address: str | None, timeout_s: float = ADDRESS_TIMEOUT_S) -> str | None:
+    """None when a Ray head answers at ``address`` within ``timeout_s``; otherwise why not.
+
+    A TCP connect to the head's GCS port: enough to tell "nothing there" from "a cluster", and it
+    never waits longer than ``timeout_s`` (ray.init itself can retry for a minute or more).
+    """
+    if not address:
+        return "[global] ray_address is not set (the head's host:port, or \"auto\")"
+    resolved = address
+    if address == "auto":
+        resolved = _resolve_auto()
+        if resolved is None:
+            return ("[global] ray_address = \"auto\": no Ray cluster recorded on this machine "
+                    "(no $RAY_ADDRESS, no /tmp/ray/ray_current_cluster); start one with `ray start --head`")
+    try:
+        host, port = parse_address(resolved)
+    except ValueError as exc:
+        return str(exc)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return (f"[global] ray_address = {address!r}: no Ray head reachable at {host}:{port} within "
+                f"{timeout_s:.0f}s ({exc.strerror or type(exc).__name__})")
+
+
+def connect(address: str | None, timeout_s: float = ADDRESS_TIMEOUT_S) -> Any:
+    """Join the cluster at ``address`` as a driver (fails within ``timeout_s`` if it is unreachable)."""
+    ray = ray_module()
+    problem = check_ray_address(address, timeout_s)
+    if problem:
+        raise ConnectionError(problem)
+    if not ray.is_initialized():
+        assert address is not None
+        ray.init(address=address if address != "auto" else _resolve_auto(), namespace=NAMESPACE,
+                 log_to_driver=False, include_dashboard=False, configure_logging=False)
+    return ray
+
+
+def live_nodes() -> list[str]:
+    """Node ids of the cluster's alive nodes."""
+    ray = ray_module()
+    return [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+
+
+# ---------------------------------------------------------------------- actors (plain classes)
+
+
+def _local_env_config(cfg: Config) -> Config:
+    """The worker-side config: the env service's own checks expect mode = "local" (one worker)."""
+    local = cfg.model_copy(deep=True)
+    local.env_service.mode = "local"
+    local.env_service.num_envs = 1
+    return local
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to run: everything a worker needs to run it the same way on any node."""
+
+    index: int
+    interaction_type: str
+    seed: int
+    persona: str | None = None
+
+
+class EnvWorker:
+    """An environment worker (a Ray actor): runs one episode per call against the policy URL."""
+
+    def __init__(self, cfg: Config, policy_url: str, worker_index: int):
+        from openclaw_rl.envs.service import EnvService, PolicyClient
+
+        self.cfg = _local_env_config(cfg)
+        self.index = worker_index
+        self.service = EnvService(self.cfg, base_url=policy_url)
+        key = self.cfg.policy_service.api_key
+        self.client = PolicyClient(policy_url, self.cfg.policy_service.model,
+                                   key.get_secret_value() if key is not None else None,
+                                   self.cfg.policy_service.request_timeout_sec, self.service.stop_event,
+                                   self.service.backoff_max)
+        self.envs: dict[str, Any] = {}
+
+    def node_id(self) -> str:
+        """The Ray node this worker lives on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def run_episode(self, spec: EpisodeSpec) -> dict[str, Any]:
+        """Run ``spec`` to its end; returns the episode's stats plus ``node`` and ``episode``."""
+        key = f"{spec.interaction_type}:{spec.persona}" if spec.persona else spec.interaction_type
+        env = self.envs.get(key)
+        if env is None:
+            env = self.service._make_env(spec.interaction_type, spec.seed, spec.persona)
+            if env is None:
+                raise RuntimeError(f"interaction type {spec.interaction_type!r} is unavailable on this node")
+            self.envs[key] = env
+        stats = self.service._episode(self.index, spec.interaction_type, env, self.client, spec.seed)
+        if stats is None:
+            raise RuntimeError("the environment worker is stopping")
+        if stats.error and stats.details.get("env_failed"):
+            self.envs.pop(key, None)
+            env.close()
+        return {"episode": spec.index, "node": self.node_id(), **stats.to_dict()}
+
+    def close(self) -> None:
+        """Stop the in-flight request and close the environments."""
+        self.service.stop_event.set()
+        for env in self.envs.values():
+            env.close()
+        self.envs.clear()
+        self.client.close()
+
+
+class JudgeWorker:
+    """The judge loop as an actor: reads turns from and writes samples to the shared store."""
+
+    def __init__(self, cfg: Config):
+        from openclaw_rl.judge.service import JudgeService, store_path
+        from openclaw_rl.runtime.store import Store
+
+        self.store = Store(store_path(cfg))
+        self.service = JudgeService(cfg, self.store)
+
+    def start(self) -> str:
+        self.service.start()
+        return self.service.start_line
+
+    def stop(self) -> None:
+        self.service.stop()
+        self.store.close()
+
+
+class TrainerWorker:
+    """The training loop as an actor with the configured CPU / GPU reservation.
+
+    Run as a threaded actor (``max_concurrency=2``) so that :meth:`stop` reaches the loop while
+    :meth:`run` is busy training.
+    """
+
+    def __init__(self, cfg: Config, policy_url: str | None, config_path: str | None = None):
+        self.cfg, self.policy_url, self.config_path = cfg, policy_url, config_path
+        self.loop: Any = None
+        self._stop = threading.Event()
+
+    def run(self) -> dict[str, Any]:
+        """Train until ``max_steps`` or :meth:`stop`; returns ``{rc, step, version}``."""
+        if self.cfg.training.backend == "fsdp":
+            if not self.config_path:
+                raise ValueError("backend = \"fsdp\" on a cluster needs the config file path (shared filesystem)")
+            from openclaw_rl.trainer.fsdp import run_training
+
+            return {"rc": run_training(self.config_path, self.policy_url), "step": None, "version": None}
+        from openclaw_rl.trainer.loop import TrainingLoop
+
+        self.loop = TrainingLoop(self.cfg, self.policy_url)
+        if self._stop.is_set():
+            return {"rc": 0, "step": 0, "version": 0}
+        self.loop.start()
+        rc = self.loop.run()
+        return {"rc": rc, "step": self.loop.trainer.step, "version": self.loop.version}
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.loop is not None:
+            self.loop.stop()
+
+
+def remote_classes() -> dict[str, Any]:
+    """The actor classes wrapped with ``ray.remote`` (done lazily: ray is optional)."""
+    ray = ray_module()
+    return {"env": ray.remote(EnvWorker), "judge": ray.remote(JudgeWorker),
+            "trainer": ray.remote(TrainerWorker)}
+
+
+# ---------------------------------------------------------------------- episode dealing
+
+
+@dataclass
+class RunReport:
+    """What a cluster run of the environment workers did."""
+
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+    retried: int = 0
+    worker_failures: int = 0
+
+    @property
+    def by_node(self) -> dict[str, int]:
+        return dict(Counter(e["node"] for e in self.episodes))
+
+    def line(self) -> str:
+        ok = sum(1 for e in self.episodes if e.get("success"))
+        return (f"[cluster] episodes={len(self.episodes)} (success={ok}), retried={self.retried} "
+                f"after {self.worker_failures} worker failure(s), nodes={len(self.by_node)}")
+
+
+class ClusterEnvRunner:
+    """Deals episodes to ``num_envs`` environment-worker actors spread over the cluster's nodes.
+
+    Usage (after :func:`connect`)::
+
+        runner = ClusterEnvRunner(cfg, policy_url)
+        report = runner.run(max_episodes=100)      # or run(stop=event) until the event is set
+        print(report.line()); runner.close()
+    """
+
+    def __init__(self, cfg: Config, policy_url: str, num_envs: int | None = None,
+                 cpus_per_worker: float = ENV_WORKER_CPUS):
+        ray = ray_module()
+        self.cfg = cfg
+        self.ray = ray
+        n = num_envs if num_envs is not None else cfg.env_service.num_envs
+        if n < 1:
+            raise ValueError(f"[env_service] num_envs = {n}: cluster mode needs at least one worker")
+        actor = remote_classes()["env"]
+        # max_restarts=-1: Ray recreates a worker whose node died on a live node. max_task_retries=0:
+        # the episode in flight fails instead of silently re-running, so the runner decides (and counts).
+        self.workers = [actor.options(num_cpus=cpus_per_worker, scheduling_strategy="SPREAD", max_restarts=-1,
+                                      max_task_retries=0).remote(cfg, policy_url, i) for i in range(n)]
+        self.rng = random.Random(cfg.global_.seed)
+        self._next_index = 0
+
+    def placement(self, timeout: float = 120.0) -> list[str]:
+        """The node id of each worker (waits until every worker is up)."""
+        return self.ray.get([w.node_id.remote() for w in self.workers], timeout=timeout)
+
+    def _spec(self) -> EpisodeSpec:
+        es = self.cfg.env_service
+        itype = self.rng.choice(es.interaction_types)
+        persona = self.rng.choice(es.personas) if itype == "chat" else None
+        spec = EpisodeSpec(self._next_index, itype, self.rng.randrange(1 << 30), persona)
+        self._next_index += 1
+        return spec
+
+    def run(self, max_episodes: int | None = None, stop: threading.Event | None = None,
+            on_episode: Callable[[dict[str, Any]], None] | None = None,
+            on_dispatch: Callable[[int, EpisodeSpec], None] | None = None) -> RunReport:
+        """Deal episodes until ``max_episodes`` are done or ``stop`` is set; returns the report.
+
+        An episode whose worker dies (node failure, crash) is dealt again, to the first live worker;
+        the dead worker gets no new episode until it answers a ping (Ray restarts it elsewhere).
+        """
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        stop = stop or threading.Event()
+        report = RunReport()
+        retry: deque[EpisodeSpec] = deque()
+        idle = list(range(len(self.workers)))
+        running: dict[Any, tuple[int, EpisodeSpec]] = {}
+        pings: dict[Any, int] = {}
+        dealt = 0
+        while True:
+            done_count = len(report.episodes)
+            if max_episodes is not None and done_count >= max_episodes:
+                break
+            if stop.is_set() and not running:
+                break
+            while idle and not stop.is_set() and (retry or max_episodes is None or dealt < max_episodes):
+                w = idle.pop(0)
+                if retry:
+                    spec = retry.popleft()
+                else:
+                    spec = self._spec()
+                    dealt += 1
+                running[self.workers[w].run_episode.remote(spec)] = (w, spec)
+                if on_dispatch is not None:
+                    on_dispatch(w, spec)
+            waiting = list(running) + list(pings)
+            if not waiting:
+                time.sleep(0.2)
+                continue
+            ready, _ = self.ray.wait(waiting, num_returns=1, timeout=0.5)
+            for ref in ready:
+                if ref in pings:
+                    w = pings.pop(ref)
+                    try:
+                        self.ray.get(ref, timeout=5)
+                        idle.append(w)  # restarted and answering again
+                    except (RayActorError, GetTimeoutError):
+                        pings[self.workers[w].node_id.remote()] = w
+                    continue
+                w, spec = running.pop(ref)
+                try:
+                    stats = self.ray.get(ref, timeout=5)
+                except RayActorError as exc:
+                    report.worker_failures += 1
+                    report.retried += 1
+                    retry.append(spec)
+                    log.warning("[cluster] env worker %d died during episode %d (%s); retrying it elsewhere",
+                                w, spec.index, type(exc).__name__)
+                    pings[self.workers[w].node_id.remote()] = w
+                    continue
+                report.episodes.append(stats)
+                idle.append(w)
+                if on_episode is not None:
+                    on_episode(stats)
+        return report
+
+    def close(self) -> None:
+        """Kill the worker actors (episodes in flight are abandoned)."""
+        for w in self.workers:
+            self.ray.kill(w, no_restart=True)
+        self.workers = []
+
+
+# ---------------------------------------------------------------------- the whole run
+
+
+def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
+                install_signals: bool = True) -> int:
+    """Cluster-mode counterpart of :func:`openclaw_rl.runtime.wiring.run_all`.
+
+    The policy service runs as the launcher's child on this (head) node, as locally; the judge, the
+    trainer and the environment workers are Ray actors. Ends when the trainer reaches
+    ``max_steps`` (or on SIGINT / SIGTERM) and prints the episode report, retries included.
+    """
+    import signal
+
+    from openclaw_rl.runtime.wiring import build_children, policy_url, wait_healthy
+
+    ray = connect(cfg.global_.ray_address)
+    children = build_children(cfg, config_path)
+    server = children["policy_service"]
+    url = policy_url(cfg)
+    stop = threading.Event()
+    if install_signals:
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    server.start()
+    runner: ClusterEnvRunner | None = None
+    judge = trainer = None
+    report = RunReport()
+    rc = 1
+    try:
+        if not wait_healthy(url, server):
+            print(f"[cluster] policy service did not become healthy at {url}", flush=True)
+            return 1
+        classes = remote_classes()
+        judge = classes["judge"].options(num_cpus=JUDGE_CPUS).remote(cfg)
+        print(ray.get(judge.start.remote(), timeout=300), flush=True)
+        tc = cfg.training
+        trainer = classes["trainer"].options(num_cpus=tc.num_cpus, num_gpus=tc.num_gpus,
+                                             max_concurrency=2).remote(cfg, url, str(Path(config_path).resolve()))
+        train_ref = trainer.run.remote()
+        runner = ClusterEnvRunner(cfg, url)
+        print(f"[env_service] mode=cloud, num_envs={len(runner.workers)}, nodes={len(live_nodes())}", flush=True)
+        env_thread = threading.Thread(target=_deal, args=(runner, stop, report, max_episodes),
+                                      name="cluster-envs", daemon=True)
+        env_thread.start()
+        result: dict[str, Any] | None = None
+        while not stop.is_set():
+            ready, _ = ray.wait([train_ref], timeout=1.0)
+            if ready:
+                result = ray.get(train_ref)
+                print(f"[cluster] training finished: {result}", flush=True)
+                break
+            if not server.alive():
+                print("[cluster] policy service exited; stopping the run", flush=True)
+                break
+        stop.set()
+        if result is None and trainer is not None:
+            ray.get(trainer.stop.remote(), timeout=30)
+            result = ray.get(train_ref, timeout=300)
+        env_thread.join(timeout=120)
+        rc = int(result["rc"]) if result else 1
+    finally:
+        stop.set()
+        print(report.line(), flush=True)
+        if runner is not None:
+            runner.close()
+        if judge is not None:
+            try:
+                ray.get(judge.stop.remote(), timeout=60)
+            except Exception as exc:  # noqa: BLE001 - shutting down: report, go on stopping the rest
+                print(f"[cluster] judge did not stop cleanly: {type(exc).__name__}: {exc}", flush=True)
+        server.stop(timeout=30)
+    return rc
+
+
+def _deal(runner: ClusterEnvRunner, stop: threading.Event, report: RunReport, max_episodes: int | None) -> None:
+    """Run the env runner into ``report`` (shared with the caller, who prints it at the end)."""
+    got = runner.run(max_episodes=max_episodes, stop=stop)
+    report.episodes.extend(got.episodes)
+    report.retried += got.retried
+    report.worker_failures += got.worker_failures

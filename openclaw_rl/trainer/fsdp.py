@@ -1,0 +1,551 @@
+"""``training.backend = "fsdp"``: the same PPO trainer, data-parallel and sharded over processes.
+
+Why a subclass and not a second trainer: the losses, the micro-batching, the scoring passes, the
+reference policy and the export format are exactly :class:`~openclaw_rl.trainer.engine.Trainer`'s.
+What changes under ``torch.distributed`` is only *where* each piece runs:
+
+* the model is wrapped with FSDP2 (``fully_shard``: one unit per decoder layer, plus the root), so
+  parameters, gradients and AdamW state are sharded over the processes (gloo on CPU, nccl on GPU);
+* each mini-batch is split over the processes (length-balanced); every process uses the *global*
+  mini-batch token count as the loss denominator and scales its loss by the world size, because
+  FSDP averages gradients over processes — the resulting step is the single-process step on the
+  whole mini-batch (up to float summation order);
+* FSDP's forward and backward are collectives, so every process must run the same number of them:
+  a process with fewer micro-batches runs zero-weighted dummy ones;
+* checkpoints are ``torch.distributed.checkpoint`` (DCP) shards, which load on a *different*
+  process count (DCP reshards on load); each checkpoint also holds the gathered policy export,
+  as the single-process trainer writes it.
+
+Who drives: rank 0 runs the ordinary :class:`~openclaw_rl.trainer.loop.TrainingLoop` (store, metrics,
+weight publication — one writer of everything). Its trainer methods that need every process
+(``train_update``, ``export_policy``, ``save_checkpoint``, ``resume``) first broadcast the call and its
+arguments (the samples themselves) on a gloo control group; ranks > 0 sit in :meth:`FSDPTrainer.follow`
+and execute the same call. Nothing but rank 0 touches the store.
+
+Launching: ``python -m openclaw_rl.trainer.fsdp --config FILE --policy-url URL`` starts
+``[training] num_processes`` processes with ``torch.multiprocessing`` (:func:`spawn`), or, started by
+``torchrun``, uses the process group torchrun set up. See docs/scaling.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from openclaw_rl.config import Config, load_config
+from openclaw_rl.trainer.engine import (
+    POINTER_FILE,
+    POLICY_SUBDIR,
+    STATE_FILE,
+    Trainer,
+    _atomic_write_text,
+    log_update,
+    micro_batches,
+)
+from openclaw_rl.types import Sample
+
+DCP_SUBDIR = "dcp"
+# The control group waits for rank 0's next command for as long as the run idles (a personal-agent
+# run can go hours without a batch); a dead rank 0 is caught by the process launcher, not a timeout.
+CONTROL_TIMEOUT = timedelta(days=30)
+# Collectives inside one command (forward, backward, checkpoint) finish in minutes or are stuck.
+COLLECTIVE_TIMEOUT = timedelta(minutes=30)
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _world() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The transformer blocks (``*DecoderLayer``): one FSDP unit each, so one is gathered at a time."""
+    return [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+
+
+class FSDPTrainer(Trainer):
+    """:class:`Trainer` under FSDP. Construct it on *every* process after the process group exists.
+
+    Rank 0 calls the usual methods; ranks > 0 call :meth:`follow` (returns when rank 0 calls
+    :meth:`release_followers`). With one process it is a plain trainer that writes DCP checkpoints.
+    """
+
+    def __init__(self, cfg: Config, model_name_or_dir: str):
+        if not dist.is_initialized():
+            raise RuntimeError("FSDPTrainer needs torch.distributed initialised; start it through "
+                               "openclaw_rl.trainer.fsdp.spawn or torchrun")
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        if cfg.training.backend != "fsdp":
+            raise ValueError(f"[training] backend = {cfg.training.backend!r}: FSDPTrainer is backend = \"fsdp\"")
+        self.rank, self.world = _rank(), _world()
+        local = cfg.model_copy(deep=True)
+        # The base class builds the model on one device and accepts backend "torch" only: hand it a
+        # copy that names this process's device (cuda:<local rank> on GPU) and the torch backend.
+        device = cfg.training.device
+        if device.startswith("cuda"):
+            local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
+            device = f"cuda:{local_rank}"
+            torch.cuda.set_device(local_rank)
+        local.training.device = device
+        local.training.backend = "torch"
+        super().__init__(local, model_name_or_dir)
+        self.backend_name = "fsdp"
+        mesh = init_device_mesh("cuda" if device.startswith("cuda") else "cpu", (self.world,))
+        # Every rank initialised the same weights (same seed), so sharding them needs no broadcast.
+        # Only the decoder layers are sharded (each its own FSDP unit, resharded after its forward):
+        # logprobs.py runs the decoder and then applies the LM head weight *outside* any module
+        # forward, which an FSDP root around the whole model would leave sharded at that moment.
+        # The embedding / final norm / head stay replicated; with LoRA they are frozen, with full
+        # training their gradients are averaged by hand (_sync_replicated_grads).
+        for module in (self.model, self.ref_model):
+            if module is None:
+                continue
+            layers = _decoder_layers(module)
+            if not layers:
+                raise ValueError(f"{type(module).__name__}: no *DecoderLayer modules found to shard")
+            for layer in layers:
+                fully_shard(layer, mesh=mesh, reshard_after_forward=True)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self._replicated = [p for p in self.params if not hasattr(p, "full_tensor")]
+        # The optimizer must hold the sharded (DTensor) parameters, so it is rebuilt after wrapping.
+        self.optimizer = torch.optim.AdamW(self.params, lr=self.tc.lr)
+        self._ctrl = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
+        self._depth = 0  # >0 while executing a command: nested calls must not broadcast again
+
+    # ------------------------------------------------------------------ command broadcast
+
+    @contextmanager
+    def _collective(self, name: str, *args: Any) -> Iterator[None]:
+        """Rank 0, outermost call: tell the followers to run ``name(*args)`` too."""
+        if self.rank == 0 and self._depth == 0 and self.world > 1:
+            dist.broadcast_object_list([(name, args)], src=0, group=self._ctrl)
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+
+    def follow(self) -> None:
+        """Ranks > 0: execute rank 0's commands until it calls :meth:`release_followers`."""
+        if self.rank == 0:
+            raise RuntimeError("rank 0 drives; only ranks > 0 follow")
+        self._depth = 1
+        while True:
+            box: list[Any] = [None]
+            dist.broadcast_object_list(box, src=0, group=self._ctrl)
+            name, args = box[0]
+            if name == "stop":
+                return
+            if name not in ("train_update", "export_policy", "save_checkpoint", "resume"):
+                raise RuntimeError(f"unknown trainer command from rank 0: {name!r}")
+            getattr(self, name)(*args)
+
+    def release_followers(self) -> None:
+        """Rank 0: let the followers' :meth:`follow` return (end of the run)."""
+        if self.rank == 0 and self.world > 1:
+            dist.broadcast_object_list([("stop", ())], src=0, group=self._ctrl)
+
+    # ------------------------------------------------------------------ sharded work
+
+    def _shard(self, items: Sequence[int], lengths: Sequence[int]) -> list[int]:
+        """This rank's part of ``items``: longest first, dealt round-robin (token-balanced)."""
+        order = sorted(items, key=lambda i: -lengths[i])
+        return order[self.rank::self.world]
+
+    def _max_over_ranks(self, n: int) -> int:
+        t = torch.tensor([n], dtype=torch.long)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._ctrl)
+        return int(t.item())
+
+    def _score(self, model: torch.nn.Module, samples: Sequence[Sample]) -> list[Tensor]:
+        """Each rank scores its share; results are exchanged so every rank holds all of them."""
+        if self.world == 1:
+            return super()._score(model, samples)
+        lengths = [s.num_tokens for s in samples]
+        mine = self._shard(range(len(samples)), lengths)
+        n_fwd = len(micro_batches([lengths[i] for i in mine], self.tc.micro_batch_tokens)) if mine else 0
+        scored = super()._score(model, [samples[i] for i in mine]) if mine else []
+        # FSDP's forward is a collective: match the busiest rank's number of forwards.
+        for _ in range(self._max_over_ranks(n_fwd) - n_fwd):
+            super()._score(model, samples[:1])
+        gathered: list[Any] = [None] * self.world
+        dist.all_gather_object(gathered, [(i, t.tolist()) for i, t in zip(mine, scored, strict=True)],
+                               group=self._ctrl)
+        out: list[Tensor] = [torch.empty(0)] * len(samples)
+        for part in gathered:
+            for i, row in part:
+                out[i] = torch.tensor(row, dtype=torch.float32)
+        return out
+
+    def train_update(self, samples: list[Sample]) -> dict[str, float]:
+        """One PPO update, as :meth:`Trainer.train_update`, over all processes (same metrics)."""
+        with self._collective("train_update", samples):
+            return self._train_update(samples)
+
+    def _train_update(self, samples: list[Sample]) -> dict[str, float]:
+        if not samples:
+            raise ValueError("train_update needs at least one sample")
+        self._validate(samples)
+        t0 = time.perf_counter()
+        active = [s for s in samples if any(s.loss_mask)]
+        per_step = ("loss", "pg_loss", "kl", "entropy", "topk_kl")
+        tok_weighted = ("clip_frac", "ppo_kl", "logprob_gap", "ratio_mean", "adv_mean")
+        # Local sums, all-reduced once at the end: per-step parts, token-weighted parts, tokens.
+        acc = torch.zeros(len(per_step) + len(tok_weighted) + 1, dtype=torch.float64)
+        grad_norms: list[float] = []
+        if active:
+            old_lp = self._score(self.model, active)
+            ref_lp: list[Tensor] | None = None
+            if self.tc.kl_coef > 0:
+                with self._reference() as ref:
+                    ref_lp = self._score(ref, active)
+            self.model.train()
+            lengths = [s.num_tokens for s in active]
+            mb = self.tc.mini_batch_size
+            for start in range(0, len(active), mb):
+                idx = list(range(start, min(start + mb, len(active))))
+                # The global token count of the mini-batch: every rank divides by the same number.
+                denom = float(sum(sum(1 for m in active[i].loss_mask if m) for i in idx))
+                mine = self._shard(idx, lengths)
+                micros = micro_batches([lengths[i] for i in mine], self.tc.micro_batch_tokens) if mine else []
+                n_dummy = self._max_over_ranks(len(micros)) - len(micros)
+                self.optimizer.zero_grad(set_to_none=True)
+                for micro in micros:
+                    rows = [mine[j] for j in micro]
+                    loss, m, n_tok = self._micro_step(
+                        [active[i] for i in rows], [old_lp[i] for i in rows],
+                        [ref_lp[i] for i in rows] if ref_lp is not None else None, denom)
+                    # FSDP averages gradients over ranks; the world-size factor makes it their sum.
+                    (loss * self.world).backward()
+                    m["loss"] = float(loss.detach())
+                    for k, key in enumerate(per_step):
+                        acc[k] += m.get(key, 0.0)
+                    for k, key in enumerate(tok_weighted):
+                        acc[len(per_step) + k] += m[key] * n_tok
+                    acc[-1] += n_tok
+                for _ in range(n_dummy):  # keeps the collectives aligned; contributes no gradient
+                    loss, _m, _n = self._micro_step(active[:1], old_lp[:1],
+                                                    ref_lp[:1] if ref_lp is not None else None, 1.0)
+                    (loss * 0.0).backward()
+                grad_norms.append(self._sync_and_clip())
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.policy_version += 1
+        if self.world > 1:
+            dist.all_reduce(acc, group=self._ctrl)
+        n_steps, n_trained = len(grad_norms), float(acc[-1])
+        elapsed = time.perf_counter() - t0
+        metrics = {key: float(acc[k]) / max(n_steps, 1) for k, key in enumerate(per_step)}
+        metrics.update({key: float(acc[len(per_step) + k]) / max(n_trained, 1)
+                        for k, key in enumerate(tok_weighted)})
+        metrics["grad_norm"] = sum(grad_norms) / max(n_steps, 1)
+        metrics["tokens_per_s"] = sum(s.num_tokens for s in active) / elapsed if elapsed > 0 else 0.0
+        metrics["num_tokens"] = n_trained
+        metrics["optimizer_steps"] = float(n_steps)
+        metrics["num_samples"] = float(len(samples))
+        metrics["num_processes"] = float(self.world)
+        self.step += 1
+        metrics["step"] = float(self.step)
+        metrics["policy_version"] = float(self.policy_version)
+        if self.rank == 0:
+            log_update(metrics)
+        if self.step % self.tc.checkpoint_interval == 0:
+            self.save_checkpoint()
+        return metrics
+
+    def _sync_and_clip(self) -> float:
+        """Average the replicated parameters' gradients, then clip all by the global norm.
+
+        Sharded (DTensor) gradients were already reduced by FSDP. Same rule as
+        ``clip_grad_norm_``: scale by ``max_norm / (norm + 1e-6)`` when that is below 1.
+        """
+        grads = [p.grad for p in self._replicated if p.grad is not None]
+        if self.world > 1 and grads:
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat)  # sum of world-size-scaled gradients: divide back by the world size
+            flat /= self.world
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset: offset + g.numel()].view_as(g))
+                offset += g.numel()
+        sq = torch.zeros((), dtype=torch.float64)
+        for p in self.params:
+            if p.grad is None:
+                continue
+            n = torch.linalg.vector_norm(p.grad.detach(), dtype=torch.float32)
+            if hasattr(n, "full_tensor"):
+                n = n.full_tensor()
+            sq += float(n) ** 2
+        norm = float(sq.sqrt())
+        coef = self.tc.max_grad_norm / (norm + 1e-6)
+        if coef < 1.0:
+            for p in self.params:
+                if p.grad is not None:
+                    p.grad.detach().mul_(coef)
+        return norm
+
+    # ------------------------------------------------------------------ export / checkpoints
+
+    def _full_state(self) -> dict[str, Tensor]:
+        """The unsharded weights on rank 0 (CPU); an empty dict elsewhere. A collective."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def _write_policy(self, directory: Path | None, version: int) -> None:
+        """Gather the weights (all ranks), write the loadable policy (rank 0) like the base class."""
+        state = self._full_state()
+        if self.rank != 0 or directory is None:
+            return
+        directory.mkdir(parents=True)
+        self.model.save_pretrained(directory, state_dict=state, safe_serialization=True)
+        if not self.tc.lora:
+            self.tokenizer.save_pretrained(directory)
+        meta = {"format": "openclaw-rl-policy/1", "kind": "lora" if self.tc.lora else "full",
+                "version": version, "step": self.step, "base_model": str(self.base_dir)}
+        (directory / "openclaw_policy.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+
+    def export_policy(self, directory: Path, version: int) -> Path:
+        """As :meth:`Trainer.export_policy`; every rank takes part, rank 0 writes."""
+        with self._collective("export_policy", directory, version):
+            if self.rank == 0:
+                final = super().export_policy(directory, version)
+            else:
+                self._write_policy(None, version)
+                final = Path(directory) / f"v{version:06d}"
+            self._barrier()
+            return final
+
+    def _barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier(group=self._ctrl)
+
+    def _dcp_state(self) -> dict[str, Any]:
+        """Sharded model + optimizer state for DCP; with LoRA only the trainable (adapter) weights."""
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        if self.tc.lora:
+            trainable = {name for name, p in self.model.named_parameters() if p.requires_grad}
+            model_sd = {k: v for k, v in model_sd.items() if k in trainable}
+        return {"model": model_sd, "optim": optim_sd}
+
+    def save_checkpoint(self) -> Path:
+        """Sharded DCP state + the gathered policy export, published atomically like the base class."""
+        import shutil
+
+        import torch.distributed.checkpoint as dcp
+
+        with self._collective("save_checkpoint"):
+            root = self.checkpoint_root
+            name = f"step_{self.step:08d}"
+            final = root / name
+            # One temporary name for all ranks (they must write into the same directory).
+            tmp = root / f".{name}.tmp"
+            if self.rank == 0:
+                root.mkdir(parents=True, exist_ok=True)
+                if tmp.exists():
+                    shutil.rmtree(tmp)
+                tmp.mkdir()
+            self._barrier()
+            self._write_policy(tmp / POLICY_SUBDIR, self.policy_version)
+            dcp.save(self._dcp_state(), checkpoint_id=str(tmp / DCP_SUBDIR))
+            self._barrier()
+            if self.rank == 0:
+                state = {"step": self.step, "policy_version": self.policy_version, "lora": self.tc.lora,
+                         "base_model": str(self.base_dir), "backend": "fsdp", "num_processes": self.world,
+                         "saved_at": time.time()}
+                (tmp / STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
+                if final.exists():
+                    shutil.rmtree(final)
+                tmp.rename(final)
+                _atomic_write_text(root / POINTER_FILE, name + "\n")
+                self._prune(keep=name)
+                print(f"[train] checkpoint saved: {final} ({self.world} shard(s))", flush=True)
+            self._barrier()
+            return final
+
+    def resume(self) -> bool:
+        """Load the latest DCP checkpoint, whatever process count wrote it; False when there is none."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        with self._collective("resume"):
+            ckpt = self.latest_checkpoint()
+            if ckpt is None:
+                return False
+            state = json.loads((ckpt / STATE_FILE).read_text(encoding="utf-8"))
+            if state.get("backend") != "fsdp" or not (ckpt / DCP_SUBDIR).is_dir():
+                raise ValueError(f"checkpoint {ckpt} was written by [training] backend = \"torch\"; an fsdp run "
+                                 "resumes only fsdp checkpoints (its policy/ export loads as weights)")
+            if bool(state.get("lora")) != self.tc.lora:
+                raise ValueError(f"checkpoint {ckpt} was saved with lora={state.get('lora')} but "
+                                 f"[training] lora = {self.tc.lora}")
+            sd = self._dcp_state()
+            dcp.load(sd, checkpoint_id=str(ckpt / DCP_SUBDIR))
+            set_state_dict(self.model, self.optimizer, model_state_dict=sd["model"],
+                           optim_state_dict=sd["optim"], options=StateDictOptions(strict=not self.tc.lora))
+            self.step = int(state["step"])
+            self.policy_version = int(state["policy_version"])
+            if self.rank == 0:
+                print(f"[train] resumed from {ckpt} (step={self.step}, written by "
+                      f"{state.get('num_processes')} process(es), now {self.world})", flush=True)
+            return True
+
+
+# ---------------------------------------------------------------------- process launching
+
+
+def free_port() -> int:
+    """A free TCP port on loopback for the rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def init_process_group(rank: int, world: int, device: str, addr: str, port: int) -> None:
+    """Join the group: nccl when training on CUDA, gloo on CPU."""
+    os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=os.environ.get("LOCAL_RANK", str(rank)))
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT)
+
+
+def _spawned(rank: int, fn: Callable[..., Any], world: int, device: str, port: int, args: tuple) -> None:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    if rank > 0:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # rank 0 decides when to stop; followers obey it
+    init_process_group(rank, world, device, "127.0.0.1", port)
+    try:
+        fn(rank, world, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(fn: Callable[..., Any], nprocs: int, *args: Any, device: str = "cpu",
+          on_start: Callable[[list[int]], None] | None = None) -> None:
+    """Run ``fn(rank, world, *args)`` in ``nprocs`` fresh processes joined in one process group.
+
+    ``fn`` must be importable (a module-level function). Raises if any process fails (the others are
+    then terminated by torch.multiprocessing). ``on_start`` receives the process ids (rank order).
+    """
+    import torch.multiprocessing as mp
+
+    if nprocs < 1:
+        raise ValueError(f"nprocs must be >= 1, got {nprocs}")
+    ctx = mp.start_processes(_spawned, args=(fn, nprocs, device, free_port(), args), nprocs=nprocs,
+                             join=False, start_method="spawn")
+    if on_start is not None:
+        on_start([p.pid for p in ctx.processes])
+    while not ctx.join(timeout=1.0):
+        pass
+
+
+class FSDPTrainingLoop:
+    """Rank 0's :class:`~openclaw_rl.trainer.loop.TrainingLoop` with an :class:`FSDPTrainer` inside."""
+
+    @staticmethod
+    def build(cfg: Config, policy_url: str | None, trainer: FSDPTrainer):
+        from openclaw_rl.trainer.loop import TrainingLoop, read_policy_pointer
+
+        class _Loop(TrainingLoop):
+            def start(self) -> None:  # TrainingLoop.start, but with the already-sharded trainer
+                tc = self.cfg.training
+                self.trainer = trainer
+                resumed = trainer.resume()
+                released = self.store.recover_claims(trainer.step)
+                pointer = read_policy_pointer(self.cfg)
+                self.version = pointer[0] if pointer else 0
+                print(f"[training] algorithm={tc.algorithm}, backend=fsdp, num_processes={trainer.world}, "
+                      f"asymmetric_clip={str(tc.asymmetric_clip).lower()}, "
+                      f"opd_enabled={str(tc.opd_enabled).lower()}", flush=True)
+                if resumed or released:
+                    print(f"[training] resumed at step={trainer.step} version={self.version}, "
+                          f"{released} claimed sample(s) returned to the queue", flush=True)
+
+        return _Loop(cfg, policy_url)
+
+
+def _loop_rank(rank: int, world: int, config_path: str, policy_url: str | None, rc_file: str) -> None:
+    """One process of an FSDP training run: rank 0 runs the loop, the others follow it."""
+    cfg = load_config(config_path)
+    trainer = FSDPTrainer(cfg, cfg.policy_service.model)
+    if rank != 0:
+        trainer.follow()
+        return
+    loop = FSDPTrainingLoop.build(cfg, policy_url, trainer)
+    signal.signal(signal.SIGTERM, lambda *_: loop.stop())
+    signal.signal(signal.SIGINT, lambda *_: loop.stop())
+    rc = 1
+    try:
+        loop.start()
+        rc = loop.run()
+    finally:
+        trainer.release_followers()
+        Path(rc_file).write_text(str(rc), encoding="utf-8")
+
+
+def run_training(config_path: str, policy_url: str | None, num_processes: int | None = None) -> int:
+    """Run the FSDP training loop over ``num_processes`` (default ``[training] num_processes``).
+
+    Under ``torchrun`` (``RANK`` set) this process is one rank; otherwise it spawns the ranks and
+    forwards SIGTERM / SIGINT to rank 0, which finishes with a checkpoint and releases the others.
+    Returns the loop's exit code.
+    """
+    import tempfile
+
+    cfg = load_config(config_path)
+    n = num_processes or cfg.training.num_processes
+    with tempfile.TemporaryDirectory(prefix="openclaw_fsdp_") as tmp:
+        rc_file = str(Path(tmp) / "rc")
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # started by torchrun
+            rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            backend = "nccl" if cfg.training.device.startswith("cuda") else "gloo"
+            dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT)
+            try:
+                _loop_rank(rank, world, config_path, policy_url, rc_file)
+            finally:
+                dist.destroy_process_group()
+            return int(Path(rc_file).read_text()) if rank == 0 else 0
+        pids: list[int] = []
+
+        def forward(signum: int, _frame: object) -> None:
+            if pids:
+                os.kill(pids[0], signum)  # rank 0 stops the loop cleanly; the others follow it
+
+        signal.signal(signal.SIGTERM, forward)
+        signal.signal(signal.SIGINT, forward)
+        spawn(_loop_rank, n, config_path, policy_url, rc_file, device=cfg.training.device, on_start=pids.extend)
+        return int(Path(rc_file).read_text()) if Path(rc_file).is_file() else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m openclaw_rl.trainer.fsdp")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--policy-url", default=None, help="policy service to swap weights into")
+    parser.add_argument("--num-processes", type=int, default=None,
+                        help="override [training] num_processes (ignored under torchrun)")
+    args = parser.parse_args(argv)
+    return run_training(args.config, args.policy_url, args.num_processes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""Cluster mode on a real two-node Ray cluster on loopback (one CPU each): address checks, config
+validation, environment workers spread over the nodes, and a node killed mid-episode whose episode
+is retried on the other node with none lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from openclaw_rl.config import ConfigError, build_config
+from openclaw_rl.runtime.cluster import check_ray_address, parse_address
+
+from ..envs._server import ChatServer, free_port
+
+RAY_BIN = Path(sys.executable).with_name("ray")
+
+
+def _cfg(tmp_path: Path, address: str, data: Path, port: int = 30000):
+    return build_config({
+        "global": {"log_dir": str(tmp_path / "logs"), "ray_address": address},
+        "policy_service": {"port": port, "host": "127.0.0.1", "model": "m", "request_timeout_sec": 30},
+        "env_service": {"mode": "cloud", "num_envs": 2, "interaction_types": ["chat"], "max_turns": 2,
+                        "data_path": str(data)},
+    }, environ={})
+
+
+def test_cloud_needs_ray_address(tmp_path):
+    with pytest.raises(ConfigError) as exc:
+        build_config({"env_service": {"mode": "cloud"}}, environ={})
+    assert "[global] ray_address" in str(exc.value)
+
+
+def test_cloud_without_the_ray_package_is_a_clear_error(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    with pytest.raises(ConfigError) as exc:
+        build_config({"global": {"ray_address": "127.0.0.1:6379"}, "env_service": {"mode": "cloud"}}, environ={})
+    assert "pip install 'openclaw-rl[ray]'" in str(exc.value)
+
+
+def test_unreachable_address_fails_fast():
+    port = free_port()  # nothing listens there
+    t0 = time.monotonic()
+    problem = check_ray_address(f"127.0.0.1:{port}", timeout_s=5)
+    assert problem and f"127.0.0.1:{port}" in problem and time.monotonic() - t0 < 30
+    assert "no valid port" in (check_ray_address("127.0.0.1") or "")
+    assert parse_address("ray://10.0.0.1:10001") == ("10.0.0.1", 10001)
+
+
+# ------------------------------------------------------------------------- the real cluster
+
+
+def _start(argv: list[str]) -> subprocess.Popen:
+    # Own process group: teardown stops exactly these processes (and what they started), by id.
+    return subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _kill_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, wait: float = 20) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    """A head node and a second node on loopback, one CPU each; yields (address, worker_proc)."""
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'openclaw-rl[ray]')")
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    common = ["--num-cpus=1", "--object-store-memory=78643200", "--disable-usage-stats", "--block"]
+    env_cfg = '{"health_check_period_ms": 1000, "health_check_failure_threshold": 3}'
+    head = _start([str(RAY_BIN), "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
+                   "--include-dashboard=false", f"--system-config={env_cfg}", *common])
+    worker = None
+    try:
+        deadline = time.monotonic() + 90
+        while check_ray_address(address, timeout_s=1) is not None:
+            assert head.poll() is None, "ray head exited during start-up"
+            assert time.monotonic() < deadline, "ray head did not come up in 90 s"
+            time.sleep(0.5)
+        worker = _start([str(RAY_BIN), "start", f"--address={address}", "--node-ip-address=127.0.0.1", *common])
+        from openclaw_rl.runtime.cluster import connect, live_nodes
+
+        connect(address)
+        while len(live_nodes()) < 2:
+            assert worker.poll() is None, "second ray node exited during start-up"
+            assert time.monotonic() < deadline, "second ray node did not join in 90 s"
+            time.sleep(0.5)
+        yield address, worker
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        for proc in (worker, head):
+            if proc is not None:
+                _kill_group(proc)
+
+
+def _slow_reply(body):
+    time.sleep(0.6)  # episodes last a few seconds: long enough to kill a node under one
+    return "Let me work it out. The answer is 42."
+
+
+def test_workers_spread_and_a_dead_node_loses_no_episode(ray_cluster, tmp_path, gsm8k_path):
+    import ray
+
+    from openclaw_rl.runtime.cluster import ClusterEnvRunner
+
+    address, worker_node = ray_cluster
+    head_id = ray.get_runtime_context().get_node_id()  # the driver is attached to the head node
+    assert check_ray_address(address) is None
+    with ChatServer(_slow_reply) as srv:
+        cfg = _cfg(tmp_path, address, gsm8k_path, srv.port)
+        runner = ClusterEnvRunner(cfg, srv.base_url, cpus_per_worker=0.5)
+        placed = runner.placement()
+        assert len(set(placed)) == 2, placed  # one worker per node
+        remote_worker = next(i for i, n in enumerate(placed) if n != head_id)
+
+        in_flight = threading.Event()
+        killed = threading.Event()
+
+        def on_dispatch(w, spec):
+            if w == remote_worker and not killed.is_set():
+                in_flight.set()
+
+        result = {}
+        t = threading.Thread(target=lambda: result.setdefault("r", runner.run(max_episodes=4,
+                                                                               on_dispatch=on_dispatch)))
+        t.start()
+        assert in_flight.wait(60), "no episode was dealt to the second node"
+        time.sleep(1.0)  # its first request is in flight now
+        _kill_group(worker_node, signal.SIGKILL)
+        killed.set()
+        t.join(timeout=150)
+        assert not t.is_alive(), "the run did not finish after the node died"
+        report = result["r"]
+        runner.close()
+    print(report.line())
+    assert report.retried >= 1 and report.worker_failures >= 1
+    assert sorted(e["episode"] for e in report.episodes) == [0, 1, 2, 3]  # every episode, exactly once
+    assert all(e["error"] is None and e["turns"] >= 1 for e in report.episodes)
+    # the retried episode finished on the surviving (head) node
+    assert any(e["node"] == head_id for e in report.episodes)
+    assert f"retried={report.retried}" in report.line()
+    sessions = {r["headers"]["x-session-id"] for r in srv.requests}
+    assert len(sessions) >= 4 + report.retried - 1  # a retried episode runs under a fresh session
+
+
+def test_dry_run_fails_fast_on_an_unreachable_cluster(tmp_path, gsm8k_path):
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'openclaw-rl[ray]')")
+    root = Path(__file__).resolve().parents[2]
+    path = tmp_path / "c.toml"
+    path.write_text(f'[global]\nray_address = "127.0.0.1:{free_port()}"\n'
+                    f'[env_service]\nmode = "cloud"\nnum_envs = 1\ndata_path = "{gsm8k_path}"\n')
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "openclaw_rl.launch", "--config", str(path), "--dry-run"],
+                          cwd=root, capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - t0 < 30
+    assert proc.returncode == 1
+    assert "[dry-run] env_service: FAILED" in proc.stdout and "no Ray head reachable" in proc.stdout
+
+
+def test_end_to_end_training_on_the_cluster(ray_cluster, tmp_path, tiny_model_dir, gsm8k_path, capsys):
+    """Policy service on the head, judge + trainer + 2 env workers as actors; two PPO updates."""
+    from openclaw_rl.config import load_config
+    from openclaw_rl.runtime.cluster import run_cluster
+    from openclaw_rl.runtime.store import Store
+
+    address, _ = ray_cluster
+    port = free_port()
+    path = tmp_path / "cluster.toml"
+    path.write_text(f"""
+[global]
+log_dir = "{tmp_path / 'logs'}"
+ray_address = "{address}"
+[policy_service]
+model = "{tiny_model_dir}"
+port = {port}
+max_tokens_default = 12
+weight_sync_interval = 1
+[env_service]
+mode = "cloud"
+num_envs = 2
+interaction_types = ["chat"]
+personas = ["student"]
+max_turns = 2
+data_path = "{gsm8k_path}"
+[prm_service]
+backend = "minilm"
+model = "{tiny_model_dir}"
+[training]
+lr = 1e-3
+batch_size = 2
+mini_batch_size = 2
+checkpoint_interval = 1
+max_steps = 2
+num_cpus = 0.5
+""")
+    cfg = load_config(path)
+    rc = run_cluster(cfg, str(path), install_signals=False)
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "[cluster] training finished" in out and "'step': 2" in out
+    assert "[cluster] episodes=" in out and "retried=0" in out
+    store = Store(cfg.log_dir / "store.sqlite")
+    try:
+        counters = store.counters()
+    finally:
+        store.close()
+    assert counters.samples_trained >= 4, counters  # two updates of batch_size 2, committed
+    assert (cfg.log_dir / "checkpoints" / "latest").is_file()
