@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("judge", _cmd_judge, "judge one (response, next state) pair and print JSON")
     p.add_argument("--response", required=True)
     p.add_argument("--next-state", required=True)
-    p.add_argument("--role", choices=["user", "tool"], default="user")
+    p.add_argument("--role", choices=["user", "tool", "environment"], default="user")
     p = verb("train", _cmd_train, "train offline on recorded samples (JSONL)")
     p.add_argument("--samples", required=True)
     p.add_argument("--steps", type=int)
