@@ -266,6 +266,7 @@ class TransformersEngine(Engine):
         self.active_count = 0
         self.steps = 0
         self.mid_batch_swaps = 0
+        self._swap_error: Exception | None = None
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -331,6 +332,9 @@ class TransformersEngine(Engine):
             self._cv.notify_all()
         if not done.wait(self.pcfg.request_timeout_sec * 2):
             raise TimeoutError("the engine did not reach a step boundary to apply the new weights")
+        error, self._swap_error = self._swap_error, None
+        if error is not None:
+            raise WeightLoadError(f"applying the weights from {path} failed: {error}") from error
 
     def _apply(self, state: dict[str, torch.Tensor], version: int) -> None:
         with torch.no_grad():
@@ -349,8 +353,11 @@ class TransformersEngine(Engine):
                 if self._swap is not None and (active == 0 or self.pcfg.non_blocking):
                     state, version, done = self._swap
                     self._swap = None
-                    self._apply(state, version)
-                    self.mid_batch_swaps += active > 0
+                    try:
+                        self._apply(state, version)
+                        self.mid_batch_swaps += active > 0
+                    except (RuntimeError, ValueError) as exc:  # the old weights keep serving
+                        self._swap_error = exc
                     done.set()
                 if active == 0 and not self._pending:
                     if self._stopping:

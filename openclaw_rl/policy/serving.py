@@ -185,7 +185,6 @@ class Serving:
                            code="queue_full", headers={"Retry-After": "1"})
         self._in_system += 1
         try:
-            await asyncio.to_thread(self.engine.prepare, gen)
             sid = headers.get("x-session-id") or req.session_id
             if sid is not None and not (0 < len(sid) <= 256):
                 raise APIError(400, "X-Session-Id must be 1-256 characters", param="X-Session-Id")
@@ -194,10 +193,17 @@ class Serving:
             done_h = _bool_header(headers.get("x-session-done"), "X-Session-Done")
             done = done_h if done_h is not None else bool(req.session_done)
             assign = self.sessions.assign(req.messages, sid, ttype, done)  # type: ignore[arg-type]
+            job = _Job(req, gen, assign)
+            try:
+                await asyncio.to_thread(self.engine.prepare, gen)
+            except APIError:
+                # e.g. the conversation outgrew max_model_len: no answer, but the message it carries
+                # is still the previous turn's next state, so it is recorded
+                await asyncio.to_thread(self._record_state_only, job)
+                raise
         except BaseException:
             self._in_system -= 1
             raise
-        job = _Job(req, gen, assign)
         task = asyncio.create_task(self._run(job))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -224,7 +224,8 @@ class JudgeWorker:
 
     def start(self) -> str:
         self.service.start()
-        return self.service.start_line
+        line = self.service.start_line
+        return line() if callable(line) else str(line)
 
     def stop(self) -> None:
         self.service.stop()

@@ -158,11 +158,16 @@ def test_bad_input_gets_a_clear_400_and_the_server_keeps_serving(tiny_service, c
     assert client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 1}).status_code == 200
 
 
-def test_over_long_context_and_bad_session_header(client):
-    long = [{"role": "user", "content": "word " * 3000}]
-    r = client.post("/v1/chat/completions", json={"messages": long, "max_tokens": 1})
+def test_over_long_context_and_bad_session_header(tiny_service, client):
+    svc, _ = tiny_service
+    r0 = client.post("/v1/chat/completions", headers={"X-Session-Id": "long"}, json={"messages": USER, "max_tokens": 2})
+    long = USER + [r0.json()["choices"][0]["message"], {"role": "user", "content": "word " * 3000}]
+    r = client.post("/v1/chat/completions", headers={"X-Session-Id": "long"}, json={"messages": long, "max_tokens": 1})
     assert r.status_code == 400 and "max_model_len = 2048" in r.json()["error"]["message"]
     assert r.json()["error"]["code"] == "context_length_exceeded"
+    # no answer, but the message is still the previous turn's next state: nothing is lost
+    (turn,) = svc.store.session_turns("long")
+    assert turn.next_state is not None and turn.next_state.content.startswith("word word")
     r = client.post("/v1/chat/completions", headers={"X-Turn-Type": "sidecar"}, json={"messages": USER})
     assert r.status_code == 400 and "X-Turn-Type" in r.json()["error"]["message"]
     r = client.post("/v1/chat/completions", headers={"X-Session-Done": "maybe"}, json={"messages": USER})

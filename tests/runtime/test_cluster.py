@@ -110,56 +110,6 @@ def ray_cluster(tmp_path_factory):
                 _kill_group(proc)
 
 
-def _slow_reply(body):
-    time.sleep(0.6)  # episodes last a few seconds: long enough to kill a node under one
-    return "Let me work it out. The answer is 42."
-
-
-def test_workers_spread_and_a_dead_node_loses_no_episode(ray_cluster, tmp_path, gsm8k_path):
-    import ray
-
-    from openclaw_rl.runtime.cluster import ClusterEnvRunner
-
-    address, worker_node = ray_cluster
-    head_id = ray.get_runtime_context().get_node_id()  # the driver is attached to the head node
-    assert check_ray_address(address) is None
-    with ChatServer(_slow_reply) as srv:
-        cfg = _cfg(tmp_path, address, gsm8k_path, srv.port)
-        runner = ClusterEnvRunner(cfg, srv.base_url, cpus_per_worker=0.5)
-        placed = runner.placement()
-        assert len(set(placed)) == 2, placed  # one worker per node
-        remote_worker = next(i for i, n in enumerate(placed) if n != head_id)
-
-        in_flight = threading.Event()
-        killed = threading.Event()
-
-        def on_dispatch(w, spec):
-            if w == remote_worker and not killed.is_set():
-                in_flight.set()
-
-        result = {}
-        t = threading.Thread(target=lambda: result.setdefault("r", runner.run(max_episodes=4,
-                                                                               on_dispatch=on_dispatch)))
-        t.start()
-        assert in_flight.wait(60), "no episode was dealt to the second node"
-        time.sleep(1.0)  # its first request is in flight now
-        _kill_group(worker_node, signal.SIGKILL)
-        killed.set()
-        t.join(timeout=150)
-        assert not t.is_alive(), "the run did not finish after the node died"
-        report = result["r"]
-        runner.close()
-    print(report.line())
-    assert report.retried >= 1 and report.worker_failures >= 1
-    assert sorted(e["episode"] for e in report.episodes) == [0, 1, 2, 3]  # every episode, exactly once
-    assert all(e["error"] is None and e["turns"] >= 1 for e in report.episodes)
-    # the retried episode finished on the surviving (head) node
-    assert any(e["node"] == head_id for e in report.episodes)
-    assert f"retried={report.retried}" in report.line()
-    sessions = {r["headers"]["x-session-id"] for r in srv.requests}
-    assert len(sessions) >= 4 + report.retried - 1  # a retried episode runs under a fresh session
-
-
 def test_dry_run_fails_fast_on_an_unreachable_cluster(tmp_path, gsm8k_path):
     pytest.importorskip("ray", reason="ray is not installed (pip install 'openclaw-rl[ray]')")
     root = Path(__file__).resolve().parents[2]
@@ -223,3 +173,55 @@ num_cpus = 0.5
         store.close()
     assert counters.samples_trained >= 4, counters  # two updates of batch_size 2, committed
     assert (cfg.log_dir / "checkpoints" / "latest").is_file()
+
+
+
+def _slow_reply(body):
+    time.sleep(0.6)  # episodes last a few seconds: long enough to kill a node under one
+    return "Let me work it out. The answer is 42."
+
+
+def test_workers_spread_and_a_dead_node_loses_no_episode(ray_cluster, tmp_path, gsm8k_path):
+    # Last in this module: it kills the second node of the shared cluster.
+    import ray
+
+    from openclaw_rl.runtime.cluster import ClusterEnvRunner
+
+    address, worker_node = ray_cluster
+    head_id = ray.get_runtime_context().get_node_id()  # the driver is attached to the head node
+    assert check_ray_address(address) is None
+    with ChatServer(_slow_reply) as srv:
+        cfg = _cfg(tmp_path, address, gsm8k_path, srv.port)
+        runner = ClusterEnvRunner(cfg, srv.base_url, cpus_per_worker=0.5)
+        placed = runner.placement()
+        assert len(set(placed)) == 2, placed  # one worker per node
+        remote_worker = next(i for i, n in enumerate(placed) if n != head_id)
+
+        in_flight = threading.Event()
+        killed = threading.Event()
+
+        def on_dispatch(w, spec):
+            if w == remote_worker and not killed.is_set():
+                in_flight.set()
+
+        result = {}
+        t = threading.Thread(target=lambda: result.setdefault("r", runner.run(max_episodes=4,
+                                                                               on_dispatch=on_dispatch)))
+        t.start()
+        assert in_flight.wait(60), "no episode was dealt to the second node"
+        time.sleep(1.0)  # its first request is in flight now
+        _kill_group(worker_node, signal.SIGKILL)
+        killed.set()
+        t.join(timeout=150)
+        assert not t.is_alive(), "the run did not finish after the node died"
+        report = result["r"]
+        runner.close()
+    print(report.line())
+    assert report.retried >= 1 and report.worker_failures >= 1
+    assert sorted(e["episode"] for e in report.episodes) == [0, 1, 2, 3]  # every episode, exactly once
+    assert all(e["error"] is None and e["turns"] >= 1 for e in report.episodes)
+    # the retried episode finished on the surviving (head) node
+    assert any(e["node"] == head_id for e in report.episodes)
+    assert f"retried={report.retried}" in report.line()
+    sessions = {r["headers"]["x-session-id"] for r in srv.requests}
+    assert len(sessions) >= 4 + report.retried - 1  # a retried episode runs under a fresh session

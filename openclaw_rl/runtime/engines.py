@@ -1,0 +1,169 @@
+"""``[policy_service] launch = true``: start the external inference engine (SGLang / vLLM) ourselves.
+
+Why a subprocess and not an import: both engines own the GPU, their own CUDA graphs and their own
+event loop; the policy service only talks to them over HTTP (openclaw_rl/policy/forward.py), so
+starting them is a matter of the right command line, a readiness probe and a clean stop.
+
+What the engine is started with (the parts weight sync depends on):
+
+* sglang: ``python -m sglang.launch_server --model-path M --host H --port P --dtype D
+  --context-length L`` — weight sync is ``POST /update_weights_from_disk {"model_path": dir}``
+  (a full model directory);
+* vllm: ``python -m vllm.entrypoints.openai.api_server --model M --served-model-name M --host H
+  --port P --dtype D --max-model-len L --enable-lora --max-lora-rank R`` with
+  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` in its environment — weight sync is
+  ``POST /v1/load_lora_adapter {"lora_name": ..., "lora_path": dir}``; without that variable vLLM
+  refuses runtime adapter loading.
+
+The engine listens where the forwarding backend looks for it: ``engine_url`` when set (its host and
+port), else ``127.0.0.1:<policy port + 1>``. Readiness is ``GET /v1/models`` answering 200 (both
+engines serve it once the model is loaded). The engine runs in its own process group, so
+:meth:`ExternalEngine.stop` stops it and the workers it started, and nothing else.
+
+Neither engine can run on the CPU-only development machines; see docs/scaling.md for what is tested.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+
+from openclaw_rl.config import EMBEDDED_MODEL, Config
+
+#: Module each backend is started from; its absence is the "not installed" error.
+ENGINE_MODULES = {"sglang": "sglang.launch_server", "vllm": "vllm.entrypoints.openai.api_server"}
+#: Loading a multi-GB model and capturing CUDA graphs takes minutes.
+READY_TIMEOUT_S = 900.0
+
+
+class EngineError(RuntimeError):
+    """The external engine cannot be started (not installed, exited, never became ready)."""
+
+
+def engine_address(cfg: Config) -> tuple[str, int]:
+    """(host, port) the engine must listen on: from ``engine_url``, else the policy port + 1."""
+    pcfg = cfg.policy_service
+    if pcfg.engine_url:
+        parts = urlsplit(pcfg.engine_url)
+        if not parts.hostname:
+            raise EngineError(f"[policy_service] engine_url = {pcfg.engine_url!r} has no host")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return parts.hostname, port
+    return "127.0.0.1", pcfg.port + 1
+
+
+def launch_problem(cfg: Config) -> str | None:
+    """Why ``launch = true`` cannot work here (None when it can): wrong backend or missing package."""
+    pcfg = cfg.policy_service
+    if not pcfg.launch:
+        return None
+    if pcfg.backend not in ENGINE_MODULES:
+        return (f"[policy_service] launch = true starts an sglang or vllm engine, but backend = "
+                f"{pcfg.backend!r}; set launch = false")
+    top = pcfg.backend
+    if importlib.util.find_spec(top) is None:
+        return (f"[policy_service] launch = true with backend = \"{top}\": the {top} package is not installed "
+                f"in {sys.executable} (pip install {top}; it needs a CUDA GPU), or start the engine yourself "
+                "and set engine_url with launch = false")
+    return None
+
+
+def _model_path(cfg: Config) -> str:
+    model = cfg.policy_service.model
+    if model == EMBEDDED_MODEL:  # the embedded model lives in a package: hand the engine its directory
+        from openclaw_rl.runtime.models import resolve_model_dir
+
+        return str(resolve_model_dir(model))
+    return model
+
+
+def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
+    """The command line and extra environment that start the configured engine."""
+    pcfg = cfg.policy_service
+    host, port = engine_address(cfg)
+    model = _model_path(cfg)
+    if pcfg.backend == "sglang":
+        return [sys.executable, "-m", ENGINE_MODULES["sglang"], "--model-path", model, "--host", host,
+                "--port", str(port), "--dtype", pcfg.dtype, "--context-length", str(pcfg.max_model_len)], {}
+    if pcfg.backend == "vllm":
+        return ([sys.executable, "-m", ENGINE_MODULES["vllm"], "--model", model, "--served-model-name", pcfg.model,
+                 "--host", host, "--port", str(port), "--dtype", pcfg.dtype,
+                 "--max-model-len", str(pcfg.max_model_len), "--enable-lora",
+                 "--max-lora-rank", str(cfg.training.lora_rank)],
+                {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"})
+    raise EngineError(f"[policy_service] backend = {pcfg.backend!r} has no engine to launch")
+
+
+class ExternalEngine:
+    """One engine subprocess: :meth:`start`, :meth:`wait_ready`, :meth:`stop`.
+
+    ``command`` / ``env`` default to :func:`engine_command`; passing them is for tests and for
+    engines started some other way (a container wrapper, ``numactl``, ...).
+    """
+
+    def __init__(self, cfg: Config, command: list[str] | None = None, env: dict[str, str] | None = None,
+                 log_path: Path | None = None):
+        self.cfg = cfg
+        if command is None:
+            problem = launch_problem(cfg)
+            if problem:
+                raise EngineError(problem)
+            command, env = engine_command(cfg)
+        self.command = command
+        self.env = {**os.environ, **(env or {})}
+        host, port = engine_address(cfg)
+        self.url = f"http://{host}:{port}"
+        self.log_path = log_path or (cfg.log_dir / f"engine_{cfg.policy_service.backend}.log")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        """Start the engine in its own process group; its output goes to :attr:`log_path`."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        print(f"[policy_service] started {self.cfg.policy_service.backend} engine (pid {self.proc.pid}) "
+              f"at {self.url}; log: {self.log_path}", flush=True)
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Block until ``GET /v1/models`` answers 200; EngineError if it exits or the time runs out."""
+        if self.proc is None:
+            raise EngineError("wait_ready() before start()")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            code = self.proc.poll()
+            if code is not None:
+                raise EngineError(f"the {self.cfg.policy_service.backend} engine exited with code {code} before "
+                                  f"it was ready; see {self.log_path}")
+            try:
+                if httpx.get(f"{self.url}/v1/models", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass  # not listening yet: still loading the model
+            time.sleep(0.5)
+        raise EngineError(f"the {self.cfg.policy_service.backend} engine at {self.url} was not ready within "
+                          f"{timeout:.0f}s; see {self.log_path}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM the engine's process group, SIGKILL after ``timeout``."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        except ProcessLookupError:
+            pass  # already gone
