@@ -17,13 +17,12 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from openclaw_rl.config import Config, ConfigError, load_config
+from openclaw_rl.config import Config, ConfigError, load_config, print_warnings
 
 
 def _config(path: str) -> Config:
     cfg = load_config(path)
-    for warning in cfg.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    print_warnings(cfg)
     return cfg
 
 
@@ -91,10 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     p = verb("eval", _cmd_eval, "evaluate on the held-out set")
     p.add_argument("--checkpoint", help="exported policy directory (default: the base model)")
-    p.add_argument("--chat-n", type=int, help="held-out problems per chat persona (default 5)")
-    p.add_argument("--terminal-n", type=int, help="held-out terminal tasks (default all 6)")
+    p.add_argument("--chat-n", type=int, help="held-out problems per chat persona (default 2)")
+    p.add_argument("--terminal-n", type=int, help="held-out terminal tasks (default 3 of 6)")
     p.add_argument("--tool-call-n", type=int, help="held-out tool_call episodes (default 4)")
-    p.add_argument("--max-tokens", type=int, help="max tokens per reply (default 160)")
+    p.add_argument("--max-tokens", type=int, help="max tokens per reply (default 128)")
     p.add_argument("--out", help="where to write the JSON summary (default <log_dir>/eval/)")
     verb("status", _cmd_status, "print the run's counters")
     return parser

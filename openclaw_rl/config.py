@@ -19,6 +19,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -266,6 +267,18 @@ def build_config(raw: dict[str, Any], source: str = "<dict>", environ: dict[str,
         raise ConfigError(source, errors)
     cfg.warnings = warnings
     return cfg
+
+
+CHILD_ENV = "OPENCLAW_RL_CHILD"
+
+
+def print_warnings(cfg: Config) -> None:
+    """Print the config's soft warnings once per run: the launcher's children (which set
+    ``OPENCLAW_RL_CHILD``) stay quiet because the launcher already printed them."""
+    if os.environ.get(CHILD_ENV):
+        return
+    for warning in cfg.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> Config:

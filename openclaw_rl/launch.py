@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from openclaw_rl.config import Config, ConfigError, load_config, unbuilt_parts
+from openclaw_rl.config import Config, ConfigError, load_config, print_warnings, unbuilt_parts
 
 DRY_RUN_DEADLINE_S = 25.0
 PROBE_TIMEOUT_S = 8.0
@@ -204,8 +204,7 @@ def launch(config_path: str, dry_run: bool = False) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for warning in cfg.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    print_warnings(cfg)
     problems = unbuilt_parts(cfg)
     if not dry_run and problems:
         print(f"error: {config_path}:\n" + "\n".join(f"  - {p}" for p in problems), file=sys.stderr)

@@ -40,10 +40,10 @@ log = logging.getLogger("openclaw_rl.eval")
 class EvalSizes:
     """How many held-out items each part runs; the defaults finish in a few minutes on 2 CPU cores."""
 
-    chat: int = 5            # problems per persona
-    terminal: int = len(EVAL_TASKS)
-    tool_call: int = 4
-    max_tokens: int = 160
+    chat: int = 4            # problems per persona
+    terminal: int = 3        # of the len(EVAL_TASKS) held-out tasks
+    tool_call: int = 2       # one GSM8K problem, one lookup
+    max_tokens: int = 128
 
 
 def _client(url: str, cfg: Config, stop: threading.Event) -> PolicyClient:

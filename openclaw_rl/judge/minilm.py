@@ -39,6 +39,7 @@ from typing import Any
 from openclaw_rl.config import Config
 from openclaw_rl.judge.base import Judge
 from openclaw_rl.judge.voting import restrict, sample_from_distribution
+from openclaw_rl.runtime.models import quiet_loading
 from openclaw_rl.types import NextState, Vote
 
 log = logging.getLogger("openclaw_rl.judge")
@@ -121,6 +122,7 @@ class Embedder:
 
         path = minilm_dir()
         self.tokenizer = AutoTokenizer.from_pretrained(path)
+        quiet_loading()
         self.model = AutoModel.from_pretrained(path)
         self.model.eval()
         self._lock = threading.Lock()

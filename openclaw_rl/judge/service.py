@@ -25,7 +25,7 @@ import sys
 import threading
 from pathlib import Path
 
-from openclaw_rl.config import Config, ConfigError, load_config
+from openclaw_rl.config import Config, ConfigError, load_config, print_warnings
 from openclaw_rl.judge import make_judge
 from openclaw_rl.judge.base import Judge
 from openclaw_rl.runtime.samples import build_samples, guarantee_sample
@@ -166,8 +166,7 @@ def main(config_path: str) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
-    for w in cfg.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+    print_warnings(cfg)
     store = Store(store_path(cfg))
     service = JudgeService(cfg, store)
     try:

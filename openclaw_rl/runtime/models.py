@@ -86,6 +86,13 @@ def _convert_gguf(pkg: Path, cache: Path) -> None:
     tmp.rename(cache)
 
 
+def quiet_loading() -> None:
+    """No per-tensor progress bars in the logs: a run loads weights at every swap."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def load_tokenizer(name: str):
     """The tokenizer of ``name`` (a ``PreTrainedTokenizerBase``), pad token set."""
     from transformers import AutoTokenizer
@@ -102,6 +109,7 @@ def load_model(name: str, device: str = "cpu", dtype: str = "float32"):
     from transformers import AutoModelForCausalLM
 
     directory = resolve_model_dir(name)
+    quiet_loading()
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=getattr(torch, dtype))
     model.to(device)
     model.eval()

@@ -15,6 +15,7 @@ exactly where the store says it was.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from openclaw_rl.config import Config
+from openclaw_rl.config import CHILD_ENV, Config
 from openclaw_rl.runtime.metrics import plot_metrics
 from openclaw_rl.runtime.status import progress_line
 from openclaw_rl.runtime.store import Store
@@ -47,7 +48,8 @@ class Child:
     def start(self) -> None:
         # A new process group per child: Ctrl-C in the terminal reaches the launcher, which then
         # stops each child in order, instead of every process at once.
-        self.proc = subprocess.Popen(self.argv, start_new_session=True)
+        env = {**os.environ, CHILD_ENV: "1", "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(self.argv, start_new_session=True, env=env)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

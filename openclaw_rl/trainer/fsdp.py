@@ -508,7 +508,8 @@ def run_training(config_path: str, policy_url: str | None, num_processes: int | 
 
     Under ``torchrun`` (``RANK`` set) this process is one rank; otherwise it spawns the ranks and
     forwards SIGTERM / SIGINT to rank 0, which finishes with a checkpoint and releases the others.
-    Returns the loop's exit code.
+    Returns the loop's exit code. Spawned processes re-import the caller's main module: call this
+    under ``if __name__ == "__main__":``.
     """
     import tempfile
 

@@ -25,11 +25,12 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import httpx
 
-from openclaw_rl.config import Config, load_config
+from openclaw_rl.config import Config, load_config, print_warnings
 from openclaw_rl.runtime.metrics import MetricsWriter
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.trainer.engine import Trainer
@@ -170,7 +171,10 @@ class TrainingLoop:
         self.store.commit_checkpoint(self.trainer.step, self.version)
 
     def _checkpoint(self) -> None:
-        self.trainer.save_checkpoint()
+        """Final checkpoint, unless the last update already wrote one for this very step."""
+        latest = self.trainer.latest_checkpoint()
+        if latest is None or latest.name != f"step_{self.trainer.step:08d}":
+            self.trainer.save_checkpoint()
         self._commit_checkpoint()
 
 
@@ -180,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy-url", default=None, help="policy service to swap weights into")
     args = parser.parse_args(argv)
     cfg = load_config(args.config)
+    print_warnings(cfg)
+    # transformers deprecation chatter from inside torch.utils.checkpoint; not actionable by users
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     loop = TrainingLoop(cfg, args.policy_url)
     signal.signal(signal.SIGTERM, lambda *_: loop.stop())
     signal.signal(signal.SIGINT, lambda *_: loop.stop())

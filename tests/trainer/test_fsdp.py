@@ -117,3 +117,54 @@ def test_two_processes_match_one_and_checkpoint_resumes_on_one(tiny_model_dir, t
     reloaded = _exported(Path(res["export"]))
     for k, v in exported.items():
         torch.testing.assert_close(reloaded[k], v)
+
+
+def _loop_config(path: Path, model_dir: Path, log_dir: Path, max_steps: int | None) -> Path:
+    steps = f"max_steps = {max_steps}\n" if max_steps else ""
+    path.write_text(f'[global]\nlog_dir = "{log_dir}"\n[policy_service]\nmodel = "{model_dir}"\n'
+                    f'weight_sync_interval = 1\n[env_service]\nnum_envs = 0\n[training]\nbackend = "fsdp"\n'
+                    f'batch_size = 2\nmini_batch_size = 2\ncheckpoint_interval = 1\nlr = 1e-3\n{steps}')
+    return path
+
+
+def test_training_loop_entry_point_then_resume_on_fewer_processes(tiny_model_dir, tmp_path):
+    """`python -m openclaw_rl.trainer.fsdp`: 2 processes train 2 updates from the store; then 1 process
+    resumes their checkpoint and stops cleanly on SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+
+    from openclaw_rl.runtime.store import Store
+
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    store = Store(log_dir / "store.sqlite")
+    store.add_samples([Sample(sample_id=f"s{i}", session_id=f"x{i}", turn_index=0, prompt_ids=PROMPTS[i % 2],
+                              response_ids=RESPONSES[i % 2], rollout_logprobs=[-3.0] * len(RESPONSES[i % 2]),
+                              loss_mask=[1] * len(RESPONSES[i % 2]), reward=1.0) for i in range(4)])
+    cmd = [sys.executable, "-m", "openclaw_rl.trainer.fsdp", "--config"]
+    first = _loop_config(tmp_path / "a.toml", tiny_model_dir, log_dir, max_steps=2)
+    proc = subprocess.run([*cmd, str(first), "--num-processes", "2"], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "backend=fsdp, num_processes=2" in proc.stdout
+    assert store.counters().samples_trained == 4
+    assert (log_dir / "policy" / "v000002").is_dir()
+
+    second = _loop_config(tmp_path / "b.toml", tiny_model_dir, log_dir, max_steps=None)
+    run = subprocess.Popen([*cmd, str(second), "--num-processes", "1"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        seen = []
+        for line in run.stdout:  # bounded by the pytest timeout
+            seen.append(line)
+            if "[training] resumed at step=2" in line:
+                break
+        assert any("written by 2 process(es), now 1" in ln for ln in seen), "".join(seen)[-2000:]
+        run.send_signal(signal.SIGTERM)  # the parent forwards it to rank 0: final checkpoint, exit 0
+        out, _ = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, out[-2000:]
+    assert "[training] stopped at step=2 version=2" in out
+    store.close()

@@ -7,9 +7,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.trainer.loop import TrainingLoop, read_policy_pointer

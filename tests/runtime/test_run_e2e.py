@@ -1,0 +1,103 @@
+"""The main job end to end: launcher + serving + judge + trainer as processes, driven over HTTP.
+
+Scripted sessions talk to the policy service like a real client until the trainer has done its
+updates; the test then checks what a user would: the store holds judged turns and trained samples,
+a checkpoint is on disk, and the served policy version advanced while requests kept succeeding.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from openclaw_rl.runtime.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+REPLIES = ["no, that's wrong, redo it without bold please", "thanks, that's perfect!",
+           "this sounds like a robot wrote it, try again", "great, moving on to the next one"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _drive(url: str, stop: threading.Event, seen: dict) -> None:
+    """Three-turn sessions, each user reply being the next state of the turn before it."""
+    s = 0
+    while not stop.is_set():
+        msgs = [{"role": "user", "content": f"What is {s} plus {s}?"}]
+        try:
+            for t in range(3):
+                r = httpx.post(f"{url}/v1/chat/completions", timeout=60,
+                               json={"model": "policy", "messages": msgs, "max_tokens": 10},
+                               headers={"X-Session-Id": f"e2e-{s}", "X-Session-Done": "true" if t == 2 else "false"})
+                seen["ok" if r.status_code == 200 else "errors"] += 1
+                seen["max_version"] = max(seen["max_version"], r.json().get("policy_version", 0))
+                msgs += [{"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]},
+                         {"role": "user", "content": REPLIES[(s + t) % 4]}]
+        except httpx.HTTPError:
+            if not stop.is_set():
+                time.sleep(0.5)  # the server is still starting (or stopping at the end)
+        s += 1
+
+
+def test_main_job_trains_swaps_and_keeps_serving(tiny_model_dir, tmp_path):
+    port = _free_port()
+    log_dir = tmp_path / "logs"
+    conf = tmp_path / "run.toml"
+    conf.write_text(f"""
+[global]
+log_dir = "{log_dir}"
+seed = 0
+[policy_service]
+model = "{tiny_model_dir}"
+port = {port}
+weight_sync_interval = 2
+[env_service]
+num_envs = 0
+[prm_service]
+backend = "minilm"
+[training]
+lr = 1e-3
+batch_size = 2
+mini_batch_size = 1
+checkpoint_interval = 1
+max_steps = 3
+""")
+    launcher = subprocess.Popen([sys.executable, "-m", "openclaw_rl.launch", "--config", str(conf)], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    stop, seen = threading.Event(), {"ok": 0, "errors": 0, "max_version": 0}
+    driver = threading.Thread(target=_drive, args=(f"http://127.0.0.1:{port}", stop, seen), daemon=True)
+    driver.start()
+    try:
+        out, _ = launcher.communicate(timeout=420)
+    finally:
+        stop.set()
+        if launcher.poll() is None:
+            launcher.kill()
+    driver.join(60)
+    assert launcher.returncode == 0, out[-4000:]
+    for line in ("[policy_service] listening on", "[prm_service] backend=minilm", "[training] algorithm=ppo",
+                 "[async] weight_sync_interval=2, non_blocking=true", "[rollout] step=", "[train] ppo_update done",
+                 "[policy_service] weights swapped, policy_version=1"):
+        assert line in out, f"missing {line!r} in:\n{out[-4000:]}"
+    assert seen["errors"] == 0 and seen["ok"] > 0
+    assert seen["max_version"] >= 1, "no response was served by the new policy version"
+    store = Store(log_dir / "store.sqlite")
+    c = store.counters()
+    store.close()
+    assert c.trainer_step == 3 and c.samples_trained == 6 and c.judged >= 6
+    assert (log_dir / "checkpoints" / "latest").read_text().strip() == "step_00000003"
+    assert (log_dir / "policy" / "latest.json").is_file()
+    assert (log_dir / "training_curves.png").stat().st_size > 1000
+    assert len((log_dir / "metrics.jsonl").read_text().splitlines()) == 3
