@@ -11,6 +11,7 @@ Routes::
     GET  /v1/models                  the served model and its policy_version
     GET  /healthz                    liveness + policy_version (no auth)
     POST /v1/admin/load_weights      {"path": DIR, "version": N}: swap weights (the trainer's route)
+    POST /v1/admin/pause             {"paused": true|false}: hold new requests (lock-step runs)
     POST /update_weights_from_disk   SGLang-compatible alias: {"model_path": DIR}
     POST /v1/load_lora_adapter       vLLM-compatible alias: {"lora_name": NAME, "lora_path": DIR}
 """
@@ -31,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from openclaw_rl.policy.engine import WeightLoadError
-from openclaw_rl.policy.protocol import APIError, LoadWeightsRequest, validation_message
+from openclaw_rl.policy.protocol import APIError, LoadWeightsRequest, PauseRequest, validation_message
 from openclaw_rl.policy.serving import Serving, escape_for_log
 
 log = logging.getLogger("openclaw_rl.policy")
@@ -137,6 +138,11 @@ def build_app(serving: Serving, api_key: str | None) -> FastAPI:
     async def load_weights(request: Request) -> dict[str, Any]:
         req: LoadWeightsRequest = await _parse(request, LoadWeightsRequest)
         return await _swap(req.path, req.version)
+
+    @app.post("/v1/admin/pause", dependencies=[Depends(require_key)])
+    async def pause(request: Request) -> dict[str, Any]:
+        req: PauseRequest = await _parse(request, PauseRequest)
+        return {"ok": True, "paused": serving.set_paused(req.paused)}
 
     @app.post("/update_weights_from_disk", dependencies=[Depends(require_key)])
     async def sglang_update(request: Request) -> dict[str, Any]:

@@ -190,6 +190,13 @@ class LoadWeightsRequest(BaseModel):
     version: int = Field(ge=0)
 
 
+class PauseRequest(BaseModel):
+    """``POST /v1/admin/pause``: hold (``true``) or release (``false``) new requests (lock-step runs)."""
+
+    model_config = ConfigDict(extra="forbid")
+    paused: bool
+
+
 # --------------------------------------------------------------------------- errors
 class APIError(Exception):
     """An error the service answers with an OpenAI-style JSON body."""

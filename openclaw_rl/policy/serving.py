@@ -113,6 +113,7 @@ class Serving:
         self._in_system = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._swap_lock = threading.Lock()
+        self._resumed: asyncio.Event | None = None  # created in the server's loop on first use
         self.started_at = time.time()
         self.served = 0
 
@@ -129,7 +130,7 @@ class Serving:
         return {"status": "ok", "backend": self.engine.backend, "model": self.model_name,
                 "policy_version": self.engine.policy_version, "in_flight": self._in_system,
                 "generating": getattr(self.engine, "active_count", 0), "max_concurrent": self.pcfg.max_concurrent,
-                "max_queue": self.pcfg.max_queue, "served": self.served}
+                "max_queue": self.pcfg.max_queue, "served": self.served, "paused": self.paused}
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{
@@ -142,6 +143,23 @@ class Serving:
             self.engine.swap_weights(path, version)
             self.store.set_meta("policy_version", version)
         return version
+
+    def _gate(self) -> asyncio.Event:
+        if self._resumed is None:
+            self._resumed = asyncio.Event()
+            self._resumed.set()
+        return self._resumed
+
+    def set_paused(self, paused: bool) -> bool:
+        """Lock-step mode (``async_mode = false``): while paused, new requests wait in the queue —
+        they are held, never refused — and run once serving resumes. Call from the server's loop."""
+        gate = self._gate()
+        gate.clear() if paused else gate.set()
+        return paused
+
+    @property
+    def paused(self) -> bool:
+        return self._resumed is not None and not self._resumed.is_set()
 
     async def drain(self, timeout: float | None = None) -> int:
         """Wait for every generation task (including ones whose client left) to finish and record."""
@@ -185,6 +203,7 @@ class Serving:
                            code="queue_full", headers={"Retry-After": "1"})
         self._in_system += 1
         try:
+            await self._gate().wait()  # open unless a lock-step run is training
             sid = headers.get("x-session-id") or req.session_id
             if sid is not None and not (0 < len(sid) <= 256):
                 raise APIError(400, "X-Session-Id must be 1-256 characters", param="X-Session-Id")

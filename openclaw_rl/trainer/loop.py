@@ -12,6 +12,10 @@ so that a trainer crash never stops serving. The whole loop::
             every checkpoint_interval updates: checkpoint on disk, then store.commit_checkpoint
     on SIGTERM / max_steps: final checkpoint, commit, exit 0
 
+With ``async_mode = false`` the same loop runs in lock-step, the baseline async mode is measured
+against: once a batch of turns is collected it pauses serving (requests are held, not refused),
+waits for the judge, trains, syncs, then resumes serving.
+
 A sample is marked trained only after a checkpoint containing its update is on disk, so killing this
 process at any moment and restarting it loses nothing and trains nothing twice into the weights
 that survive.
@@ -59,18 +63,22 @@ def _write_pointer(cfg: Config, version: int, path: Path) -> None:
     os.replace(tmp, pointer)  # atomic: serving never reads a half-written pointer
 
 
-def request_swap(cfg: Config, policy_url: str, path: Path, version: int, timeout: float = 60.0) -> str | None:
-    """Ask the policy service to load ``path`` as ``version``; returns an error message or None."""
+def _admin_post(cfg: Config, policy_url: str, route: str, body: dict, timeout: float) -> str | None:
+    """POST an admin route of the policy service; returns an error message or None."""
     key = cfg.policy_service.api_key
     headers = {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
     try:
-        r = httpx.post(f"{policy_url.rstrip('/')}/v1/admin/load_weights", json={"path": str(path), "version": version},
-                       headers=headers, timeout=timeout)
+        r = httpx.post(f"{policy_url.rstrip('/')}{route}", json=body, headers=headers, timeout=timeout)
     except httpx.HTTPError as exc:
         return f"policy service at {policy_url} unreachable: {type(exc).__name__}"
     if r.status_code >= 400:
-        return f"policy service refused the swap: HTTP {r.status_code} {r.text[:200]}"
+        return f"policy service refused {route}: HTTP {r.status_code} {r.text[:200]}"
     return None
+
+
+def request_swap(cfg: Config, policy_url: str, path: Path, version: int, timeout: float = 60.0) -> str | None:
+    """Ask the policy service to load ``path`` as ``version``; returns an error message or None."""
+    return _admin_post(cfg, policy_url, "/v1/admin/load_weights", {"path": str(path), "version": version}, timeout)
 
 
 class TrainingLoop:
@@ -85,6 +93,7 @@ class TrainingLoop:
         self.version = 0
         self._stop = threading.Event()
         self._swap_thread: threading.Thread | None = None
+        self._paused = False
 
     def start(self) -> None:
         tc = self.cfg.training
@@ -118,6 +127,7 @@ class TrainingLoop:
                     continue
                 self.update_once()
         finally:
+            self._set_paused(False)
             self._checkpoint()
             self.metrics.close()
             if self._swap_thread is not None:
@@ -126,7 +136,31 @@ class TrainingLoop:
         return 0 if tc.max_steps is None or self.trainer.step >= tc.max_steps or self._stop.is_set() else 1
 
     def _ready_for_update(self) -> bool:
-        return self.store.ready_count() >= self.cfg.training.batch_size
+        if self.cfg.global_.async_mode:
+            return self.store.ready_count() >= self.cfg.training.batch_size
+        return self._lock_step_ready()
+
+    def _set_paused(self, paused: bool) -> None:
+        if self.policy_url and paused != self._paused:
+            err = _admin_post(self.cfg, self.policy_url, "/v1/admin/pause", {"paused": paused}, 30)
+            print(f"[async] lock-step: serving {'paused for training' if paused else 'resumed'}"
+                  + (f" — failed: {err}" if err else ""), flush=True)
+        self._paused = paused
+
+    def _lock_step_ready(self) -> bool:
+        """``async_mode = false``: collect a batch, stop serving, let the judge finish it, train."""
+        c = self.store.counters()
+        batch = self.cfg.training.batch_size
+        if not self._paused:
+            if c.samples_ready + c.waiting < batch:
+                return False
+            self._set_paused(True)  # the batch is collected: hold new requests
+        if c.waiting or c.failed:
+            return False  # the judge is still working on the collected turns
+        if c.samples_ready >= batch:
+            return True
+        self._set_paused(False)  # judged turns without signal (score 0): collect more
+        return False
 
     def update_once(self) -> dict[str, float]:
         """Claim one batch, run one PPO update, then sync and checkpoint on their intervals."""
@@ -145,6 +179,10 @@ class TrainingLoop:
             self._publish()
         if trainer.step % tc.checkpoint_interval == 0:
             self._commit_checkpoint()
+        if not self.cfg.global_.async_mode:
+            if self._swap_thread is not None:
+                self._swap_thread.join()  # lock-step: serve again only on the new weights
+            self._set_paused(False)
         return metrics
 
     def _publish(self) -> None:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from openclaw_rl.runtime.store import Store
 
@@ -50,7 +51,8 @@ def _drive(url: str, stop: threading.Event, seen: dict) -> None:
         s += 1
 
 
-def test_main_job_trains_swaps_and_keeps_serving(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("async_mode", [True, False], ids=["async", "lock-step"])
+def test_main_job_trains_swaps_and_keeps_serving(tiny_model_dir, tmp_path, async_mode):
     port = _free_port()
     log_dir = tmp_path / "logs"
     conf = tmp_path / "run.toml"
@@ -58,6 +60,7 @@ def test_main_job_trains_swaps_and_keeps_serving(tiny_model_dir, tmp_path):
 [global]
 log_dir = "{log_dir}"
 seed = 0
+async_mode = {str(async_mode).lower()}
 [policy_service]
 model = "{tiny_model_dir}"
 port = {port}
@@ -92,6 +95,7 @@ max_steps = 3
                  "[policy_service] weights swapped, policy_version=1"):
         assert line in out, f"missing {line!r} in:\n{out[-4000:]}"
     assert seen["errors"] == 0 and seen["ok"] > 0
+    assert ("[async] lock-step: serving paused for training" in out) == (not async_mode)
     assert seen["max_version"] >= 1, "no response was served by the new policy version"
     store = Store(log_dir / "store.sqlite")
     c = store.counters()
