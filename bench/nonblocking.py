@@ -50,7 +50,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_config(directory: Path, model: str, port: int) -> Path:
+def write_config(directory: Path, model: str, port: int, sync: int) -> Path:
     path = directory / "bench.toml"
     path.write_text(f"""
 [global]
@@ -59,7 +59,7 @@ log_dir = "{directory / 'logs'}"
 model = "{model}"
 port = {port}
 max_concurrent = 8
-weight_sync_interval = 1
+weight_sync_interval = {sync}
 max_tokens_default = 32
 [env_service]
 num_envs = 0
@@ -122,11 +122,12 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=40)
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--sync", type=int, default=2, help="weight_sync_interval (updates per swap)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="ocl-nonblocking-"))
     port = free_port()
-    conf = write_config(work, args.model, port)
+    conf = write_config(work, args.model, port, args.sync)
     cfg = load_config(conf)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     url = f"http://127.0.0.1:{port}"

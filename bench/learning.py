@@ -1,0 +1,171 @@
+"""Does the agent learn? Held-out personalisation before and after training, per method, in one run.
+
+For each method (combined, Binary RL only, OPD only) this runs the real main job — launcher, policy
+service, environment workers playing the *student* persona, embedded judge, LoRA trainer, weight
+swaps — from the base model for a fixed number of updates, then scores the final policy on held-out
+GSM8K problems (never used for training) with the persona's fixed scorer (SPEC §8). The base score
+is measured once, by the same scorer on the same problems, in the same invocation.
+
+    .venv/bin/python bench/learning.py [--updates 16] [--batch 4] [--chat-n 8] [--methods combined,binary,opd]
+
+Prints a table: method, base score, trained score, change, wall time, samples trained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from openclaw_rl.config import load_config  # noqa: E402
+from openclaw_rl.envs.evaluate import EvalSizes, evaluate  # noqa: E402
+from openclaw_rl.policy.service import PolicyService  # noqa: E402
+from openclaw_rl.runtime.store import Store  # noqa: E402
+
+METHODS = {
+    "combined": {"opd_enabled": "true", "binary_rl_weight": 1.0, "opd_weight": 1.0},
+    "binary": {"opd_enabled": "false", "binary_rl_weight": 1.0, "opd_weight": 1.0},
+    "opd": {"opd_enabled": "true", "binary_rl_weight": 0.0, "opd_weight": 1.0},
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_config(work: Path, method: str, args: argparse.Namespace) -> Path:
+    m = METHODS[method]
+    data = Path(args.data).resolve()
+    path = work / f"{method}.toml"
+    path.write_text(f"""
+[global]
+run_name = "learning_{method}"
+seed = {args.seed}
+log_dir = "{work / method}"
+[policy_service]
+model = "{args.model}"
+port = {free_port()}
+max_concurrent = 8
+weight_sync_interval = {args.sync}
+max_tokens_default = {args.max_tokens}
+[env_service]
+num_envs = {args.num_envs}
+interaction_types = ["chat"]
+personas = ["student"]
+max_turns = 3
+data_path = "{data}"
+[prm_service]
+backend = "minilm"
+vote_count = 3
+[training]
+lr = {args.lr}
+batch_size = {args.batch}
+mini_batch_size = {max(1, args.batch // 2)}
+checkpoint_interval = {args.updates}
+max_steps = {args.updates}
+max_staleness = {2 * args.sync}
+opd_enabled = {m['opd_enabled']}
+binary_rl_weight = {m['binary_rl_weight']}
+opd_weight = {m['opd_weight']}
+""")
+    return path
+
+
+def score(config: Path, checkpoint: Path | None, n: int, max_tokens: int) -> float:
+    """Held-out student personalisation of the base model or an exported policy directory."""
+    cfg = load_config(config)
+    ecfg = cfg.model_copy(deep=True)
+    ecfg.policy_service.port = 0
+    ecfg.global_.log_dir = tempfile.mkdtemp(prefix="ocl-eval-")
+    service = PolicyService(ecfg)
+    try:
+        url = service.start()
+        if checkpoint is not None:
+            service.swap_weights(checkpoint, 1)
+        summary = evaluate(ecfg, url, EvalSizes(chat=n, terminal=0, tool_call=0, max_tokens=max_tokens))
+    finally:
+        service.stop()
+        shutil.rmtree(ecfg.global_.log_dir, ignore_errors=True)
+    return float(summary["chat"]["student"]["personalization"])
+
+
+def train(config: Path, log_file: Path) -> tuple[float, int]:
+    """Run the main job to max_steps; returns (wall seconds, samples trained)."""
+    start = time.monotonic()
+    with log_file.open("w") as fh:
+        proc = subprocess.run([sys.executable, "-m", "openclaw_rl.launch", "--config", str(config)], cwd=ROOT,
+                              stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if proc.returncode != 0:
+        raise SystemExit(f"training run failed (exit {proc.returncode}); see {log_file}")
+    cfg = load_config(config)
+    store = Store(cfg.log_dir / "store.sqlite")
+    trained = store.counters().samples_trained
+    store.close()
+    return time.monotonic() - start, trained
+
+
+def final_policy(config: Path) -> Path:
+    cfg = load_config(config)
+    ckpt = cfg.log_dir / "checkpoints"
+    return ckpt / (ckpt / "latest").read_text().strip() / "policy"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--methods", default="combined,binary,opd")
+    ap.add_argument("--updates", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--sync", type=int, default=4, help="weight_sync_interval")
+    ap.add_argument("--lr", type=float, default=2e-4)
+    ap.add_argument("--num-envs", type=int, default=2)
+    ap.add_argument("--chat-n", type=int, default=8, help="held-out problems scored")
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "gsm8k.json"))
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--keep", help="keep run directories here instead of a temp dir")
+    args = ap.parse_args()
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = set(methods) - set(METHODS)
+    if unknown:
+        raise SystemExit(f"unknown method(s) {sorted(unknown)}; choose from {sorted(METHODS)}")
+
+    work = Path(args.keep or tempfile.mkdtemp(prefix="ocl-learning-"))
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    base_cfg = write_config(work, methods[0], args)
+    base = score(base_cfg, None, args.chat_n, args.max_tokens)
+    print(f"base model: held-out student personalisation = {base:.3f} (n={args.chat_n})", flush=True)
+    rows = []
+    for method in methods:
+        conf = write_config(work, method, args)
+        wall, trained = train(conf, work / f"{method}.log")
+        after = score(conf, final_policy(conf), args.chat_n, args.max_tokens)
+        rows.append((method, after, wall, trained))
+        print(f"{method}: {base:.3f} -> {after:.3f} after {args.updates} updates "
+              f"({trained} samples, {wall / 60:.1f} min)", flush=True)
+    print()
+    print(f"{'method':<10}{'base':>8}{'trained':>9}{'change':>8}{'minutes':>9}{'samples':>9}")
+    for method, after, wall, trained in rows:
+        print(f"{method:<10}{base:>8.3f}{after:>9.3f}{after - base:>+8.3f}{wall / 60:>9.1f}{trained:>9}")
+    print(f"\ntotal {(time.monotonic() - t0) / 60:.1f} min on {os.cpu_count()} cores; runs in {work}")
+    (work / "learning.json").write_text(json.dumps(
+        {"base": base, "updates": args.updates, "rows": [
+            {"method": m, "trained": a, "wall_s": w, "samples": s} for m, a, w, s in rows]}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
