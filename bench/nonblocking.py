@@ -5,8 +5,8 @@ default), so the machine's drift affects them alike:
 
 * idle     — the client alone;
 * training — the trainer loop runs as its own process on pre-recorded samples, publishing a new
-             policy version after every update (``weight_sync_interval = 1``), each one swapped into
-             the server while the client keeps sending requests.
+             policy version every ``--sync`` updates (default 2, a swap every few seconds), each
+             swapped into the server while the client keeps sending requests.
 
 Prints mean / p99 latency, errors for each phase, the p99 ratio (target ≤ 1.5 on 2 cores) and the
 error count (target 0). Each process is limited to one torch thread so serving and training get a
