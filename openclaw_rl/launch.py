@@ -92,8 +92,13 @@ def check_policy(cfg: Config) -> Check:
         ok, detail = check_api(cfg)
         return Check("policy_service", ok, f"backend=api: {detail}")
     url = (pol.engine_url or f"http://127.0.0.1:{pol.port + 1}").rstrip("/")
-    if pol.launch and importlib.util.find_spec(pol.backend) is None:
-        return Check("policy_service", False, f"launch = true but the {pol.backend} package is not installed")
+    if pol.launch:
+        from openclaw_rl.runtime.engines import launch_problem
+
+        problem = launch_problem(cfg)
+        if problem:
+            return Check("policy_service", False, problem)
+        return Check("policy_service", True, f"backend={pol.backend}: the engine will be launched at start")
     ok, detail = _probe_openai(url if url.endswith("/v1") else f"{url}/v1", None, PROBE_TIMEOUT_S)
     return Check("policy_service", ok, f"backend={pol.backend}: {detail}")
 
@@ -220,6 +225,10 @@ def launch(config_path: str, dry_run: bool = False) -> int:
     if log_problem:
         print(f"error: {log_problem}", file=sys.stderr)
         return 2
+    if cfg.env_service.mode == "cloud":
+        from openclaw_rl.runtime.cluster import run_cluster
+
+        return run_cluster(cfg, config_path)
     from openclaw_rl.runtime.wiring import run_all
 
     return run_all(cfg, config_path)

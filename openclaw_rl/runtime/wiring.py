@@ -86,13 +86,17 @@ def wait_healthy(url: str, child: Child, timeout: float = HEALTH_TIMEOUT_S) -> b
     return False
 
 
+def trainer_module(cfg: Config) -> str:
+    """The training loop's entry point: one process, or FSDP over ``num_processes``."""
+    return "openclaw_rl.trainer.fsdp" if cfg.training.backend == "fsdp" else "openclaw_rl.trainer.loop"
+
+
 def build_children(cfg: Config, config_path: str) -> dict[str, Child]:
     py, conf, url = sys.executable, str(Path(config_path)), policy_url(cfg)
     children = {
         "policy_service": Child("policy_service", [py, "-m", "openclaw_rl.cli", "serve", "--config", conf]),
         "prm_service": Child("prm_service", [py, "-m", "openclaw_rl.judge.service", "--config", conf]),
-        "training": Child("training", [py, "-m", "openclaw_rl.trainer.loop", "--config", conf,
-                                       "--policy-url", url]),
+        "training": Child("training", [py, "-m", trainer_module(cfg), "--config", conf, "--policy-url", url]),
     }
     if cfg.env_service.enabled and cfg.env_service.num_envs > 0:
         children["env_service"] = Child("env_service", [py, "-m", "openclaw_rl.envs.service", "--config", conf,
@@ -119,10 +123,25 @@ def run_all(cfg: Config, config_path: str) -> int:
           f"non_blocking={str(cfg.policy_service.non_blocking).lower()}", flush=True)
     if "env_service" not in children:
         print(f"[launch] no environment workers: personal-agent mode, talk to {url}/v1", flush=True)
+    engine = None
+    if cfg.policy_service.launch:  # an external SGLang / vLLM engine behind the policy service
+        from openclaw_rl.runtime.engines import EngineError, ExternalEngine
+
+        try:
+            engine = ExternalEngine(cfg)
+            engine.start()
+            engine.wait_ready()
+        except EngineError as exc:
+            print(f"[launch] {exc}", flush=True)
+            if engine is not None:
+                engine.stop()
+            return 1
     children["policy_service"].start()
     if not wait_healthy(url, children["policy_service"]):
         print(f"[launch] policy service did not become healthy at {url}", flush=True)
         _stop_all(children)
+        if engine is not None:
+            engine.stop()
         return 1
     pointer = read_policy_pointer(cfg)
     if pointer is not None:  # a restarted run serves the newest published weights, not the base
@@ -160,6 +179,8 @@ def run_all(cfg: Config, config_path: str) -> int:
                 last_progress, last_line = time.monotonic(), line
     finally:
         _stop_all(children)
+        if engine is not None:
+            engine.stop()
         print(progress_line(store.counters()), flush=True)
         store.close()
         plot = plot_metrics(cfg.log_dir)
