@@ -383,3 +383,33 @@ class EnvService:
                 if closing is None:
                     return None
                 return stats(bool(info.get("success")), None, truncated=truncated)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m openclaw_rl.envs.service --config FILE [--policy-url URL]``: the launcher's env loop."""
+    import argparse
+    import signal
+    import sys
+
+    from openclaw_rl.config import ConfigError, load_config, print_warnings
+
+    ap = argparse.ArgumentParser(prog="python -m openclaw_rl.envs.service", description="run environment workers")
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--policy-url", default=None, help="policy service root (default: from the config)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print_warnings(cfg)
+    service = EnvService(cfg, base_url=args.policy_url)
+    # SIGTERM from the launcher: finish the request in flight, then exit.
+    signal.signal(signal.SIGTERM, lambda *_: service.stop_event.set())
+    service.run()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -51,8 +51,11 @@ def _drive(url: str, stop: threading.Event, seen: dict) -> None:
         s += 1
 
 
-@pytest.mark.parametrize("async_mode", [True, False], ids=["async", "lock-step"])
-def test_main_job_trains_swaps_and_keeps_serving(tiny_model_dir, tmp_path, async_mode):
+@pytest.mark.parametrize("async_mode, env_workers", [(True, False), (False, False), (True, True)],
+                         ids=["async", "lock-step", "env-workers"])
+def test_main_job_trains_swaps_and_keeps_serving(tiny_model_dir, tmp_path, gsm8k_path, async_mode, env_workers):
+    """Traffic comes from scripted sessions (a person, in personal-agent mode) or from the
+    launcher's own environment workers playing the student persona."""
     port = _free_port()
     log_dir = tmp_path / "logs"
     conf = tmp_path / "run.toml"
@@ -66,7 +69,11 @@ model = "{tiny_model_dir}"
 port = {port}
 weight_sync_interval = 2
 [env_service]
-num_envs = 0
+num_envs = {2 if env_workers else 0}
+interaction_types = ["chat"]
+personas = ["student"]
+max_turns = 2
+data_path = "{gsm8k_path}"
 [prm_service]
 backend = "minilm"
 [training]
@@ -81,22 +88,27 @@ max_steps = 3
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
     stop, seen = threading.Event(), {"ok": 0, "errors": 0, "max_version": 0}
     driver = threading.Thread(target=_drive, args=(f"http://127.0.0.1:{port}", stop, seen), daemon=True)
-    driver.start()
+    if not env_workers:
+        driver.start()
     try:
         out, _ = launcher.communicate(timeout=420)
     finally:
         stop.set()
         if launcher.poll() is None:
             launcher.kill()
-    driver.join(60)
+    if not env_workers:
+        driver.join(60)
     assert launcher.returncode == 0, out[-4000:]
     for line in ("[policy_service] listening on", "[prm_service] backend=minilm", "[training] algorithm=ppo",
                  "[async] weight_sync_interval=2, non_blocking=true", "[rollout] step=", "[train] ppo_update done",
                  "[policy_service] weights swapped, policy_version=1"):
         assert line in out, f"missing {line!r} in:\n{out[-4000:]}"
-    assert seen["errors"] == 0 and seen["ok"] > 0
     assert ("[async] lock-step: serving paused for training" in out) == (not async_mode)
-    assert seen["max_version"] >= 1, "no response was served by the new policy version"
+    if env_workers:
+        assert "[env_service] mode=local, num_envs=2, types=[chat]" in out
+    else:
+        assert seen["errors"] == 0 and seen["ok"] > 0
+        assert seen["max_version"] >= 1, "no response was served by the new policy version"
     store = Store(log_dir / "store.sqlite")
     c = store.counters()
     store.close()
