@@ -6,7 +6,7 @@ swaps — from the base model for a fixed number of updates, then scores the fin
 GSM8K problems (never used for training) with the persona's fixed scorer (SPEC §8). The base score
 is measured once, by the same scorer on the same problems, in the same invocation.
 
-    .venv/bin/python bench/learning.py [--updates 16] [--batch 4] [--chat-n 8] [--methods combined,binary,opd]
+    .venv/bin/python bench/learning.py [--updates 8] [--batch 4] [--chat-n 8] [--methods combined,binary,opd]
 
 Prints a table: method, base score, trained score, change, wall time, samples trained.
 """
@@ -125,13 +125,13 @@ def final_policy(config: Path) -> Path:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--methods", default="combined,binary,opd")
-    ap.add_argument("--updates", type=int, default=16)
+    ap.add_argument("--updates", type=int, default=8)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--sync", type=int, default=4, help="weight_sync_interval")
     ap.add_argument("--lr", type=float, default=2e-4)
-    ap.add_argument("--num-envs", type=int, default=2)
+    ap.add_argument("--num-envs", type=int, default=4)
     ap.add_argument("--chat-n", type=int, default=8, help="held-out problems scored")
-    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "gsm8k.json"))
     ap.add_argument("--seed", type=int, default=42)

@@ -398,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy-url", default=None, help="policy service root (default: from the config)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would drown the run's log
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
