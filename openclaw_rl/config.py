@@ -114,6 +114,8 @@ class EnvServiceConfig(_Section):
     max_turns: int = Field(4, ge=1)
     data_path: str = "../shared/data/gsm8k.json"
     eval_size: int = Field(50, ge=1, description="held-out problems, never trained on")
+    temperature: float = Field(0.7, ge=0, le=2, description="sampling temperature of environment rollouts")
+    top_p: float = Field(0.9, gt=0, le=1, description="nucleus cut of environment rollouts")
 
 
 class PrmServiceConfig(_Section):

@@ -98,7 +98,7 @@ class PolicyClient:
 
     def complete(self, messages: list[dict[str, Any]], session_id: str, done: bool,
                  tools: list[dict[str, Any]] | None = None, max_tokens: int | None = None,
-                 temperature: float | None = None) -> dict[str, Any] | None:
+                 temperature: float | None = None, top_p: float | None = None) -> dict[str, Any] | None:
         """The assistant message of one completion; None when the service is stopping.
 
         Unreachable / 429 / 5xx: wait and retry (backoff up to ``backoff_max_sec``) until it answers
@@ -111,6 +111,8 @@ class PolicyClient:
             body["max_tokens"] = max_tokens
         if temperature is not None:
             body["temperature"] = temperature
+        if top_p is not None:
+            body["top_p"] = top_p
         headers = {"X-Session-Id": session_id, "X-Session-Done": "true" if done else "false"}
         delay = 0.5
         warned = False
@@ -185,7 +187,10 @@ class EnvService:
         self.max_episodes = max_episodes
         self.max_tokens = max_tokens
         self.final_max_tokens = final_max_tokens
-        self.temperature = temperature
+        # Rollouts sample like a deployed agent would: a small model at temperature 1 with no
+        # nucleus cut mostly emits noise, and noise teaches the trainer nothing.
+        self.temperature = es.temperature if temperature is None else temperature
+        self.top_p = es.top_p
         self.env_overrides = env_overrides or {}
         self.backoff_max = backoff_max_sec
         self.stop_event = threading.Event()
@@ -356,7 +361,7 @@ class EnvService:
         while True:
             try:
                 reply = client.complete(messages, session_id, done=not capture, tools=tools,
-                                        max_tokens=self.max_tokens, temperature=self.temperature)
+                                        max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p)
             except PolicyRequestError as exc:
                 log.warning("[env_service] worker %d: %s", index, exc)
                 return stats(False, str(exc))
@@ -377,7 +382,7 @@ class EnvService:
             if terminated or truncated:
                 try:
                     closing = client.complete(messages, session_id, done=True, tools=tools,
-                                              max_tokens=self.final_max_tokens, temperature=self.temperature)
+                                              max_tokens=self.final_max_tokens, temperature=self.temperature, top_p=self.top_p)
                 except PolicyRequestError as exc:
                     return stats(bool(info.get("success")), f"closing request refused: {exc}")
                 if closing is None:
