@@ -51,3 +51,29 @@ def test_dry_run_reports_missing_model(tmp_path):
     proc = _launch("--config", str(path), "--dry-run")
     assert proc.returncode == 1
     assert "policy_service: FAILED" in proc.stdout and "nowhere" in proc.stdout
+
+
+def test_unwritable_log_dir_is_a_clear_startup_error(tmp_path):
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("a file where the log directory should be")
+    path = tmp_path / "c.toml"
+    path.write_text(f'[global]\nlog_dir = "{blocker}/logs"\n[env_service]\nnum_envs = 0\n')
+    proc = _launch("--config", str(path))
+    assert proc.returncode == 2
+    assert "log_dir" in proc.stderr and "not writable" in proc.stderr
+
+
+def test_status_prints_the_run_counters(tmp_path):
+    from openclaw_rl.runtime.store import Store
+    from openclaw_rl.types import Sample
+
+    store = Store(tmp_path / "logs" / "store.sqlite")
+    store.add_samples([Sample(sample_id="a", session_id="s", turn_index=0, prompt_ids=[1], response_ids=[2],
+                              rollout_logprobs=[-1.0], loss_mask=[1], reward=1.0)])
+    store.close()
+    path = tmp_path / "c.toml"
+    path.write_text(f'[global]\nlog_dir = "{tmp_path / "logs"}"\n')
+    proc = subprocess.run([sys.executable, "-m", "openclaw_rl.cli", "status", "--config", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "samples ready=1" in proc.stdout and "version=0" in proc.stdout
