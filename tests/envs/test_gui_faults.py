@@ -12,21 +12,12 @@ import time
 
 import pytest
 
-from openclaw_rl.envs.gui import BrowserError, BrowserHost, GuiEnv, parse_action
+from openclaw_rl.envs.gui import BrowserError, GuiEnv, parse_action
 from openclaw_rl.envs.gui.actions import ActionError
 from openclaw_rl.envs.gui.oracle import Driver, solve_todo_add
 
 pytestmark = pytest.mark.slow
 CHROMIUM = "/usr/bin/chromium"
-
-
-@pytest.fixture(scope="module")
-def host():
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.skip(f"{CHROMIUM} not installed; run `make sysdeps` (Debian package chromium)")
-    h = BrowserHost(executable_path=CHROMIUM)
-    yield h
-    h.close()
 
 
 @pytest.fixture(scope="module")

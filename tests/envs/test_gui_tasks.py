@@ -12,23 +12,12 @@ import re
 import pytest
 
 from openclaw_rl.envs import make, registered
-from openclaw_rl.envs.gui import TASK_BY_ID, TASKS, BrowserHost, GuiEnv
+from openclaw_rl.envs.gui import TASK_BY_ID, TASKS, GuiEnv
 from openclaw_rl.envs.gui.oracle import ORACLES, Driver
 from openclaw_rl.envs.gui.tasks import lighting_under_30
 
 pytestmark = pytest.mark.slow
 CHROMIUM = "/usr/bin/chromium"
-
-
-@pytest.fixture(scope="module")
-def host():
-    import os
-
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.skip(f"{CHROMIUM} not installed; run `make sysdeps` (Debian package chromium)")
-    h = BrowserHost(executable_path=CHROMIUM)
-    yield h
-    h.close()
 
 
 @pytest.fixture(scope="module")
