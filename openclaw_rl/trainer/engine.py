@@ -52,6 +52,10 @@ OPTIMIZER_FILE = "optimizer.pt"
 POLICY_SUBDIR = "policy"
 POLICY_META = "openclaw_policy.json"
 KEEP_CHECKPOINTS = 3
+# Metrics already divided by a mini-batch's token count (averaged over optimiser steps), and metrics
+# averaged over trained tokens; both the single-process and the FSDP update report them.
+PER_STEP_METRICS = ("loss", "pg_loss", "kl", "entropy", "topk_kl")
+TOKEN_METRICS = ("clip_frac", "ppo_kl", "logprob_gap", "ratio_mean", "adv_mean")
 
 
 def log_update(metrics: dict[str, float]) -> str:
@@ -271,24 +275,15 @@ class Trainer:
         or gradient was not finite: their step is dropped, never applied). A batch with no trained
         token (all loss masks zero) changes nothing and reports zeros.
         """
-        if not samples:
-            raise ValueError("train_update needs at least one sample")
-        self._validate(samples)
         t0 = time.perf_counter()
-        active = [s for s in samples if any(s.loss_mask)]
+        active = self._begin_update(samples)
         sums: dict[str, float] = {}
-        tok_weighted = ("clip_frac", "ppo_kl", "logprob_gap", "ratio_mean", "adv_mean")
-        per_step = ("loss", "pg_loss", "kl", "entropy", "topk_kl")
+        tok_weighted, per_step = TOKEN_METRICS, PER_STEP_METRICS
         n_trained = 0
         skipped = 0
         grad_norms: list[float] = []
         if active:
-            old_lp = self._score(self.model, active)
-            ref_lp: list[Tensor] | None = None
-            if self.tc.kl_coef > 0:
-                with self._reference() as ref:
-                    ref_lp = self._score(ref, active)
-            self.model.train()
+            old_lp, ref_lp = self._score_old_and_ref(active)
             mb = self.tc.mini_batch_size
             for start in range(0, len(active), mb):
                 idx = list(range(start, min(start + mb, len(active))))
@@ -331,20 +326,45 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             if grad_norms:
                 self.policy_version += 1
+        metrics = self._end_update(samples, active, t0, sums, float(n_trained), grad_norms)
+        metrics["skipped_steps"] = float(skipped)
+        return metrics
+
+    def _begin_update(self, samples: list[Sample]) -> list[Sample]:
+        """Validate a batch; return the samples with at least one trained token."""
+        if not samples:
+            raise ValueError("train_update needs at least one sample")
+        self._validate(samples)
+        return [s for s in samples if any(s.loss_mask)]
+
+    def _score_old_and_ref(self, active: list[Sample]) -> tuple[list[Tensor], list[Tensor] | None]:
+        """No-grad log-probs under the current and (when kl_coef > 0) the reference policy, then
+        switch the model to training mode."""
+        old_lp = self._score(self.model, active)
+        ref_lp: list[Tensor] | None = None
+        if self.tc.kl_coef > 0:
+            with self._reference() as ref:
+                ref_lp = self._score(ref, active)
+        self.model.train()
+        return old_lp, ref_lp
+
+    def _end_update(self, samples: list[Sample], active: list[Sample], t0: float, sums: dict[str, float],
+                    n_trained: float, grad_norms: list[float], log: bool = True) -> dict[str, float]:
+        """Turn an update's sums into its metrics, count the step, log it, checkpoint on interval."""
         n_steps = len(grad_norms)
         elapsed = time.perf_counter() - t0
-        metrics = {key: sums.get(key, 0.0) / max(n_steps, 1) for key in per_step}
-        metrics.update({key: sums.get(key, 0.0) / max(n_trained, 1) for key in tok_weighted})
+        metrics = {key: sums.get(key, 0.0) / max(n_steps, 1) for key in PER_STEP_METRICS}
+        metrics.update({key: sums.get(key, 0.0) / max(n_trained, 1) for key in TOKEN_METRICS})
         metrics["grad_norm"] = sum(grad_norms) / max(n_steps, 1)
         metrics["tokens_per_s"] = sum(s.num_tokens for s in active) / elapsed if elapsed > 0 else 0.0
         metrics["num_tokens"] = float(n_trained)
         metrics["optimizer_steps"] = float(n_steps)
-        metrics["skipped_steps"] = float(skipped)
         metrics["num_samples"] = float(len(samples))
         self.step += 1
         metrics["step"] = float(self.step)
         metrics["policy_version"] = float(self.policy_version)
-        log_update(metrics)
+        if log:
+            log_update(metrics)
         if self.step % self.tc.checkpoint_interval == 0:
             self.save_checkpoint()
         return metrics

@@ -48,9 +48,11 @@ from torch import Tensor
 
 from openclaw_rl.config import Config, load_config
 from openclaw_rl.trainer.engine import (
+    PER_STEP_METRICS,
     POINTER_FILE,
     POLICY_SUBDIR,
     STATE_FILE,
+    TOKEN_METRICS,
     Trainer,
     _atomic_write_text,
     log_update,
@@ -201,23 +203,14 @@ class FSDPTrainer(Trainer):
             return self._train_update(samples)
 
     def _train_update(self, samples: list[Sample]) -> dict[str, float]:
-        if not samples:
-            raise ValueError("train_update needs at least one sample")
-        self._validate(samples)
         t0 = time.perf_counter()
-        active = [s for s in samples if any(s.loss_mask)]
-        per_step = ("loss", "pg_loss", "kl", "entropy", "topk_kl")
-        tok_weighted = ("clip_frac", "ppo_kl", "logprob_gap", "ratio_mean", "adv_mean")
+        active = self._begin_update(samples)
+        per_step, tok_weighted = PER_STEP_METRICS, TOKEN_METRICS
         # Local sums, all-reduced once at the end: per-step parts, token-weighted parts, tokens.
         acc = torch.zeros(len(per_step) + len(tok_weighted) + 1, dtype=torch.float64)
         grad_norms: list[float] = []
         if active:
-            old_lp = self._score(self.model, active)
-            ref_lp: list[Tensor] | None = None
-            if self.tc.kl_coef > 0:
-                with self._reference() as ref:
-                    ref_lp = self._score(ref, active)
-            self.model.train()
+            old_lp, ref_lp = self._score_old_and_ref(active)
             lengths = [s.num_tokens for s in active]
             mb = self.tc.mini_batch_size
             for start in range(0, len(active), mb):
@@ -251,24 +244,11 @@ class FSDPTrainer(Trainer):
             self.policy_version += 1
         if self.world > 1:
             dist.all_reduce(acc, group=self._ctrl)
-        n_steps, n_trained = len(grad_norms), float(acc[-1])
-        elapsed = time.perf_counter() - t0
-        metrics = {key: float(acc[k]) / max(n_steps, 1) for k, key in enumerate(per_step)}
-        metrics.update({key: float(acc[len(per_step) + k]) / max(n_trained, 1)
-                        for k, key in enumerate(tok_weighted)})
-        metrics["grad_norm"] = sum(grad_norms) / max(n_steps, 1)
-        metrics["tokens_per_s"] = sum(s.num_tokens for s in active) / elapsed if elapsed > 0 else 0.0
-        metrics["num_tokens"] = n_trained
-        metrics["optimizer_steps"] = float(n_steps)
-        metrics["num_samples"] = float(len(samples))
+        sums = {key: float(acc[k]) for k, key in enumerate(per_step + tok_weighted)}
+        metrics = self._end_update(samples, active, t0, sums, float(acc[-1]), grad_norms, log=False)
         metrics["num_processes"] = float(self.world)
-        self.step += 1
-        metrics["step"] = float(self.step)
-        metrics["policy_version"] = float(self.policy_version)
         if self.rank == 0:
             log_update(metrics)
-        if self.step % self.tc.checkpoint_interval == 0:
-            self.save_checkpoint()
         return metrics
 
     def _sync_and_clip(self) -> float:
