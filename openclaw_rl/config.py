@@ -100,6 +100,10 @@ class PolicyServiceConfig(_Section):
     max_tokens_default: int = Field(256, ge=1)
     batch_wait_ms: float = Field(5.0, ge=0)
     request_timeout_sec: float = Field(300, gt=0)
+    num_engines: int = Field(1, ge=1, description="cluster mode: engine replicas as Ray actors behind the "
+                             "one endpoint, each session kept on one replica")
+    engine_num_cpus: float = Field(1, gt=0, description="cluster mode: CPUs each engine replica reserves")
+    engine_num_gpus: float = Field(0, ge=0, description="cluster mode: GPUs each engine replica reserves")
 
 
 class EnvServiceConfig(_Section):
@@ -330,6 +334,15 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
         if importlib.util.find_spec("ray") is None:
             errors.append("[env_service] mode = \"cloud\" needs the ray package, which is not installed: "
                           "pip install 'openclaw-rl[ray]'")
+    if pol.num_engines > 1:
+        if env.mode != "cloud":
+            errors.append(f"[policy_service] num_engines = {pol.num_engines} places engine replicas on a Ray "
+                          "cluster: it needs [env_service] mode = \"cloud\" (and [global] ray_address); "
+                          "on one machine use num_engines = 1")
+        if pol.backend != "transformers":
+            errors.append(f"[policy_service] num_engines = {pol.num_engines} replicates the embedded engine; "
+                          f"backend = \"{pol.backend}\" runs its own engine — scale it with that engine's "
+                          "own data parallelism and keep num_engines = 1")
     if not env.state_capture:
         warnings.append("[env_service] state_capture = false: the judge gets no next state, every reward "
                         "is 0 and nothing is learned")

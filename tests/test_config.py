@@ -96,3 +96,15 @@ def test_not_toml_and_missing_file(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "missing.toml")
+
+
+def test_engine_replicas_need_a_cluster_and_the_embedded_engine():
+    with pytest.raises(ConfigError) as exc:
+        build_config({"policy_service": {"num_engines": 2, "backend": "vllm", "engine_url": "http://e:1"}},
+                     environ={})
+    text = str(exc.value)
+    assert "[policy_service] num_engines = 2" in text and 'mode = "cloud"' in text
+    assert "own data parallelism" in text  # the vllm combination is refused with the alternative
+    with pytest.raises(ConfigError) as exc:
+        build_config({"policy_service": {"num_engines": 0}}, environ={})
+    assert "[policy_service] num_engines" in str(exc.value)

@@ -138,6 +138,18 @@ class PolicyClient:
             delay = min(delay * 2, self.backoff_max)
         return None
 
+    def close_session(self, session_id: str) -> None:
+        """End ``session_id`` in the service's store (``POST /v1/admin/close_session``), for an episode
+        abandoned half-way; :class:`PolicyRequestError` when the service refuses or is unreachable."""
+        url = self.url.removesuffix("/chat/completions") + "/admin/close_session"
+        try:
+            resp = self.http.post(url, json={"session_id": session_id}, timeout=10.0)
+        except httpx.HTTPError as exc:
+            raise PolicyRequestError(f"closing session {session_id}: {type(exc).__name__} ({exc})") from None
+        if resp.status_code != 200:
+            raise PolicyRequestError(f"closing session {session_id}: policy service answered "
+                                     f"{resp.status_code}: {resp.text[:300]}")
+
     def close(self) -> None:
         self.http.close()
 
@@ -338,8 +350,9 @@ class EnvService:
             except Exception:  # noqa: BLE001 - a faulty hook must not kill a worker
                 log.exception("[env_service] on_episode callback failed")
 
-    def _episode(self, index: int, itype: str, env: Env, client: PolicyClient, seed: int) -> EpisodeStats | None:
-        session_id = f"env-{itype}-w{index}-{uuid.uuid4().hex[:12]}"
+    def _episode(self, index: int, itype: str, env: Env, client: PolicyClient, seed: int,
+                 session_id: str | None = None) -> EpisodeStats | None:
+        session_id = session_id or f"env-{itype}-w{index}-{uuid.uuid4().hex[:12]}"
         capture = self.cfg.env_service.state_capture
         start = time.monotonic()
         turns = 0

@@ -1,10 +1,16 @@
 """The judge service loop: store → judge → samples, off the request path (SPEC §3 loop 3).
 
 The policy service only *records* turns; this loop polls the durable store for turns whose next
-state has arrived (``store.turns_to_judge()``), judges up to ``num_workers`` of them concurrently, and
-saves each judgement next to its turn together with the samples SPEC §1 derives from it
-(:func:`openclaw_rl.runtime.samples.build_samples`) in one commit. Done sessions whose judged turns
-produced nothing get their at-least-one sample (:func:`guarantee_sample`).
+state has arrived, leases up to ``num_workers`` of them (``store.claim_turns(worker_id, ...)``),
+judges them concurrently, and saves each judgement next to its turn together with the samples SPEC §1
+derives from it (:func:`openclaw_rl.runtime.samples.build_samples`) in one commit. Done sessions whose
+judged turns produced nothing get their at-least-one sample (:func:`guarantee_sample`).
+
+Several services may judge one store at once (several processes, or the Ray judge actors of cluster
+mode), each under its own stable ``worker_id``: the store's per-turn lease gives every turn to one
+judge; a judge whose lease ran out before it saved finds its save refused (another judge took the
+turn over) and drops that result. A service frees the leases left by an earlier run under its id
+when it starts, so a restarted judge does not wait :data:`JUDGE_LEASE_S` for its own turns.
 
 Outages: a failed judgement (API down, key refused, rate limit after retries) is stored as an error
 with a retry time — the turn stays in the store and is judged again later; it is never saved as a
@@ -13,7 +19,7 @@ hammering the endpoint.
 
 Run it in-process (``JudgeService(cfg, store).start()`` … ``stop()``) or as its own process::
 
-    python -m openclaw_rl.judge.service --config config.toml
+    python -m openclaw_rl.judge.service --config config.toml [--worker-id judge-1]
 """
 
 from __future__ import annotations
@@ -37,21 +43,51 @@ log = logging.getLogger("openclaw_rl.judge")
 #: Seconds between polls of an idle store.
 POLL_INTERVAL_S = 0.2
 
+#: Least lease a judge takes on a turn. A lease must outlast the slowest judgement that is still
+#: alive: if it runs out first, another judge takes the turn and the first one's API calls are
+#: wasted (safe — its save is refused — but paid for twice). The cost of a long lease is small: it
+#: only delays a turn whose judge died *and* is not restarted under the same id (a restarted one
+#: frees its leases at once). With the default API settings one call may take
+#: timeout 60 s × (1 + 3 retries) = 240 s, and a judgement is two such phases in a row (votes and
+#: hint votes together, then teacher log-probs): 480 s, plus a quarter for retry back-off and local
+#: work = 600 s. Slower ``[api]`` settings lengthen the lease (:func:`lease_seconds`).
+JUDGE_LEASE_S = 600.0
+
 
 def store_path(cfg: Config) -> Path:
     """Where the run's durable store lives: ``<log_dir>/store.sqlite``."""
     return cfg.log_dir / "store.sqlite"
 
 
+def lease_seconds(cfg: Config) -> float:
+    """The lease a judge takes per turn: :data:`JUDGE_LEASE_S`, or more when ``[api]`` lets a call
+    take longer: 2.5 × ``timeout_sec × (max_retries + 1)`` (two phases at their full retry budget,
+    plus a quarter of headroom)."""
+    api = cfg.api
+    return max(JUDGE_LEASE_S, 2.5 * api.timeout_sec * (api.max_retries + 1))
+
+
 class JudgeService:
     """Polls the store and judges turns; never on the request path."""
 
-    def __init__(self, cfg: Config, store: Store, judge: Judge | None = None):
+    def __init__(self, cfg: Config, store: Store, judge: Judge | None = None, worker_id: str = "judge-0",
+                 lease_s: float | None = None):
+        """``worker_id`` names this judge in the store's leases; it must be unique among the judges
+        running at one time and stable across restarts of the same judge (its old leases are freed
+        at start). ``lease_s`` defaults to :func:`lease_seconds`."""
+        if not worker_id or not worker_id.strip():
+            raise ValueError("JudgeService: worker_id must be a non-empty name, e.g. 'judge-0'")
         self.cfg = cfg
         self.store = store
         self._judge = judge
+        self.worker_id = worker_id
+        self.lease_s = lease_seconds(cfg) if lease_s is None else lease_s
+        if self.lease_s <= 0:
+            raise ValueError(f"JudgeService: lease_s must be > 0, got {self.lease_s}")
+        self._released = False
         self.step = 0  # judged turns since start, shown in the [rollout] lines
         self.failures = 0
+        self.taken_over = 0  # judgements dropped because another judge had taken the turn over
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
@@ -79,7 +115,15 @@ class JudgeService:
             samples = build_samples(turn, result, self.cfg.training)
         else:
             samples = []
-        self.store.save_judgement(turn, result, samples, retry_after_s=self.cfg.prm_service.retry_interval_sec)
+        applied = await asyncio.to_thread(self.store.save_judgement, turn, result, samples,
+                                          self.cfg.prm_service.retry_interval_sec, self.worker_id)
+        if not applied:
+            # Our lease ran out and another judge took the turn (or already saved it): its result
+            # stands, ours is dropped so that the turn is judged — and trained on — once.
+            self.taken_over += 1
+            log.warning("[prm_service] %s: turn %s was taken over by another judge after this one's lease "
+                        "(%gs) ran out; dropping this judgement", self.worker_id, turn.key, self.lease_s)
+            return result
         if result.ok:
             self.step += 1
             log.info("[rollout] step=%d reward=%d instruction_extracted=%s", self.step, result.score,
@@ -103,15 +147,30 @@ class JudgeService:
                 if j is not None and j.ok and self.store.turn_status(sid, t.turn_index) == "judged":
                     results[t.turn_index] = j
             sample = guarantee_sample(turns, results, self.cfg.training)
-            self.store.apply_guarantee(sid, sample)
+            if not self.store.apply_guarantee(sid, sample):
+                continue  # another judge applied it first
             done += 1
             if sample is not None:
                 log.info("[prm_service] session %s: at-least-one sample kept (turn %d)", sid, sample.turn_index)
         return done
 
+    def release_stale_claims(self) -> int:
+        """Free the leases an earlier run under this ``worker_id`` left (done once, at start)."""
+        freed = self.store.release_claims(self.worker_id)
+        self._released = True
+        if freed:
+            log.info("[prm_service] %s: freed %d turn(s) left leased by its previous run", self.worker_id, freed)
+        return freed
+
     async def run_once(self) -> list[JudgeResult]:
-        """Judge one batch of due turns (up to ``num_workers`` at once) and apply guarantees."""
-        turns = self.store.turns_to_judge(limit=self.cfg.prm_service.num_workers)
+        """Lease and judge one batch of due turns (up to ``num_workers`` at once), apply guarantees.
+
+        The results include judgements dropped because another judge had taken their turn over
+        (counted in :attr:`taken_over`)."""
+        if not self._released:
+            await asyncio.to_thread(self.release_stale_claims)
+        turns = await asyncio.to_thread(self.store.claim_turns, self.worker_id,
+                                        self.cfg.prm_service.num_workers, self.lease_s)
         results = list(await asyncio.gather(*(self._judge_one(t) for t in turns))) if turns else []
         await asyncio.to_thread(self._guarantees)
         return results
@@ -158,7 +217,7 @@ class JudgeService:
             self._thread = None
 
 
-def main(config_path: str) -> int:
+def main(config_path: str, worker_id: str = "judge-0") -> int:
     """Run the judge service as its own process until interrupted."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
@@ -168,7 +227,12 @@ def main(config_path: str) -> int:
         return 2
     print_warnings(cfg)
     store = Store(store_path(cfg))
-    service = JudgeService(cfg, store)
+    try:
+        service = JudgeService(cfg, store, worker_id=worker_id)
+    except ValueError as exc:
+        store.close()
+        print(exc, file=sys.stderr)
+        return 2
     try:
         asyncio.run(service.run())
     except KeyboardInterrupt:
@@ -184,4 +248,8 @@ def main(config_path: str) -> int:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(prog="python -m openclaw_rl.judge.service", description="run the judge loop")
     ap.add_argument("--config", required=True, help="path to config.toml")
-    raise SystemExit(main(ap.parse_args().config))
+    ap.add_argument("--worker-id", default="judge-0",
+                    help="this judge's name in the store's turn leases; unique per judge running at once, "
+                         "the same across restarts (default judge-0)")
+    args = ap.parse_args()
+    raise SystemExit(main(args.config, args.worker_id))

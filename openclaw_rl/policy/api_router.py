@@ -12,6 +12,7 @@ Routes::
     GET  /healthz                    liveness + policy_version (no auth)
     POST /v1/admin/load_weights      {"path": DIR, "version": N}: swap weights (the trainer's route)
     POST /v1/admin/pause             {"paused": true|false}: hold new requests (lock-step runs)
+    POST /v1/admin/close_session     {"session_id": ID}: end a session its client abandoned
     POST /update_weights_from_disk   SGLang-compatible alias: {"model_path": DIR}
     POST /v1/load_lora_adapter       vLLM-compatible alias: {"lora_name": NAME, "lora_path": DIR}
 """
@@ -32,7 +33,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from openclaw_rl.policy.engine import WeightLoadError
-from openclaw_rl.policy.protocol import APIError, LoadWeightsRequest, PauseRequest, validation_message
+from openclaw_rl.policy.protocol import (
+    APIError,
+    CloseSessionRequest,
+    LoadWeightsRequest,
+    PauseRequest,
+    validation_message,
+)
 from openclaw_rl.policy.serving import Serving, escape_for_log
 
 log = logging.getLogger("openclaw_rl.policy")
@@ -143,6 +150,12 @@ def build_app(serving: Serving, api_key: str | None) -> FastAPI:
     async def pause(request: Request) -> dict[str, Any]:
         req: PauseRequest = await _parse(request, PauseRequest)
         return {"ok": True, "paused": serving.set_paused(req.paused)}
+
+    @app.post("/v1/admin/close_session", dependencies=[Depends(require_key)])
+    async def close_session(request: Request) -> dict[str, Any]:
+        req: CloseSessionRequest = await _parse(request, CloseSessionRequest)
+        await run_in_threadpool(serving.store.close_session, req.session_id)
+        return {"ok": True, "session_id": req.session_id}
 
     @app.post("/update_weights_from_disk", dependencies=[Depends(require_key)])
     async def sglang_update(request: Request) -> dict[str, Any]:

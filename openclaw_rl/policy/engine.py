@@ -80,6 +80,7 @@ class GenRequest:
     max_tokens_given: bool = False
     prompt_ids: list[int] | None = None  # filled by Engine.prepare when the engine tokenises locally
     tool_choice: Any = None
+    session_id: str | None = None  # set by serving once the session is known (replicas route by it)
 
 
 @dataclass
@@ -143,6 +144,10 @@ class Engine(ABC):
 
     @abstractmethod
     def swap_weights(self, path: str | Path, version: int) -> None: ...
+
+    def stats(self) -> dict[str, Any]:
+        """Backend-specific fields for ``/healthz`` (none by default)."""
+        return {}
 
     def prepare(self, req: GenRequest) -> None:
         """Tokenise the prompt with the chat template (when a tokenizer is available) and check that
@@ -617,6 +622,10 @@ class _Batch:
 def build_engine(cfg: Config) -> Engine:
     """The engine named by ``[policy_service] backend``."""
     if cfg.policy_service.backend == "transformers":
+        if cfg.policy_service.num_engines > 1:
+            from openclaw_rl.policy.replicas import ReplicatedEngine
+
+            return ReplicatedEngine(cfg)
         return TransformersEngine(cfg)
     from openclaw_rl.policy.forward import ForwardEngine
 

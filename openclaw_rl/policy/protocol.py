@@ -190,6 +190,13 @@ class LoadWeightsRequest(BaseModel):
     version: int = Field(ge=0)
 
 
+class CloseSessionRequest(BaseModel):
+    """``POST /v1/admin/close_session``: end a session whose client went away without closing it."""
+
+    model_config = ConfigDict(extra="forbid")
+    session_id: str = Field(min_length=1, max_length=256)
+
+
 class PauseRequest(BaseModel):
     """``POST /v1/admin/pause``: hold (``true``) or release (``false``) new requests (lock-step runs)."""
 

@@ -130,7 +130,8 @@ class Serving:
         return {"status": "ok", "backend": self.engine.backend, "model": self.model_name,
                 "policy_version": self.engine.policy_version, "in_flight": self._in_system,
                 "generating": getattr(self.engine, "active_count", 0), "max_concurrent": self.pcfg.max_concurrent,
-                "max_queue": self.pcfg.max_queue, "served": self.served, "paused": self.paused}
+                "max_queue": self.pcfg.max_queue, "served": self.served, "paused": self.paused,
+                **self.engine.stats()}
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{
@@ -212,6 +213,7 @@ class Serving:
             done_h = _bool_header(headers.get("x-session-done"), "X-Session-Done")
             done = done_h if done_h is not None else bool(req.session_done)
             assign = self.sessions.assign(req.messages, sid, ttype, done)  # type: ignore[arg-type]
+            gen.session_id = assign.session_id
             job = _Job(req, gen, assign)
             try:
                 await asyncio.to_thread(self.engine.prepare, gen)

@@ -9,12 +9,18 @@ mode — the actors here host the very same objects:
   (``SPREAD``), each running the env service's episode logic against the one policy service URL over
   HTTP. The driver (:class:`ClusterEnvRunner`) deals out *episodes* one at a time; when a node dies,
   the episodes in flight there fail with an actor error and are dealt again to a live worker (Ray
-  restarts the dead worker elsewhere). None is lost; :class:`RunReport` counts the retries. A
-  retried episode starts afresh under a new session id; the half-finished session of the dead
-  node never gets its closing request, so its last turn has no next state and is never trained on;
-* **the judge** — one :class:`JudgeWorker` actor hosting ``JudgeService`` (its ``num_workers``
-  judgements run concurrently inside it: the store has no per-turn claim yet, so two judge actors
-  would judge a turn twice);
+  restarts the dead worker elsewhere). None is lost; :class:`RunReport` counts the retries. The
+  runner names each attempt's session, so a retried episode starts afresh under a new session id
+  and the dead attempt's half-finished session is closed through the policy service
+  (``POST /v1/admin/close_session``): its last turn, which will never see a next state, is closed
+  rather than left open, and its earlier turns are judged as usual;
+* **the judges** — ``[prm_service] num_workers`` :class:`JudgeWorker` actors spread over the nodes
+  (``SPREAD``), ``judge-0`` … ``judge-<n-1>``, each hosting a ``JudgeService`` that judges one turn at
+  a time. So ``num_workers`` means "judgements at once" in both modes: locally one service runs that
+  many concurrently, on a cluster that many actors run one each. The store's per-turn lease gives
+  every turn to exactly one judge; a judge actor that dies is restarted by Ray with the same id and
+  frees the leases it held at once (others wait out the lease). A ``local`` / ``minilm`` judge loads
+  its model in every actor;
 * **the trainer** — one :class:`TrainerWorker` actor reserving ``[training] num_cpus`` / ``num_gpus``,
   running :class:`~openclaw_rl.trainer.loop.TrainingLoop` (or the FSDP loop).
 
@@ -36,14 +42,16 @@ import random
 import socket
 import threading
 import time
+import uuid
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from openclaw_rl.config import Config
+from openclaw_rl.envs.service import PolicyClient, PolicyRequestError
 
 log = logging.getLogger("openclaw_rl.cluster")
 
@@ -54,8 +62,9 @@ ENV_WORKER_CPUS = 0.25
 #: How long a check of ``ray_address`` may take (the dry run's budget is 25 s, the brief's 30 s).
 ADDRESS_TIMEOUT_S = 10.0
 NAMESPACE = "openclaw_rl"
-#: CPUs the judge actor reserves (its num_workers judgements share them; an API judge mostly waits).
-JUDGE_CPUS = 0.5
+#: CPUs each judge actor reserves (one judgement at a time; an API judge mostly waits, a minilm or
+#: local judge computes). ``num_workers`` actors reserve ``num_workers`` × this.
+JUDGE_CPUS = 0.25
 
 
 def ray_module() -> Any:
@@ -162,6 +171,7 @@ class EpisodeSpec:
     interaction_type: str
     seed: int
     persona: str | None = None
+    session_id: str = ""  # this attempt's session; a retry gets a new one
 
 
 class EnvWorker:
@@ -195,7 +205,8 @@ class EnvWorker:
             if env is None:
                 raise RuntimeError(f"interaction type {spec.interaction_type!r} is unavailable on this node")
             self.envs[key] = env
-        stats = self.service._episode(self.index, spec.interaction_type, env, self.client, spec.seed)
+        stats = self.service._episode(self.index, spec.interaction_type, env, self.client, spec.seed,
+                                      spec.session_id or None)
         if stats is None:
             raise RuntimeError("the environment worker is stopping")
         if stats.error and stats.details.get("env_failed"):
@@ -213,19 +224,28 @@ class EnvWorker:
 
 
 class JudgeWorker:
-    """The judge loop as an actor: reads turns from and writes samples to the shared store."""
+    """One judge as an actor: leases turns from, and writes samples to, the shared store.
 
-    def __init__(self, cfg: Config):
+    It judges one turn at a time (its own config copy has ``num_workers = 1``); run several for
+    more. The loop starts in the constructor, so when Ray restarts the actor (same constructor
+    arguments, so the same ``worker_id``) judging resumes by itself, after the service has freed
+    the leases its previous incarnation held.
+    """
+
+    def __init__(self, cfg: Config, worker_id: str = "judge-0"):
         from openclaw_rl.judge.service import JudgeService, store_path
         from openclaw_rl.runtime.store import Store
 
-        self.store = Store(store_path(cfg))
-        self.service = JudgeService(cfg, self.store)
+        local = cfg.model_copy(deep=True)
+        local.prm_service.num_workers = 1
+        self.store = Store(store_path(local))
+        self.service = JudgeService(local, self.store, worker_id=worker_id)
+        self.service.start()
 
     def start(self) -> str:
+        """Make sure the loop runs; returns the service's start line."""
         self.service.start()
-        line = self.service.start_line
-        return line() if callable(line) else str(line)
+        return self.service.start_line()
 
     def stop(self) -> None:
         self.service.stop()
@@ -284,6 +304,7 @@ class RunReport:
     episodes: list[dict[str, Any]] = field(default_factory=list)
     retried: int = 0
     worker_failures: int = 0
+    abandoned_sessions: list[str] = field(default_factory=list)  # sessions of attempts that died
 
     @property
     def by_node(self) -> dict[str, int]:
@@ -320,6 +341,10 @@ class ClusterEnvRunner:
                                       max_task_retries=0).remote(cfg, policy_url, i) for i in range(n)]
         self.rng = random.Random(cfg.global_.seed)
         self._next_index = 0
+        key = cfg.policy_service.api_key
+        # Closes the sessions of attempts that died (the workers' own clients died with them).
+        self._closer = PolicyClient(policy_url, cfg.policy_service.model,
+                                    key.get_secret_value() if key is not None else None, 10.0, threading.Event())
 
     def placement(self, timeout: float = 120.0) -> list[str]:
         """The node id of each worker (waits until every worker is up)."""
@@ -363,6 +388,7 @@ class ClusterEnvRunner:
                 else:
                     spec = self._spec()
                     dealt += 1
+                spec = replace(spec, session_id=f"env-{spec.interaction_type}-e{spec.index}-{uuid.uuid4().hex[:12]}")
                 running[self.workers[w].run_episode.remote(spec)] = (w, spec)
                 if on_dispatch is not None:
                     on_dispatch(w, spec)
@@ -389,6 +415,7 @@ class ClusterEnvRunner:
                     retry.append(spec)
                     log.warning("[cluster] env worker %d died during episode %d (%s); retrying it elsewhere",
                                 w, spec.index, type(exc).__name__)
+                    self._abandon(spec.session_id, report)
                     pings[self.workers[w].node_id.remote()] = w
                     continue
                 report.episodes.append(stats)
@@ -397,11 +424,20 @@ class ClusterEnvRunner:
                     on_episode(stats)
         return report
 
+    def _abandon(self, session_id: str, report: RunReport) -> None:
+        """Close a dead attempt's session so its open last turn does not wait for a next state forever."""
+        report.abandoned_sessions.append(session_id)
+        try:
+            self._closer.close_session(session_id)
+        except PolicyRequestError as exc:
+            log.warning("[cluster] could not close abandoned session %s: %s", session_id, exc)
+
     def close(self) -> None:
         """Kill the worker actors (episodes in flight are abandoned)."""
         for w in self.workers:
             self.ray.kill(w, no_restart=True)
         self.workers = []
+        self._closer.close()
 
 
 # ---------------------------------------------------------------------- the whole run
@@ -429,7 +465,8 @@ def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
     server.start()
     runner: ClusterEnvRunner | None = None
-    judge = trainer = None
+    judges: list[Any] = []
+    trainer = None
     report = RunReport()
     rc = 1
     try:
@@ -437,8 +474,14 @@ def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
             print(f"[cluster] policy service did not become healthy at {url}", flush=True)
             return 1
         classes = remote_classes()
-        judge = classes["judge"].options(num_cpus=JUDGE_CPUS).remote(cfg)
-        print(ray.get(judge.start.remote(), timeout=300), flush=True)
+        # One actor per judgement at once; restarts keep the constructor arguments, so the same id.
+        judges = [classes["judge"].options(num_cpus=JUDGE_CPUS, scheduling_strategy="SPREAD",
+                                           max_restarts=-1).remote(cfg, f"judge-{i}")
+                  for i in range(cfg.prm_service.num_workers)]
+        lines = ray.get([j.start.remote() for j in judges], timeout=300)
+        print(lines[0], flush=True)
+        print(f"[prm_service] judge actors={len(judges)} (judge-0..judge-{len(judges) - 1}), "
+              "one judgement each", flush=True)
         tc = cfg.training
         trainer = classes["trainer"].options(num_cpus=tc.num_cpus, num_gpus=tc.num_gpus,
                                              max_concurrency=2).remote(cfg, url, str(Path(config_path).resolve()))
@@ -469,11 +512,13 @@ def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
         print(report.line(), flush=True)
         if runner is not None:
             runner.close()
-        if judge is not None:
+        if judges:
             try:
-                ray.get(judge.stop.remote(), timeout=60)
+                ray.get([j.stop.remote() for j in judges], timeout=60)
             except Exception as exc:  # noqa: BLE001 - shutting down: report, go on stopping the rest
-                print(f"[cluster] judge did not stop cleanly: {type(exc).__name__}: {exc}", flush=True)
+                print(f"[cluster] judges did not stop cleanly: {type(exc).__name__}: {exc}", flush=True)
+            for j in judges:
+                ray.kill(j, no_restart=True)  # max_restarts=-1 would otherwise outlive the run
         server.stop(timeout=30)
     return rc
 
@@ -484,3 +529,4 @@ def _deal(runner: ClusterEnvRunner, stop: threading.Event, report: RunReport, ma
     report.episodes.extend(got.episodes)
     report.retried += got.retried
     report.worker_failures += got.worker_failures
+    report.abandoned_sessions.extend(got.abandoned_sessions)

@@ -11,6 +11,17 @@ Lifecycle of a main turn (``turns.status``)::
       │                            └──judge error──▶ failed ──retry later──▶ judged
       └──session done, no next state──▶ closed   (not trained, unless the at-least-one rule applies)
 
+Several judges (threads, processes, Ray actors) may work on one store at once. A judge takes turns
+with :meth:`Store.claim_turns`, which puts a *lease* on each (``claimed_by`` = the judge's stable
+worker id, ``lease_until``) inside one ``BEGIN IMMEDIATE`` transaction, so two judges never get the
+same turn while the lease holds. The status stays ``ready`` / ``failed`` while a turn is leased —
+counters, ``status`` and the at-least-one rule see an unjudged turn, which it is. A lease that runs
+out (the judge hung or died) makes the turn claimable again; the slow judge's late
+:meth:`Store.save_judgement` is then refused (it no longer holds the turn), so a turn is never saved
+twice and its samples are never inserted twice. A judge that restarts under the same worker id
+frees its previous incarnation's leases at once (:meth:`Store.release_claims`) instead of waiting
+for them to run out.
+
 Lifecycle of a sample (``samples.status``)::
 
     ready ──trainer claims for step S──▶ claimed(S) ──checkpoint at step ≥ S──▶ trained
@@ -24,8 +35,8 @@ Usage::
 
     store = Store(Path("logs/run/store.sqlite"))
     store.record_turn(turn, next_state_for_previous=NextState(role="user", content="thanks!"))
-    for turn in store.turns_to_judge(limit=8): ...
-    store.save_judgement(turn, result, samples)
+    for turn in store.claim_turns("judge-0", limit=8, lease_s=600): ...
+    store.save_judgement(turn, result, samples, worker="judge-0")   # False: another judge took it over
     batch = store.claim_samples(32, step=1, current_version=0, max_staleness=None)
 """
 
@@ -61,6 +72,8 @@ CREATE TABLE IF NOT EXISTS turns (
     retry_at       REAL NOT NULL DEFAULT 0,
     error          TEXT,
     updated_at     REAL NOT NULL,
+    claimed_by     TEXT,
+    lease_until    REAL,
     PRIMARY KEY (session_id, turn_index)
 );
 CREATE INDEX IF NOT EXISTS turns_status ON turns(status, retry_at);
@@ -78,6 +91,13 @@ CREATE TABLE IF NOT EXISTS samples (
 CREATE INDEX IF NOT EXISTS samples_status ON samples(status, created_at);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+#: Columns added to ``turns`` after the first release: a store file written by an older version
+#: gets them on open (``ALTER TABLE ... ADD COLUMN``), so a run can resume on its old store.
+TURN_COLUMNS_ADDED = {"claimed_by": "TEXT", "lease_until": "REAL"}
+
+#: The SQL condition for "this turn is due for judging at ``?`` (now)".
+_DUE = "(status='ready' OR (status='failed' AND retry_at<=?))"
 
 
 @dataclass(frozen=True)
@@ -112,6 +132,19 @@ class Store:
         self._db.execute("PRAGMA busy_timeout=30000")
         with self._lock:
             self._db.executescript(SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Add the columns newer versions need to an older store file.
+
+        Inside one IMMEDIATE transaction: two processes opening an old file at once must not both
+        try the ALTER (the second would fail with "duplicate column name").
+        """
+        with self._tx() as db:
+            have = {row[1] for row in db.execute("PRAGMA table_info(turns)").fetchall()}
+            for name, sql_type in TURN_COLUMNS_ADDED.items():
+                if name not in have:
+                    db.execute(f"ALTER TABLE turns ADD COLUMN {name} {sql_type}")
 
     def close(self) -> None:
         with self._lock:
@@ -189,31 +222,85 @@ class Store:
 
     # ---------------------------------------------------------------- judge side
     def turns_to_judge(self, limit: int = 16) -> list[Turn]:
-        """Turns with a next state and no successful judgement, failed ones once their retry is due."""
+        """A read-only look at due turns (next state attached, not judged, failed ones once their
+        retry is due) that no judge holds a live lease on. It claims nothing: a judge that runs
+        next to others must use :meth:`claim_turns`."""
+        now = time.time()
         rows = self._db.execute(
-            "SELECT data FROM turns WHERE (status='ready' OR (status='failed' AND retry_at<=?)) "
-            "ORDER BY updated_at LIMIT ?", (time.time(), limit)).fetchall()
+            f"SELECT data FROM turns WHERE {_DUE} AND (claimed_by IS NULL OR lease_until<=?) "
+            "ORDER BY updated_at LIMIT ?", (now, now, limit)).fetchall()
         return [Turn.model_validate_json(r[0]) for r in rows]
 
-    def save_judgement(self, turn: Turn, result: JudgeResult, samples: list[Sample] = (),
-                       retry_after_s: float = 10.0) -> None:
-        """Record a judgement next to its turn. A failed one (``result.error``) is stored as an error
-        and retried after ``retry_after_s`` — never as a score. Samples are inserted in the same commit."""
+    def claim_turns(self, worker: str, limit: int, lease_s: float) -> list[Turn]:
+        """Lease up to ``limit`` due turns to judge ``worker`` for ``lease_s`` seconds, oldest first.
+
+        Due: ``ready``, or ``failed`` with its retry time passed; and not under another judge's
+        live lease. Selection and lease are one IMMEDIATE transaction, so concurrent callers (any
+        process) get disjoint turns. Statuses do not change. A turn whose lease ran out is claimable
+        again, even by a different judge — see :meth:`save_judgement` for what happens to the
+        first judge's late result.
+        """
+        if not worker:
+            raise ValueError("claim_turns: worker must be a non-empty judge id")
+        if limit < 1:
+            raise ValueError(f"claim_turns: limit must be >= 1, got {limit}")
+        if lease_s <= 0:
+            raise ValueError(f"claim_turns: lease_s must be > 0, got {lease_s}")
         now = time.time()
         with self._tx() as db:
+            rows = db.execute(
+                f"SELECT session_id, turn_index, data FROM turns WHERE {_DUE} "
+                "AND (claimed_by IS NULL OR lease_until<=?) ORDER BY updated_at, session_id, turn_index "
+                "LIMIT ?", (now, now, limit)).fetchall()
+            db.executemany("UPDATE turns SET claimed_by=?, lease_until=? WHERE session_id=? AND turn_index=?",
+                           [(worker, now + lease_s, r[0], r[1]) for r in rows])
+        return [Turn.model_validate_json(r[2]) for r in rows]
+
+    def release_claims(self, worker: str) -> int:
+        """Free every lease ``worker`` holds (a judge restarting under the same id: the turns its
+        previous incarnation had in flight are due again at once). Returns how many were freed."""
+        with self._tx() as db:
+            cur = db.execute("UPDATE turns SET claimed_by=NULL, lease_until=NULL WHERE claimed_by=?", (worker,))
+            return cur.rowcount
+
+    def claimed_by(self, session_id: str, turn_index: int) -> str | None:
+        """The judge holding a lease on the turn (expired or not), or None."""
+        row = self._db.execute("SELECT claimed_by FROM turns WHERE session_id=? AND turn_index=?",
+                               (session_id, turn_index)).fetchone()
+        return None if row is None else row[0]
+
+    def save_judgement(self, turn: Turn, result: JudgeResult, samples: list[Sample] = (),
+                       retry_after_s: float = 10.0, worker: str | None = None) -> bool:
+        """Record a judgement next to its turn; True when it was applied.
+
+        A failed one (``result.error``) is stored as an error and retried after ``retry_after_s`` —
+        never as a score. Samples are inserted in the same commit. The judgement applies only while
+        the turn still waits for one (``ready`` / ``failed``) and is leased to ``worker`` or to no
+        one; otherwise — another judge took the turn over after this one's lease ran out, or already
+        saved it — nothing changes, no sample is inserted, and the result is False. Applying clears
+        the lease.
+        """
+        now = time.time()
+        key = (turn.session_id, turn.turn_index)
+        with self._tx() as db:
+            row = db.execute("SELECT status, claimed_by FROM turns WHERE session_id=? AND turn_index=?",
+                             key).fetchone()
+            if row is None or row[0] not in ("ready", "failed") or row[1] not in (None, worker):
+                return False
             if result.ok:
                 db.execute(
-                    "UPDATE turns SET status='judged', judge=?, score=?, error=NULL, updated_at=? "
-                    "WHERE session_id=? AND turn_index=?",
-                    (result.model_dump_json(), result.score, now, turn.session_id, turn.turn_index))
+                    "UPDATE turns SET status='judged', judge=?, score=?, error=NULL, updated_at=?, "
+                    "claimed_by=NULL, lease_until=NULL WHERE session_id=? AND turn_index=?",
+                    (result.model_dump_json(), result.score, now, *key))
                 for s in samples:
                     self._insert_sample(db, s, now)
             else:
                 db.execute(
                     "UPDATE turns SET status='failed', judge=?, error=?, judge_attempts=judge_attempts+1, "
-                    "retry_at=?, updated_at=? WHERE session_id=? AND turn_index=?",
-                    (result.model_dump_json(), result.error, now + retry_after_s, now,
-                     turn.session_id, turn.turn_index))
+                    "retry_at=?, updated_at=?, claimed_by=NULL, lease_until=NULL "
+                    "WHERE session_id=? AND turn_index=?",
+                    (result.model_dump_json(), result.error, now + retry_after_s, now, *key))
+            return True
 
     def judgement(self, session_id: str, turn_index: int) -> JudgeResult | None:
         row = self._db.execute("SELECT judge FROM turns WHERE session_id=? AND turn_index=?",
@@ -229,13 +316,21 @@ class Store:
             "AND NOT EXISTS (SELECT 1 FROM samples x WHERE x.session_id=s.session_id)").fetchall()
         return [r[0] for r in rows]
 
-    def apply_guarantee(self, session_id: str, sample: Sample | None) -> None:
-        """Insert the at-least-one sample (if any) and mark the session so it is done only once."""
+    def apply_guarantee(self, session_id: str, sample: Sample | None) -> bool:
+        """Mark the session's at-least-one rule as applied and insert its sample (if any).
+
+        Idempotent under races: several judges may find the same session in
+        :meth:`sessions_needing_guarantee`; only the caller whose commit flips ``guaranteed`` from
+        0 to 1 inserts the sample. Returns whether this call was that one.
+        """
         now = time.time()
         with self._tx() as db:
-            db.execute("UPDATE sessions SET guaranteed=1 WHERE session_id=?", (session_id,))
+            cur = db.execute("UPDATE sessions SET guaranteed=1 WHERE session_id=? AND guaranteed=0", (session_id,))
+            if cur.rowcount != 1:
+                return False
             if sample is not None:
                 self._insert_sample(db, sample, now)
+            return True
 
     # ---------------------------------------------------------------- trainer side
     @staticmethod

@@ -1,7 +1,8 @@
 """A minimal but real OpenAI-compatible server (FastAPI + uvicorn on loopback) for env tests.
 
 It speaks ``POST /v1/chat/completions`` and records every request (headers and body) so tests
-can check what a client really sent. ``reply`` decides the assistant's answer.
+can check what a client really sent. ``reply`` decides the assistant's answer. It also answers
+``POST /v1/admin/close_session`` as the policy service does, recording the ids in ``closed``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class ChatServer:
 
     def __init__(self, reply: Callable[[dict[str, Any]], str], api_key: str | None = None, port: int | None = None):
         self.requests: list[dict[str, Any]] = []
+        self.closed: list[str] = []
         self.port = port or free_port()
         app = FastAPI()
 
@@ -43,6 +45,11 @@ class ChatServer:
                     "choices": [{"index": 0, "finish_reason": "stop",
                                  "message": {"role": "assistant", "content": text}}],
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+        @app.post("/v1/admin/close_session")
+        async def close_session(request: Request):
+            self.closed.append((await request.json())["session_id"])
+            return {"ok": True}
 
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)

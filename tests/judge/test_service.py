@@ -163,3 +163,78 @@ retry_interval_sec = 0.1
     assert "[rollout] step=1 reward=1 instruction_extracted=false" in out
     assert KEY not in out
     assert proc.returncode == 0, out
+
+
+def test_two_services_on_one_store_judge_each_turn_exactly_once(remote, tiny, tmp_path):
+    """Two judges (separate Store handles on one file, as two processes or Ray actors would have)."""
+    _, tok = tiny
+    remote.delay_s = 0.05  # judging takes a moment, so both judges are busy at once
+    cfg = api_config(remote, extract_instruction=False, num_workers=2)
+    path = tmp_path / "store.sqlite"
+    recorder, store_a, store_b = Store(path), Store(path), Store(path)
+    for i in range(10):
+        record(recorder, tok, f"e{i}", 0, "q")
+        record(recorder, tok, f"e{i}", 1, "great, thanks", previous_next_state="great, thanks")
+    a = JudgeService(cfg, store_a, worker_id="judge-0")
+    b = JudgeService(cfg, store_b, worker_id="judge-1")
+    a.start()
+    b.start()
+    try:
+        deadline = time.time() + 60
+        while recorder.counters().judged < 10 and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # a double judgement, were there one, would land now
+    finally:
+        a.stop()
+        b.stop()
+    c = recorder.counters()
+    assert (c.judged, c.waiting, c.samples_ready) == (10, 0, 10)
+    assert remote.calls == 10 * cfg.prm_service.vote_count  # each turn judged once, by one judge
+    assert a.step + b.step == 10 and a.step > 0 and b.step > 0
+    assert a.taken_over == b.taken_over == 0
+    for s in (recorder, store_a, store_b):
+        s.close()
+
+
+def test_a_judge_whose_lease_ran_out_drops_its_late_result(remote, tiny, tmp_path, caplog):
+    _, tok = tiny
+    remote.delay_s = 0.4
+    cfg = api_config(remote, extract_instruction=False, vote_count=1)
+    path = tmp_path / "store.sqlite"
+    store_a, store_b = Store(path), Store(path)
+    record(store_a, tok, "f", 0, "q")
+    record(store_a, tok, "f", 1, "thanks", previous_next_state="thanks")
+    slow = JudgeService(cfg, store_a, worker_id="judge-0", lease_s=0.1)  # lease shorter than its judgement
+    other = JudgeService(cfg, store_b, worker_id="judge-1")
+
+    async def both():
+        first = asyncio.create_task(slow.run_once())
+        await asyncio.sleep(0.2)  # slow's lease has run out, its judgement is still in flight
+        second = await other.run_once()
+        return await first, second
+
+    with caplog.at_level(logging.INFO, logger="openclaw_rl.judge"):
+        first, second = asyncio.run(both())
+    assert len(first) == 1 and len(second) == 1  # both judged the turn ...
+    assert (slow.step, slow.taken_over, other.step, other.taken_over) == (0, 1, 1, 0)  # ... one result counts
+    assert "judge-0: turn f:0 was taken over by another judge" in caplog.text
+    assert store_a.counters().samples_ready == 1 and store_a.turn_status("f", 0) == "judged"
+    store_a.close()
+    store_b.close()
+
+
+def test_a_restarted_judge_frees_its_own_stale_leases(remote, tiny, tmp_path):
+    _, tok = tiny
+    cfg = api_config(remote, extract_instruction=False)
+    store = Store(tmp_path / "store.sqlite")
+    record(store, tok, "g", 0, "q")
+    record(store, tok, "g", 1, "thanks", previous_next_state="thanks")
+    # The previous incarnation of judge-3 leased the turn for 10 minutes, then died.
+    assert [t.key for t in store.claim_turns("judge-3", limit=1, lease_s=600)] == ["g:0"]
+    assert asyncio.run(JudgeService(cfg, store, worker_id="judge-4").run_once()) == []  # not its lease
+    restarted = JudgeService(cfg, store, worker_id="judge-3")
+    assert [r.score for r in asyncio.run(restarted.run_once())] == [1]  # freed at start, judged at once
+    assert store.turn_status("g", 0) == "judged"
+    with pytest.raises(ValueError, match="worker_id"):
+        JudgeService(cfg, store, worker_id=" ")
+    store.close()

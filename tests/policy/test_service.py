@@ -110,6 +110,18 @@ def test_explicit_sessions_next_state_side_turns_and_done(tiny_service, client):
     assert b["session_id"] == "sess-B" and _turns(svc, "sess-B")[0].turn_type == "side"
 
 
+def test_an_abandoned_session_is_closed_through_the_admin_route(tiny_service, client):
+    svc, _ = tiny_service
+    r = client.post("/v1/chat/completions", headers={"X-Session-Id": "gone"}, json={"messages": USER, "max_tokens": 2})
+    assert r.status_code == 200 and svc.store.turn_status("gone", 0) == "open"
+    closed = client.post("/v1/admin/close_session", json={"session_id": "gone"})
+    assert closed.status_code == 200 and closed.json() == {"ok": True, "session_id": "gone"}
+    assert svc.store.turn_status("gone", 0) == "closed"  # no next state will come: not left open
+    for body, says in (({}, "session_id"), ({"session_id": ""}, "session_id"), ({"session_id": "x", "y": 1}, "y")):
+        bad = client.post("/v1/admin/close_session", json=body)
+        assert bad.status_code == 400 and says in bad.json()["error"]["message"], bad.text
+
+
 def test_plain_client_is_stitched_by_prefix(tiny_service, client):
     svc, _ = tiny_service
     first = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a colour."}]
@@ -176,7 +188,7 @@ def test_over_long_context_and_bad_session_header(tiny_service, client):
 
 @pytest.mark.parametrize("method, path", [("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
                                           ("POST", "/v1/admin/load_weights"), ("POST", "/update_weights_from_disk"),
-                                          ("POST", "/v1/load_lora_adapter")])
+                                          ("POST", "/v1/load_lora_adapter"), ("POST", "/v1/admin/close_session")])
 def test_every_route_but_healthz_needs_the_key(tiny_service, method, path):
     _, url = tiny_service
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):

@@ -125,7 +125,8 @@ def test_dry_run_fails_fast_on_an_unreachable_cluster(tmp_path, gsm8k_path):
 
 
 def test_end_to_end_training_on_the_cluster(ray_cluster, tmp_path, tiny_model_dir, gsm8k_path, capsys):
-    """Policy service on the head, judge + trainer + 2 env workers as actors; two PPO updates."""
+    """Everything on the cluster: the policy service with 2 engine replicas, 2 judge actors, the trainer
+    and 2 env workers; two PPO updates, each turn judged once."""
     from openclaw_rl.config import load_config
     from openclaw_rl.runtime.cluster import run_cluster
     from openclaw_rl.runtime.store import Store
@@ -142,6 +143,8 @@ model = "{tiny_model_dir}"
 port = {port}
 max_tokens_default = 12
 weight_sync_interval = 1
+num_engines = 2
+engine_num_cpus = 0.25
 [env_service]
 mode = "cloud"
 num_envs = 2
@@ -152,13 +155,14 @@ data_path = "{gsm8k_path}"
 [prm_service]
 backend = "minilm"
 model = "{tiny_model_dir}"
+num_workers = 2
 [training]
 lr = 1e-3
 batch_size = 2
 mini_batch_size = 2
 checkpoint_interval = 1
 max_steps = 2
-num_cpus = 0.5
+num_cpus = 0.25
 """)
     cfg = load_config(path)
     rc = run_cluster(cfg, str(path), install_signals=False)
@@ -166,14 +170,92 @@ num_cpus = 0.5
     assert rc == 0, out
     assert "[cluster] training finished" in out and "'step': 2" in out
     assert "[cluster] episodes=" in out and "retried=0" in out
+    assert "[prm_service] judge actors=2" in out
     store = Store(cfg.log_dir / "store.sqlite")
     try:
         counters = store.counters()
+        served_version = store.get_meta("policy_version")
     finally:
         store.close()
     assert counters.samples_trained >= 4, counters  # two updates of batch_size 2, committed
+    assert served_version == 2  # both updates were swapped into the two replicas
     assert (cfg.log_dir / "checkpoints" / "latest").is_file()
 
+
+
+def test_engine_replicas_keep_sessions_and_survive_a_dead_replica(ray_cluster, tmp_path, tiny_model_dir):
+    """Two engine replicas (one per node) behind one endpoint: sessions stick to a replica, new ones
+    spread, a swap reaches both, and a killed replica's session fails over and comes back resynced."""
+    import httpx
+    import ray
+
+    from openclaw_rl.policy.replicas import ReplicatedEngine
+    from openclaw_rl.policy.service import PolicyService
+    from openclaw_rl.runtime.models import save_tiny_model
+    from openclaw_rl.runtime.store import Store
+
+    address, _ = ray_cluster
+    cfg = build_config({
+        "global": {"log_dir": str(tmp_path / "logs"), "ray_address": address},
+        "policy_service": {"model": str(tiny_model_dir), "port": 0, "max_tokens_default": 6, "num_engines": 2,
+                           "engine_num_cpus": 0.5, "request_timeout_sec": 60},
+        "env_service": {"mode": "cloud", "num_envs": 1},
+    }, environ={})
+    svc = PolicyService(cfg)
+    assert isinstance(svc.engine, ReplicatedEngine)
+    url = svc.start()
+    engine = svc.engine
+    try:
+        assert len(set(engine.nodes)) == 2, engine.nodes  # SPREAD: one replica per node
+
+        def turn(sid: str, text: str) -> dict:
+            r = httpx.post(f"{url}/v1/chat/completions", headers={"X-Session-Id": sid}, timeout=60,
+                           json={"messages": [{"role": "user", "content": text}], "temperature": 0})
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        sessions = [f"s{i}" for i in range(6)]
+        for round_ in range(2):
+            threads = [threading.Thread(target=turn, args=(sid, f"turn {round_} of {sid}")) for sid in sessions]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=120)
+        served = ray.get([r.served_sessions.remote() for r in engine.replicas], timeout=30)
+        assert all(served), served                               # load spread over both replicas
+        assert set(served[0]).isdisjoint(served[1])              # each session on exactly one replica
+        assert set(served[0]) | set(served[1]) == set(sessions)
+        assert all(n == 2 for per in served for n in per.values())  # both turns of a session, same replica
+        health = httpx.get(f"{url}/healthz", timeout=10).json()
+        assert health["engines"] == 2 and health["failovers"] == 0
+
+        weights = save_tiny_model(tmp_path / "v1", seed=1)
+        r = httpx.post(f"{url}/v1/admin/load_weights", json={"path": str(weights), "version": 1}, timeout=120)
+        assert r.status_code == 200, r.text
+        versions = [i["policy_version"] for i in ray.get([x.ready.remote() for x in engine.replicas], timeout=30)]
+        assert versions == [1, 1]
+
+        # Kill the replica that holds s0 (Ray restarts it with the base weights): s0's next turn is
+        # served by the other replica without an error; the restarted one is given version 1 again.
+        victim = engine.affinity["s0"]
+        ray.kill(engine.replicas[victim], no_restart=False)
+        turn("s0", "after the crash")
+        assert engine.failovers == 1 and engine.affinity["s0"] != victim
+        deadline = time.monotonic() + 120
+        while victim in engine.down:
+            assert time.monotonic() < deadline, "the killed replica did not come back"
+            time.sleep(0.5)
+        back = ray.get(engine.replicas[victim].ready.remote(), timeout=30)
+        assert back["policy_version"] == 1 and back["requests"] == 0   # a fresh actor, resynced
+    finally:
+        svc.stop()
+    store = Store(cfg.log_dir / "store.sqlite")
+    try:
+        turns = [t for sid in sessions for t in store.session_turns(sid)]
+    finally:
+        store.close()
+    assert len(turns) == 13 and all(t.response_ids and t.prompt_ids for t in turns)  # recorded once each
+    assert max(t.policy_version for t in turns if t.session_id == "s0") == 1
 
 
 def _slow_reply(body):
@@ -224,4 +306,9 @@ def test_workers_spread_and_a_dead_node_loses_no_episode(ray_cluster, tmp_path, 
     assert any(e["node"] == head_id for e in report.episodes)
     assert f"retried={report.retried}" in report.line()
     sessions = {r["headers"]["x-session-id"] for r in srv.requests}
-    assert len(sessions) >= 4 + report.retried - 1  # a retried episode runs under a fresh session
+    finished = {e["session_id"] for e in report.episodes}
+    # a retried episode runs under a fresh session; the dead attempt's session was closed
+    assert len(report.abandoned_sessions) == report.retried
+    assert set(report.abandoned_sessions).isdisjoint(finished)
+    assert srv.closed == report.abandoned_sessions
+    assert len(sessions) >= 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import time
 
 import pytest
 
@@ -125,3 +126,161 @@ def test_kill_minus_9_loses_no_committed_turn(tmp_path):
     s = Store(path)
     assert s.counters().turns == 21  # turns 0..20 were committed before the kill
     s.close()
+
+
+# ---------------------------------------------------------------- several judges on one store
+
+
+def _ready_turns(store: Store, n: int, session: str = "j") -> None:
+    """``n`` main turns, each ready for judging (the next turn's user message is its next state)."""
+    for i in range(n + 1):
+        store.record_turn(turn(session, i), next_state_for_previous=NextState(role="user", content="ok") if i else None)
+
+
+def _judge_process(path: str, worker: str, barrier, out) -> None:
+    """A judge in its own process: claim a few, "judge" them, save each with samples, until nothing
+    is due. Reports the keys it saved, or the first refusal / error."""
+    try:
+        s = Store(path)
+        tc = TrainingConfig()
+        barrier.wait(60)  # every judge process begins claiming at the same moment
+        got = []
+        while batch := s.claim_turns(worker, limit=3, lease_s=600):
+            for t in batch:
+                time.sleep(0.002)  # judging takes a moment: the other process claims meanwhile
+                result = JudgeResult(score=1)
+                if not s.save_judgement(t, result, build_samples(t, result, tc), worker=worker):
+                    raise AssertionError(f"{worker}: save of its own claimed turn {t.key} was refused")
+                got.append(t.key)
+        s.close()
+        out.put((worker, got, None))
+    except Exception as exc:  # reported to the test instead of leaving it waiting on the queue
+        out.put((worker, [], repr(exc)))
+
+
+def test_concurrent_judge_processes_claim_disjoint_turns_covering_all(tmp_path):
+    path = str(tmp_path / "store.sqlite")
+    s = Store(path)
+    _ready_turns(s, 60)
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_judge_process, args=(path, f"judge-{i}", barrier, out)) for i in range(2)]
+    for p in procs:
+        p.start()
+    reports = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(30)
+    assert [r[2] for r in reports] == [None, None], reports
+    got = {r[0]: r[1] for r in reports}
+    a, b = got["judge-0"], got["judge-1"]
+    assert a and b, "both judges should have judged some turns"
+    assert set(a).isdisjoint(b)
+    assert sorted(a + b) == sorted(f"j:{i}" for i in range(60))  # all covered, none twice
+    c = s.counters()
+    assert (c.judged, c.waiting, c.samples_ready) == (60, 0, 60)
+    s.close()
+
+
+def test_claims_are_exclusive_until_the_lease_runs_out(tmp_path):
+    path = tmp_path / "store.sqlite"
+    a, b = Store(path), Store(path)  # two handles (two connections), as two judges would have
+    _ready_turns(a, 1)
+    [ta] = a.claim_turns("A", limit=5, lease_s=0.2)
+    assert b.claim_turns("B", limit=5, lease_s=600) == []
+    assert a.turn_status("j", 0) == "ready" and a.counters().waiting == 1  # status unchanged while leased
+    assert a.claimed_by("j", 0) == "A"
+    time.sleep(0.3)
+    [tb] = b.claim_turns("B", limit=5, lease_s=600)  # A's lease ran out: B takes the turn over
+    assert tb.key == ta.key and b.claimed_by("j", 0) == "B"
+    # A's late result is refused while B holds the turn, and inserts no sample.
+    late = JudgeResult(score=-1)
+    assert not a.save_judgement(ta, late, build_samples(ta, late, TrainingConfig()), worker="A")
+    assert a.turn_status("j", 0) == "ready" and a.counters().samples_ready == 0
+    ok = JudgeResult(score=1)
+    assert b.save_judgement(tb, ok, build_samples(tb, ok, TrainingConfig()), worker="B")
+    assert b.claimed_by("j", 0) is None and b.judgement("j", 0).score == 1
+    # ...and still refused once B's judgement is in: the turn is judged, by B, once.
+    assert not a.save_judgement(ta, late, build_samples(ta, late, TrainingConfig()), worker="A")
+    c = a.counters()
+    assert (c.judged, c.samples_ready, c.reward_mean) == (1, 1, 1.0)
+    a.close()
+    b.close()
+
+
+def test_failed_judgement_frees_the_lease_for_the_retry(store):
+    _ready_turns(store, 1)
+    [t] = store.claim_turns("A", limit=1, lease_s=600)
+    assert store.save_judgement(t, JudgeResult(error="API down"), retry_after_s=0.0, worker="A")
+    assert store.turn_status("j", 0) == "failed" and store.claimed_by("j", 0) is None
+    [again] = store.claim_turns("B", limit=1, lease_s=600)  # retry due, lease free: any judge may take it
+    assert again.key == "j:0"
+
+
+def test_release_claims_frees_only_that_workers_leases(store):
+    _ready_turns(store, 4)
+    mine = store.claim_turns("judge-0", limit=3, lease_s=600)
+    theirs = store.claim_turns("judge-1", limit=3, lease_s=600)
+    assert len(mine) == 3 and len(theirs) == 1
+    assert store.turns_to_judge() == []  # everything is leased
+    assert store.release_claims("judge-0") == 3  # judge-0 restarted: its old leases go at once
+    assert store.release_claims("judge-0") == 0
+    assert {t.key for t in store.claim_turns("judge-2", limit=10, lease_s=600)} == {t.key for t in mine}
+    assert store.claimed_by("j", theirs[0].turn_index) == "judge-1"
+
+
+def test_claim_turns_rejects_bad_arguments(store):
+    with pytest.raises(ValueError, match="worker"):
+        store.claim_turns("", limit=1, lease_s=1)
+    with pytest.raises(ValueError, match="limit"):
+        store.claim_turns("A", limit=0, lease_s=1)
+    with pytest.raises(ValueError, match="lease_s"):
+        store.claim_turns("A", limit=1, lease_s=0)
+
+
+OLD_TURNS_SCHEMA = """
+CREATE TABLE turns (
+    session_id TEXT NOT NULL, turn_index INTEGER NOT NULL, turn_type TEXT NOT NULL, status TEXT NOT NULL,
+    data TEXT NOT NULL, judge TEXT, score INTEGER, judge_attempts INTEGER NOT NULL DEFAULT 0,
+    retry_at REAL NOT NULL DEFAULT 0, error TEXT, updated_at REAL NOT NULL,
+    PRIMARY KEY (session_id, turn_index));
+"""
+
+
+def test_store_file_from_an_older_version_is_migrated_on_open(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "store.sqlite"
+    t = turn("old", 0)
+    t.next_state = NextState(role="user", content="thanks")
+    db = sqlite3.connect(path)
+    db.executescript(OLD_TURNS_SCHEMA)
+    db.execute("INSERT INTO turns(session_id, turn_index, turn_type, status, data, updated_at) "
+               "VALUES ('old', 0, 'main', 'ready', ?, 0)", (t.model_dump_json(),))
+    db.commit()
+    db.close()
+    s = Store(path)
+    cols = {r[1] for r in s._db.execute("PRAGMA table_info(turns)").fetchall()}
+    assert {"claimed_by", "lease_until"} <= cols
+    [claimed] = s.claim_turns("judge-0", limit=5, lease_s=600)  # the old ready turn is judged as before
+    assert claimed.key == "old:0" and claimed.next_state.content == "thanks"
+    s.close()
+    Store(path).close()  # opening a migrated file again changes nothing
+
+
+def test_guarantee_applies_once_when_two_judges_race(tmp_path):
+    path = tmp_path / "store.sqlite"
+    a, b = Store(path), Store(path)
+    tc = TrainingConfig()
+    _ready_turns(a, 1, session="g")
+    a.close_session("g")
+    [t] = a.claim_turns("A", limit=1, lease_s=600)
+    assert a.save_judgement(t, JudgeResult(score=0), [], worker="A")
+    # Both judges saw the session needing its guarantee before either applied it.
+    assert a.sessions_needing_guarantee() == b.sessions_needing_guarantee() == ["g"]
+    sample = guarantee_sample(a.session_turns("g"), {0: a.judgement("g", 0)}, tc)
+    assert b.apply_guarantee("g", sample) is True
+    twin = sample.model_copy(update={"sample_id": sample.sample_id + "-twin"})
+    assert a.apply_guarantee("g", twin) is False  # a distinct id would have been a second sample
+    assert a.counters().samples_ready == 1
+    a.close()
+    b.close()
