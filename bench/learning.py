@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from openclaw_rl.config import load_config  # noqa: E402
 from openclaw_rl.envs.evaluate import EvalSizes, evaluate  # noqa: E402
 from openclaw_rl.policy.service import PolicyService  # noqa: E402
+from openclaw_rl.runtime.ports import free_port  # noqa: E402
 from openclaw_rl.runtime.store import Store  # noqa: E402
 
 METHODS = {
@@ -37,12 +37,6 @@ METHODS = {
     "binary": {"opd_enabled": "false", "binary_rl_weight": 1.0, "opd_weight": 1.0},
     "opd": {"opd_enabled": "true", "binary_rl_weight": 0.0, "opd_weight": 1.0},
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_config(work: Path, method: str, args: argparse.Namespace) -> Path:

@@ -35,19 +35,12 @@ sys.path.insert(0, str(ROOT))
 
 from openclaw_rl.config import load_config  # noqa: E402
 from openclaw_rl.runtime.models import load_tokenizer  # noqa: E402
+from openclaw_rl.runtime.ports import free_port  # noqa: E402
 from openclaw_rl.runtime.store import Store  # noqa: E402
 from openclaw_rl.types import Sample  # noqa: E402
 
 PROMPTS = ["What is 12 times 7?", "Name three colours.", "Write one sentence about the sea.",
            "How many days are in a week?", "Say hello in French."]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_config(directory: Path, model: str, port: int, sync: int) -> Path:

@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,12 +39,7 @@ from openclaw_rl.policy.engine import TransformersEngine  # noqa: E402
 from openclaw_rl.policy.replicas import ReplicatedEngine  # noqa: E402
 from openclaw_rl.policy.service import PolicyService  # noqa: E402
 from openclaw_rl.runtime.cluster import check_ray_address  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from openclaw_rl.runtime.ports import free_port  # noqa: E402
 
 
 def start_head(num_cpus: int) -> tuple[subprocess.Popen, str]:

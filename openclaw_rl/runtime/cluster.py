@@ -455,7 +455,11 @@ def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
 
     from openclaw_rl.runtime.wiring import build_children, policy_url, wait_healthy
 
-    ray = connect(cfg.global_.ray_address)
+    try:
+        ray = connect(cfg.global_.ray_address)  # bounded: an unreachable head fails within 10 s
+    except ConnectionError as exc:
+        print(f"[cluster] error: {exc}", flush=True)
+        return 1
     children = build_children(cfg, config_path)
     server = children["policy_service"]
     url = policy_url(cfg)

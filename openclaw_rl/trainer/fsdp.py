@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -47,6 +46,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from openclaw_rl.config import Config, load_config
+from openclaw_rl.runtime.ports import free_port
 from openclaw_rl.trainer.engine import (
     PER_STEP_METRICS,
     POINTER_FILE,
@@ -392,13 +392,6 @@ class FSDPTrainer(Trainer):
 
 
 # ---------------------------------------------------------------------- process launching
-
-
-def free_port() -> int:
-    """A free TCP port on loopback for the rendezvous."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def init_process_group(rank: int, world: int, device: str, addr: str, port: int) -> None:

@@ -7,7 +7,6 @@ can check what a client really sent. ``reply`` decides the assistant's answer. I
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -17,11 +16,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from openclaw_rl.runtime.ports import free_port
 
 
 class ChatServer:

@@ -12,8 +12,9 @@ import pytest
 from openclaw_rl.config import build_config
 from openclaw_rl.envs import make
 from openclaw_rl.envs.service import EnvService
+from openclaw_rl.runtime.ports import free_port
 
-from ._server import ChatServer, free_port
+from ._server import ChatServer
 
 
 def _cfg(tmp_path, port: int, types=("terminal",), num_envs=2, state_capture=True, api_key=None, **env: Any):

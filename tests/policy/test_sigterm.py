@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from openclaw_rl.runtime.ports import free_port
 from openclaw_rl.runtime.store import Store
 
 SCRIPT = """
@@ -23,17 +23,11 @@ sys.exit(serve_command(load_config(sys.argv[1]), None, int(sys.argv[2])))
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_sigterm_drains_and_records(tmp_path: Path, tiny_model_dir):
     cfg = tmp_path / "config.toml"
     cfg.write_text(f'[global]\nlog_dir = "{tmp_path / "logs"}"\n[policy_service]\nmodel = "{tiny_model_dir}"\n'
                    'host = "127.0.0.1"\nweight_sync_interval = 10\n[env_service]\nenabled = false\n')
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(cfg), str(port)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env)

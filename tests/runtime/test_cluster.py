@@ -16,8 +16,9 @@ import pytest
 
 from openclaw_rl.config import ConfigError, build_config
 from openclaw_rl.runtime.cluster import check_ray_address, parse_address
+from openclaw_rl.runtime.ports import free_port
 
-from ..envs._server import ChatServer, free_port
+from ..envs._server import ChatServer
 
 RAY_BIN = Path(sys.executable).with_name("ray")
 
@@ -122,6 +123,12 @@ def test_dry_run_fails_fast_on_an_unreachable_cluster(tmp_path, gsm8k_path):
     assert time.monotonic() - t0 < 30
     assert proc.returncode == 1
     assert "[dry-run] env_service: FAILED" in proc.stdout and "no Ray head reachable" in proc.stdout
+    t0 = time.monotonic()  # and at start: nothing is launched, a one-line error instead of a hang
+    proc = subprocess.run([sys.executable, "-m", "openclaw_rl.launch", "--config", str(path)],
+                          cwd=root, capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - t0 < 30
+    assert proc.returncode == 1 and "[cluster] error:" in proc.stdout and "no Ray head reachable" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
 
 
 def test_end_to_end_training_on_the_cluster(ray_cluster, tmp_path, tiny_model_dir, gsm8k_path, capsys):

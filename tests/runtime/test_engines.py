@@ -16,8 +16,7 @@ from openclaw_rl.runtime.engines import (
     engine_command,
     launch_problem,
 )
-
-from ..envs._server import free_port
+from openclaw_rl.runtime.ports import free_port
 
 
 def _cfg(tmp_path, backend="vllm", **pol):

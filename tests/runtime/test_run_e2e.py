@@ -8,7 +8,6 @@ a checkpoint is on disk, and the served policy version advanced while requests k
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -18,17 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from openclaw_rl.runtime.ports import free_port
 from openclaw_rl.runtime.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLIES = ["no, that's wrong, redo it without bold please", "thanks, that's perfect!",
            "this sounds like a robot wrote it, try again", "great, moving on to the next one"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _drive(url: str, stop: threading.Event, seen: dict) -> None:
@@ -56,7 +50,7 @@ def _drive(url: str, stop: threading.Event, seen: dict) -> None:
 def test_main_job_trains_swaps_and_keeps_serving(tiny_model_dir, tmp_path, gsm8k_path, async_mode, env_workers):
     """Traffic comes from scripted sessions (a person, in personal-agent mode) or from the
     launcher's own environment workers playing the student persona."""
-    port = _free_port()
+    port = free_port()
     log_dir = tmp_path / "logs"
     conf = tmp_path / "run.toml"
     conf.write_text(f"""
