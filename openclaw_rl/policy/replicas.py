@@ -138,7 +138,7 @@ class ReplicatedEngine(Engine):
     # -------------------------------------------------------------- lifecycle
     def start(self) -> None:
         """Join the cluster, place the replicas (SPREAD over nodes) and wait until all are loaded."""
-        from openclaw_rl.runtime.cluster import connect
+        from openclaw_rl.runtime.cluster import connect, for_cluster
         from openclaw_rl.runtime.models import load_tokenizer
 
         self._ray = ray = connect(self.cfg.global_.ray_address)
@@ -149,7 +149,7 @@ class ReplicatedEngine(Engine):
         self.replicas = [actor.options(num_cpus=self.pcfg.engine_num_cpus, num_gpus=self.pcfg.engine_num_gpus,
                                        scheduling_strategy="SPREAD", max_restarts=-1, max_task_retries=0,
                                        max_concurrency=max(1000, 4 * self.pcfg.max_concurrent))
-                         .remote(self.cfg, i) for i in range(self.n)]
+                         .remote(for_cluster(self.cfg), i) for i in range(self.n)]
         infos = ray.get([r.ready.remote() for r in self.replicas], timeout=READY_TIMEOUT_S)
         self.nodes = [info["node"] for info in infos]
         log.info("[policy_service] %d engine replicas on %d node(s)", self.n, len(set(self.nodes)))

@@ -152,6 +152,31 @@ def live_nodes() -> list[str]:
     return [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
 
 
+def for_cluster(cfg: Config) -> Config:
+    """A copy of ``cfg`` whose local paths are absolute, for shipping to actors.
+
+    Actors do not run in the launcher's working directory (and on other hosts there is no such
+    directory at all), so a relative ``log_dir`` would open a *different* store per actor, and a
+    relative model or data path would not be found. Names that are not local paths (the embedded
+    model's name, a hub-style id) are left as they are.
+    """
+    from openclaw_rl.envs.data import DataError, resolve_data_path
+
+    out = cfg.model_copy(deep=True)
+    out.global_.log_dir = str(Path(cfg.global_.log_dir).expanduser().resolve())
+    if cfg.source and Path(cfg.source).is_file():
+        out.source = str(Path(cfg.source).resolve())
+    try:
+        out.env_service.data_path = str(resolve_data_path(cfg.env_service.data_path, cfg.source))
+    except DataError:
+        pass  # not needed by every interaction type; the env that needs it reports it
+    for section, key in (("policy_service", "model"), ("prm_service", "model"), ("prm_service", "teacher")):
+        value = getattr(getattr(cfg, section), key)
+        if value and Path(value).expanduser().exists():
+            setattr(getattr(out, section), key, str(Path(value).expanduser().resolve()))
+    return out
+
+
 # ---------------------------------------------------------------------- actors (plain classes)
 
 
@@ -259,8 +284,10 @@ class TrainerWorker:
     :meth:`run` is busy training.
     """
 
-    def __init__(self, cfg: Config, policy_url: str | None, config_path: str | None = None):
+    def __init__(self, cfg: Config, policy_url: str | None, config_path: str | None = None,
+                 workdir: str | None = None):
         self.cfg, self.policy_url, self.config_path = cfg, policy_url, config_path
+        self.workdir = workdir
         self.loop: Any = None
         self._stop = threading.Event()
 
@@ -270,6 +297,11 @@ class TrainerWorker:
             if not self.config_path:
                 raise ValueError("backend = \"fsdp\" on a cluster needs the config file path (shared filesystem)")
             from openclaw_rl.trainer.fsdp import run_training
+
+            # The FSDP processes read the config file themselves: run them from the launcher's
+            # directory (when this host has it) so its relative paths mean what they meant there.
+            if self.workdir and Path(self.workdir).is_dir():
+                os.chdir(self.workdir)
 
             return {"rc": run_training(self.config_path, self.policy_url), "step": None, "version": None}
         from openclaw_rl.trainer.loop import TrainingLoop
@@ -455,6 +487,7 @@ def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
 
     from openclaw_rl.runtime.wiring import build_children, policy_url, wait_healthy
 
+    cfg = for_cluster(cfg)
     try:
         ray = connect(cfg.global_.ray_address)  # bounded: an unreachable head fails within 10 s
     except ConnectionError as exc:
@@ -488,7 +521,8 @@ def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
               "one judgement each", flush=True)
         tc = cfg.training
         trainer = classes["trainer"].options(num_cpus=tc.num_cpus, num_gpus=tc.num_gpus,
-                                             max_concurrency=2).remote(cfg, url, str(Path(config_path).resolve()))
+                                             max_concurrency=2).remote(cfg, url, str(Path(config_path).resolve()),
+                                                                       os.getcwd())
         train_ref = trainer.run.remote()
         runner = ClusterEnvRunner(cfg, url)
         print(f"[env_service] mode=cloud, num_envs={len(runner.workers)}, nodes={len(live_nodes())}", flush=True)

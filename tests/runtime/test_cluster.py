@@ -57,6 +57,23 @@ def test_unreachable_address_fails_fast():
     assert parse_address("ray://10.0.0.1:10001") == ("10.0.0.1", 10001)
 
 
+def test_configs_shipped_to_actors_carry_absolute_paths(tmp_path, monkeypatch, tiny_model_dir, gsm8k_path):
+    from openclaw_rl.runtime.cluster import for_cluster
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "g.json").write_text(gsm8k_path.read_text())
+    cfg = build_config({"global": {"log_dir": "logs/run"},
+                        "policy_service": {"model": os.path.relpath(tiny_model_dir, tmp_path)},
+                        "env_service": {"data_path": "data/g.json"}}, environ={})
+    out = for_cluster(cfg)
+    assert out.global_.log_dir == str(tmp_path / "logs" / "run")  # one store for every actor
+    assert out.env_service.data_path == str(tmp_path / "data" / "g.json")
+    assert out.policy_service.model == str(Path(tiny_model_dir).resolve())
+    assert out.prm_service.model == cfg.prm_service.model  # a model *name* is not a path: unchanged
+    assert cfg.global_.log_dir == "logs/run"  # the caller's config is left alone
+
+
 # ------------------------------------------------------------------------- the real cluster
 
 
