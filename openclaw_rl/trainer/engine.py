@@ -101,6 +101,10 @@ class Trainer:
     weights), ``model`` (the trainable model, a peft model with LoRA), ``tokenizer``.
     """
 
+    #: This process's index and the number of training processes (FSDPTrainer sets both).
+    rank: int = 0
+    world: int = 1
+
     def __init__(self, cfg: Config, model_name_or_dir: str):
         from openclaw_rl.runtime.models import load_model, resolve_model_dir
 
@@ -272,63 +276,100 @@ class Trainer:
         Metrics: loss, pg_loss, kl, clip_frac, ppo_kl, entropy, topk_kl, grad_norm, tokens_per_s,
         logprob_gap (mean |trainer log-prob before the update - rollout log-prob| over trained
         tokens), num_tokens (trained tokens), optimizer_steps, skipped_steps (mini-batches whose loss
-        or gradient was not finite: their step is dropped, never applied). A batch with no trained
-        token (all loss masks zero) changes nothing and reports zeros.
+        or gradient was not finite: their step is dropped, never applied), num_processes. A batch
+        with no trained token (all loss masks zero) changes nothing and reports zeros.
+
+        The same loop serves the multi-process trainer: which rows this process trains
+        (:meth:`_my_rows`), extra micro-steps that keep collectives aligned (:meth:`_pad_micro_steps`),
+        the backward scale (:meth:`_backward`), clipping (:meth:`_clip_grads`) and agreement across
+        processes (:meth:`_all_ok`, :meth:`_sum_over_processes`) are its hooks.
         """
         t0 = time.perf_counter()
         active = self._begin_update(samples)
-        sums: dict[str, float] = {}
-        tok_weighted, per_step = TOKEN_METRICS, PER_STEP_METRICS
-        n_trained = 0
+        keys = PER_STEP_METRICS + TOKEN_METRICS
+        n_per_step = len(PER_STEP_METRICS)
+        # Sums over applied optimiser steps: per-step parts (already divided by the mini-batch's token
+        # count), token-weighted parts, then trained tokens. One tensor, so one all-reduce at the end.
+        totals = torch.zeros(len(keys) + 1, dtype=torch.float64)
         skipped = 0
         grad_norms: list[float] = []
         if active:
             old_lp, ref_lp = self._score_old_and_ref(active)
+            lengths = [s.num_tokens for s in active]
             mb = self.tc.mini_batch_size
             for start in range(0, len(active), mb):
                 idx = list(range(start, min(start + mb, len(active))))
+                # The whole mini-batch's trained tokens: every process divides by the same number.
                 denom = float(sum(sum(1 for m in active[i].loss_mask if m) for i in idx))
+                mine = self._my_rows(idx, lengths)
+                micros = micro_batches([lengths[i] for i in mine], self.tc.micro_batch_tokens) if mine else []
                 self.optimizer.zero_grad(set_to_none=True)
-                step_sums: dict[str, float] = {}
-                step_tok: dict[str, float] = {}
-                step_n = 0
+                step = torch.zeros_like(totals)
                 finite = True
-                for micro in micro_batches([active[i].num_tokens for i in idx], self.tc.micro_batch_tokens):
-                    rows = [idx[j] for j in micro]
+                for micro in micros:
+                    rows = [mine[j] for j in micro]
                     loss, m, n_tok = self._micro_step(
                         [active[i] for i in rows], [old_lp[i] for i in rows],
                         [ref_lp[i] for i in rows] if ref_lp is not None else None, denom)
-                    if not torch.isfinite(loss.detach()):
-                        finite = False
-                        break
-                    loss.backward()
+                    # A non-finite loss is noted, not skipped here: under FSDP every process must run
+                    # the same backward passes; the whole step is dropped below instead.
+                    finite = finite and bool(torch.isfinite(loss.detach()))
+                    self._backward(loss)
                     m["loss"] = float(loss.detach())
-                    for key in per_step:  # already divided by the mini-batch denominator: add up
-                        step_sums[key] = step_sums.get(key, 0.0) + m.get(key, 0.0)
-                    for key in tok_weighted:
-                        step_tok[key] = step_tok.get(key, 0.0) + m[key] * n_tok
-                    step_n += n_tok
-                norm = torch.nn.utils.clip_grad_norm_(self.params, self.tc.max_grad_norm) if finite else None
-                if norm is None or not torch.isfinite(norm):
+                    for k, key in enumerate(keys):
+                        step[k] += m.get(key, 0.0) * (n_tok if k >= n_per_step else 1)
+                    step[-1] += n_tok
+                for _ in range(self._pad_micro_steps(len(micros))):  # aligns collectives, adds no gradient
+                    loss, _m, _n = self._micro_step(active[:1], old_lp[:1],
+                                                    ref_lp[:1] if ref_lp is not None else None, 1.0)
+                    (loss * 0.0).backward()
+                norm = self._clip_grads()
+                if not self._all_ok(finite and math.isfinite(norm)):
                     # One bad step must not corrupt the weights or the AdamW moments: drop it, say so.
-                    print(f"[train] warning: non-finite {'loss' if norm is None else 'gradient'} in "
-                          f"mini-batch {start // mb}; optimiser step skipped", flush=True)
+                    if self.rank == 0:
+                        print(f"[train] warning: non-finite {'loss' if not finite else 'gradient'} in "
+                              f"mini-batch {start // mb}; optimiser step skipped", flush=True)
                     self.optimizer.zero_grad(set_to_none=True)
                     skipped += 1
                     continue
-                grad_norms.append(float(norm))
+                grad_norms.append(norm)
                 self.optimizer.step()
-                n_trained += step_n
-                for key, v in step_sums.items():
-                    sums[key] = sums.get(key, 0.0) + v
-                for key, v in step_tok.items():
-                    sums[key] = sums.get(key, 0.0) + v
+                totals += step
             self.optimizer.zero_grad(set_to_none=True)
             if grad_norms:
                 self.policy_version += 1
-        metrics = self._end_update(samples, active, t0, sums, float(n_trained), grad_norms)
+        totals = self._sum_over_processes(totals)
+        sums = {key: float(totals[k]) for k, key in enumerate(keys)}
+        metrics = self._end_update(samples, active, t0, sums, float(totals[-1]), grad_norms, log=False)
         metrics["skipped_steps"] = float(skipped)
+        metrics["num_processes"] = float(self.world)
+        if self.rank == 0:
+            log_update(metrics)
         return metrics
+
+    # -- hooks of the update loop; the single-process versions (FSDPTrainer overrides them) --
+
+    def _my_rows(self, idx: list[int], lengths: Sequence[int]) -> list[int]:
+        """The rows of a mini-batch this process trains: all of them."""
+        return idx
+
+    def _pad_micro_steps(self, n_micro: int) -> int:
+        """Extra no-gradient micro-steps to run after this process's own: none."""
+        return 0
+
+    def _backward(self, loss: Tensor) -> None:
+        loss.backward()
+
+    def _clip_grads(self) -> float:
+        """Clip the gradients to ``max_grad_norm``; returns their norm before clipping."""
+        return float(torch.nn.utils.clip_grad_norm_(self.params, self.tc.max_grad_norm))
+
+    def _all_ok(self, ok: bool) -> bool:
+        """Whether every process may apply this step."""
+        return ok
+
+    def _sum_over_processes(self, totals: Tensor) -> Tensor:
+        return totals
 
     def _begin_update(self, samples: list[Sample]) -> list[Sample]:
         """Validate a batch; return the samples with at least one trained token."""

@@ -48,14 +48,11 @@ from torch import Tensor
 from openclaw_rl.config import Config, load_config
 from openclaw_rl.runtime.ports import free_port
 from openclaw_rl.trainer.engine import (
-    PER_STEP_METRICS,
     POINTER_FILE,
     POLICY_SUBDIR,
     STATE_FILE,
-    TOKEN_METRICS,
     Trainer,
     _atomic_write_text,
-    log_update,
     micro_batches,
 )
 from openclaw_rl.types import Sample
@@ -198,58 +195,40 @@ class FSDPTrainer(Trainer):
         return out
 
     def train_update(self, samples: list[Sample]) -> dict[str, float]:
-        """One PPO update, as :meth:`Trainer.train_update`, over all processes (same metrics)."""
+        """One PPO update, :meth:`Trainer.train_update`'s loop over all processes (same metrics)."""
         with self._collective("train_update", samples):
-            return self._train_update(samples)
+            return super().train_update(samples)
 
-    def _train_update(self, samples: list[Sample]) -> dict[str, float]:
-        t0 = time.perf_counter()
-        active = self._begin_update(samples)
-        per_step, tok_weighted = PER_STEP_METRICS, TOKEN_METRICS
-        # Local sums, all-reduced once at the end: per-step parts, token-weighted parts, tokens.
-        acc = torch.zeros(len(per_step) + len(tok_weighted) + 1, dtype=torch.float64)
-        grad_norms: list[float] = []
-        if active:
-            old_lp, ref_lp = self._score_old_and_ref(active)
-            lengths = [s.num_tokens for s in active]
-            mb = self.tc.mini_batch_size
-            for start in range(0, len(active), mb):
-                idx = list(range(start, min(start + mb, len(active))))
-                # The global token count of the mini-batch: every rank divides by the same number.
-                denom = float(sum(sum(1 for m in active[i].loss_mask if m) for i in idx))
-                mine = self._shard(idx, lengths)
-                micros = micro_batches([lengths[i] for i in mine], self.tc.micro_batch_tokens) if mine else []
-                n_dummy = self._max_over_ranks(len(micros)) - len(micros)
-                self.optimizer.zero_grad(set_to_none=True)
-                for micro in micros:
-                    rows = [mine[j] for j in micro]
-                    loss, m, n_tok = self._micro_step(
-                        [active[i] for i in rows], [old_lp[i] for i in rows],
-                        [ref_lp[i] for i in rows] if ref_lp is not None else None, denom)
-                    # FSDP averages gradients over ranks; the world-size factor makes it their sum.
-                    (loss * self.world).backward()
-                    m["loss"] = float(loss.detach())
-                    for k, key in enumerate(per_step):
-                        acc[k] += m.get(key, 0.0)
-                    for k, key in enumerate(tok_weighted):
-                        acc[len(per_step) + k] += m[key] * n_tok
-                    acc[-1] += n_tok
-                for _ in range(n_dummy):  # keeps the collectives aligned; contributes no gradient
-                    loss, _m, _n = self._micro_step(active[:1], old_lp[:1],
-                                                    ref_lp[:1] if ref_lp is not None else None, 1.0)
-                    (loss * 0.0).backward()
-                grad_norms.append(self._sync_and_clip())
-                self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            self.policy_version += 1
+    # -- the update loop's hooks (see Trainer.train_update) --
+
+    def _my_rows(self, idx: list[int], lengths: Sequence[int]) -> list[int]:
+        """This rank's share of the mini-batch, token-balanced."""
+        return self._shard(idx, lengths)
+
+    def _pad_micro_steps(self, n_micro: int) -> int:
+        """FSDP's forward and backward are collectives: match the busiest rank's micro-step count."""
+        return self._max_over_ranks(n_micro) - n_micro
+
+    def _backward(self, loss: Tensor) -> None:
+        # FSDP averages gradients over ranks; the world-size factor makes it their sum, so a step
+        # equals the single-process step on the whole mini-batch (each rank divides by its tokens).
+        (loss * self.world).backward()
+
+    def _clip_grads(self) -> float:
+        return self._sync_and_clip()
+
+    def _all_ok(self, ok: bool) -> bool:
+        """A step is applied only if every rank's loss and the global gradient norm were finite."""
+        if self.world == 1:
+            return ok
+        flag = torch.tensor([1 if ok else 0], dtype=torch.long)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._ctrl)
+        return bool(flag.item())
+
+    def _sum_over_processes(self, totals: Tensor) -> Tensor:
         if self.world > 1:
-            dist.all_reduce(acc, group=self._ctrl)
-        sums = {key: float(acc[k]) for k, key in enumerate(per_step + tok_weighted)}
-        metrics = self._end_update(samples, active, t0, sums, float(acc[-1]), grad_norms, log=False)
-        metrics["num_processes"] = float(self.world)
-        if self.rank == 0:
-            log_update(metrics)
-        return metrics
+            dist.all_reduce(totals, group=self._ctrl)
+        return totals
 
     def _sync_and_clip(self) -> float:
         """Average the replicated parameters' gradients, then clip all by the global norm.
