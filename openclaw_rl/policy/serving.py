@@ -264,9 +264,11 @@ class Serving:
             response_text=final.text, tool_calls=job.tool_calls, finish_reason=final.finish_reason,
             policy_version=final.policy_version,
         )
-        self.store.record_turn(turn, next_state_for_previous=a.next_state if a.turn_type == "main" else None)
-        if a.turn_type == "main":
-            self.sessions.remember(a.session_id, job.req.messages, job.content, job.tool_calls)
+        main = a.turn_type == "main"
+        key = self.sessions.prefix_key(job.req.messages, job.content, job.tool_calls) if main else None
+        self.store.record_turn(turn, next_state_for_previous=a.next_state if main else None, prefix_digest=key)
+        if main:
+            self.sessions.remember_key(key, a.session_id)
         if a.done:
             self.store.close_session(a.session_id)
         last = job.req.messages[-1]

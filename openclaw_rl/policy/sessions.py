@@ -9,8 +9,9 @@ branches (the user edits an earlier message) starts a new session rather than co
 
 Digests use a canonical form of each message (role, stripped text, tool calls with parsed arguments)
 because clients re-serialise what they echo back (``content: null`` vs ``""``, argument whitespace).
-The digest table is in memory (LRU-capped): after a restart a headerless conversation continues as a
-new session; sessions with explicit ids are unaffected (their turn index comes from the store).
+Each digest is written to the store in the same commit as its turn, and kept in memory (LRU-capped)
+for speed: after a restart a headerless conversation continues its session, found in the store. The
+store keeps the newest ``max_prefixes`` digests (pruned every ``PRUNE_EVERY`` turns).
 
 The next state of the previous main turn is what the client added after the last assistant message:
 the newest non-assistant message (several consecutive tool results are joined, in order, under the
@@ -32,6 +33,8 @@ from openclaw_rl.runtime.store import Store
 from openclaw_rl.types import NextState, TurnType
 
 STATE_ROLES = ("user", "tool", "environment")
+#: Remembered prefixes between two prunings of the store's prefix table.
+PRUNE_EVERY = 10_000
 
 
 @dataclass
@@ -93,6 +96,7 @@ class SessionManager:
         self._lock = threading.Lock()
         self._next_index: dict[str, int] = {}
         self._prefixes: OrderedDict[str, str] = OrderedDict()
+        self._since_prune = 0
 
     def _allocate(self, session_id: str) -> int:
         with self._lock:
@@ -103,15 +107,23 @@ class SessionManager:
             return idx
 
     def _find_prefix(self, messages: list[ChatMessage]) -> str | None:
+        """The session whose remembered conversation is the longest prefix of ``messages``."""
         items = [canonical(m.role, m.text, m.tool_calls) for m in messages]
+        # Longest first: every prefix that ends with an assistant message is a candidate.
+        keys = [digest(items[:end]) for end in range(len(messages), 0, -1) if messages[end - 1].role == "assistant"]
         with self._lock:
-            for end in range(len(messages), 0, -1):
-                if messages[end - 1].role != "assistant":
-                    continue
-                sid = self._prefixes.get(digest(items[:end]))
+            for key in keys:
+                sid = self._prefixes.get(key)
                 if sid is not None:
-                    self._prefixes.move_to_end(digest(items[:end]))
+                    self._prefixes.move_to_end(key)
                     return sid
+        if not keys:
+            return None
+        stored = self.store.sessions_for_prefixes(keys)  # remembered before a restart (or by a peer)
+        for key in keys:
+            if key in stored:
+                self._cache(key, stored[key])
+                return stored[key]
         return None
 
     def assign(self, messages: list[ChatMessage], session_id: str | None, turn_type: TurnType | None,
@@ -130,12 +142,34 @@ class SessionManager:
         return Assignment(session_id=session_id, turn_index=self._allocate(session_id), turn_type=ttype,
                           next_state=state, done=done, stitched=stitched)
 
+    @staticmethod
+    def prefix_key(messages: list[ChatMessage], reply_text: str | None,
+                   reply_tool_calls: list[dict[str, Any]] | None) -> str:
+        """The digest of ``messages`` + the reply: what a continuation of this conversation starts with."""
+        items = [canonical(m.role, m.text, m.tool_calls) for m in messages]
+        items.append(canonical("assistant", reply_text or "", reply_tool_calls))
+        return digest(items)
+
     def remember(self, session_id: str, messages: list[ChatMessage], reply_text: str | None,
                  reply_tool_calls: list[dict[str, Any]] | None) -> None:
         """After a main turn: a request extending ``messages`` + this reply continues ``session_id``."""
-        items = [canonical(m.role, m.text, m.tool_calls) for m in messages]
-        items.append(canonical("assistant", reply_text or "", reply_tool_calls))
-        key = digest(items)
+        key = self.prefix_key(messages, reply_text, reply_tool_calls)
+        self.store.remember_prefix(key, session_id)
+        self.remember_key(key, session_id)
+
+    def remember_key(self, key: str, session_id: str) -> None:
+        """As :meth:`remember`, for a digest the caller already stored with its turn
+        (``Store.record_turn(..., prefix_digest=key)``, one commit for both)."""
+        self._cache(key, session_id)
+        with self._lock:
+            self._since_prune += 1
+            prune = self._since_prune >= PRUNE_EVERY
+            if prune:
+                self._since_prune = 0
+        if prune:
+            self.store.prune_prefixes(self.max_prefixes)
+
+    def _cache(self, key: str, session_id: str) -> None:
         with self._lock:
             self._prefixes[key] = session_id
             self._prefixes.move_to_end(key)

@@ -90,6 +90,11 @@ CREATE TABLE IF NOT EXISTS samples (
 );
 CREATE INDEX IF NOT EXISTS samples_status ON samples(status, created_at);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS prefixes (
+    digest      TEXT PRIMARY KEY,
+    session_id  TEXT NOT NULL,
+    created_at  REAL NOT NULL
+);
 """
 
 #: Columns added to ``turns`` after the first release: a store file written by an older version
@@ -163,11 +168,16 @@ class Store:
             self._db.execute("COMMIT")
 
     # ---------------------------------------------------------------- serving side
-    def record_turn(self, turn: Turn, next_state_for_previous: NextState | None = None) -> None:
+    def record_turn(self, turn: Turn, next_state_for_previous: NextState | None = None,
+                    prefix_digest: str | None = None) -> None:
         """Store a served turn and, in the same commit, attach ``next_state_for_previous`` to the
-        session's newest open main turn (it becomes ``ready`` for the judge)."""
+        session's newest open main turn (it becomes ``ready`` for the judge) and remember
+        ``prefix_digest`` (the conversation so far, reply included) as leading to this session."""
         now = time.time()
         with self._tx() as db:
+            if prefix_digest is not None:
+                db.execute("INSERT OR REPLACE INTO prefixes(digest, session_id, created_at) VALUES (?, ?, ?)",
+                           (prefix_digest, turn.session_id, now))
             db.execute("INSERT OR IGNORE INTO sessions(session_id, created_at) VALUES (?, ?)",
                        (turn.session_id, now))
             if next_state_for_previous is not None and turn.turn_type == "main":
@@ -205,6 +215,29 @@ class Store:
             db.execute("UPDATE sessions SET done=1 WHERE session_id=?", (session_id,))
             db.execute("UPDATE turns SET status='closed', updated_at=? WHERE session_id=? AND status='open'",
                        (now, session_id))
+
+    def remember_prefix(self, prefix_digest: str, session_id: str) -> None:
+        """Remember on its own what :meth:`record_turn` remembers with a turn."""
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO prefixes(digest, session_id, created_at) VALUES (?, ?, ?)",
+                       (prefix_digest, session_id, time.time()))
+
+    def sessions_for_prefixes(self, digests: list[str]) -> dict[str, str]:
+        """digest → session id for the ``digests`` the store remembers (see :meth:`record_turn`)."""
+        found: dict[str, str] = {}
+        for start in range(0, len(digests), 500):  # SQLite caps the number of bound parameters
+            chunk = digests[start:start + 500]
+            rows = self._db.execute(f"SELECT digest, session_id FROM prefixes WHERE digest IN "
+                                    f"({','.join('?' * len(chunk))})", chunk).fetchall()
+            found.update(dict(rows))
+        return found
+
+    def prune_prefixes(self, keep: int) -> int:
+        """Forget all but the ``keep`` newest remembered prefixes; returns how many were dropped."""
+        with self._tx() as db:
+            cur = db.execute("DELETE FROM prefixes WHERE digest NOT IN "
+                             "(SELECT digest FROM prefixes ORDER BY created_at DESC, rowid DESC LIMIT ?)", (keep,))
+            return cur.rowcount
 
     def next_turn_index(self, session_id: str) -> int:
         row = self._db.execute("SELECT MAX(turn_index) FROM turns WHERE session_id=?", (session_id,)).fetchone()

@@ -137,6 +137,20 @@ def test_plain_client_is_stitched_by_prefix(tiny_service, client):
     assert r3["session_id"] != r1["session_id"]
 
 
+
+def test_a_plain_conversation_continues_its_session_after_a_restart(start_service, tiny_model_dir):
+    svc, url = start_service(tiny_model_dir, name="restart")
+    first = [{"role": "user", "content": "Name a colour."}]
+    r1 = httpx.post(f"{url}/v1/chat/completions", json={"messages": first, "max_tokens": 4}, timeout=60).json()
+    svc.stop()
+    svc2, url2 = start_service(tiny_model_dir, name="restart")  # same log_dir, same store, fresh memory
+    msgs = first + [r1["choices"][0]["message"], {"role": "user", "content": "Another one."}]
+    r2 = httpx.post(f"{url2}/v1/chat/completions", json={"messages": msgs, "max_tokens": 4}, timeout=60).json()
+    assert (r2["session_id"], r2["turn_index"]) == (r1["session_id"], r1["turn_index"] + 1)
+    t0 = _turns(svc2, r1["session_id"])[0]
+    assert t0.next_state is not None and t0.next_state.content == "Another one."
+
+
 BAD = [
     (b"{\"messages\": [", "not valid JSON"),
     (b"", "body is empty"),

@@ -12,6 +12,7 @@ from openclaw_rl.policy.serving import escape_for_log
 from openclaw_rl.policy.sessions import SessionManager, next_state_of
 from openclaw_rl.policy.tools import parse_tool_calls, template_messages
 from openclaw_rl.runtime.store import Store
+from openclaw_rl.types import Turn
 
 WEATHER = ToolDef.model_validate({"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
@@ -92,3 +93,25 @@ def test_log_escaping_cannot_forge_lines():
     out = escape_for_log(forged)
     assert "\n" not in out and "\r" not in out and "\x1b" not in out and "\u2028" not in out
     assert "\\n" in out and "\\u001b" in out
+
+
+def test_prefix_stitching_survives_a_restart(tmp_path):
+    """A headerless conversation continues its session after the service (and its memory) restarts."""
+    first = _msgs(("system", "be brief"), ("user", "2+2?"))
+    store = Store(tmp_path / "s.sqlite")
+    before = SessionManager(store)
+    a = before.assign(first, None, None, False)
+    key = SessionManager.prefix_key(first, "4", None)
+    store.record_turn(Turn(session_id=a.session_id, turn_index=0, messages=[], prompt_ids=[1], response_ids=[2],
+                           response_logprobs=[-0.1]), prefix_digest=key)
+    before.remember_key(key, a.session_id)
+    store.close()
+    after = SessionManager(Store(tmp_path / "s.sqlite"))  # a new process: empty memory
+    b = after.assign(first + _msgs(("assistant", "4"), ("user", "and 3+3?")), None, None, False)
+    assert (b.session_id, b.turn_index, b.stitched) == (a.session_id, 1, True)
+    # pruning keeps the newest digests only
+    for i in range(3):
+        after.remember(f"s{i}", _msgs(("user", f"q{i}")), f"a{i}", None)
+    assert after.store.prune_prefixes(keep=2) == 2
+    assert set(after.store.sessions_for_prefixes(
+        [SessionManager.prefix_key(_msgs(("user", f"q{i}")), f"a{i}", None) for i in range(3)]).values()) == {"s1", "s2"}
