@@ -557,6 +557,8 @@ def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
                 print(f"[cluster] judges did not stop cleanly: {type(exc).__name__}: {exc}", flush=True)
             for j in judges:
                 ray.kill(j, no_restart=True)  # max_restarts=-1 would otherwise outlive the run
+        if trainer is not None:
+            ray.kill(trainer, no_restart=True)  # it has returned (or was told to stop): free its CPUs now
         server.stop(timeout=30)
     return rc
 

@@ -295,6 +295,12 @@ def test_workers_spread_and_a_dead_node_loses_no_episode(ray_cluster, tmp_path, 
 
     address, worker_node = ray_cluster
     head_id = ray.get_runtime_context().get_node_id()  # the driver is attached to the head node
+    # Actors of the earlier tests in this module are released asynchronously; SPREAD is a soft
+    # preference, so wait for both nodes' CPUs to be free before placing one worker on each.
+    deadline = time.monotonic() + 60
+    while ray.available_resources().get("CPU", 0) < 2:
+        assert time.monotonic() < deadline, f"cluster CPUs not released: {ray.available_resources()}"
+        time.sleep(0.5)
     assert check_ray_address(address) is None
     with ChatServer(_slow_reply) as srv:
         cfg = _cfg(tmp_path, address, gsm8k_path, srv.port)

@@ -166,5 +166,5 @@ def test_training_loop_entry_point_then_resume_on_fewer_processes(tiny_model_dir
         if run.poll() is None:
             run.kill()
     assert run.returncode == 0, out[-2000:]
-    assert "[training] stopped at step=2 version=2" in out
+    assert "[training] stopped at step=2 version=2" in out, out[-2000:]
     store.close()
