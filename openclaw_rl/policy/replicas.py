@@ -160,8 +160,9 @@ class ReplicatedEngine(Engine):
             return
         from ray.exceptions import GetTimeoutError, RayActorError
 
+        live = [r for i, r in enumerate(self.replicas) if i not in self.down]  # a down one may never answer
         try:
-            self._ray.get([r.stop.remote() for r in self.replicas], timeout=self.pcfg.request_timeout_sec)
+            self._ray.get([r.stop.remote() for r in live], timeout=self.pcfg.request_timeout_sec)
         except (RayActorError, GetTimeoutError) as exc:
             log.warning("[policy_service] an engine replica did not stop cleanly: %s", type(exc).__name__)
         for r in self.replicas:

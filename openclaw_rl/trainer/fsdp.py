@@ -388,6 +388,11 @@ def _spawned(rank: int, fn: Callable[..., Any], world: int, device: str, port: i
     init_process_group(rank, world, device, "127.0.0.1", port)
     try:
         fn(rank, world, *args)
+        if world > 1:
+            # Rank 0 hosts the rendezvous store: if it tears its group down while a follower is still
+            # finishing its last receive, the store's server thread is destroyed under it and the
+            # process aborts at exit ("terminate called without an active exception").
+            dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -475,6 +480,8 @@ def run_training(config_path: str, policy_url: str | None, num_processes: int | 
             dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT)
             try:
                 _loop_rank(rank, world, config_path, policy_url, rc_file)
+                if world > 1:
+                    dist.barrier()  # as in _spawned: the store's host leaves last
             finally:
                 dist.destroy_process_group()
             return int(Path(rc_file).read_text()) if rank == 0 else 0
