@@ -67,6 +67,26 @@ def _resume_then_train(rank: int, world: int, raw: dict, samples: list[dict], ou
                                                     "export": str(exported), "after": metrics["step"]}))
 
 
+def _poison_rank_one_then_train(rank: int, world: int, raw: dict, samples: list[dict], out: str) -> None:
+    trainer = FSDPTrainer(build_config(raw, environ={}), raw["policy_service"]["model"])
+    before = {k: v.to_local().clone() if hasattr(v, "to_local") else v.clone()
+              for k, v in trainer.model.named_parameters() if v.requires_grad}
+    if rank == 1:  # the embedding is replicated, not sharded: only this rank's forward goes non-finite
+        with torch.no_grad():
+            trainer.model.get_input_embeddings().weight.fill_(float("nan"))
+        trainer.follow()
+    else:
+        try:
+            metrics = trainer.train_update([Sample(**s) for s in samples])
+        finally:
+            trainer.release_followers()
+        Path(out, "poison.json").write_text(json.dumps({"metrics": metrics, "version": trainer.policy_version}))
+    after = {k: v.to_local() if hasattr(v, "to_local") else v for k, v in trainer.model.named_parameters()
+             if v.requires_grad}
+    unchanged = all(torch.equal(before[k], after[k]) for k in before)
+    Path(out, f"unchanged{rank}.json").write_text(json.dumps(unchanged))
+
+
 # -------------------------------------------------------------------------------------------------
 
 
@@ -168,3 +188,17 @@ def test_training_loop_entry_point_then_resume_on_fewer_processes(tiny_model_dir
     assert run.returncode == 0, out[-2000:]
     assert "[training] stopped at step=2 version=2" in out, out[-2000:]
     store.close()
+
+
+def test_a_non_finite_step_on_one_rank_is_skipped_on_every_rank(tiny_model_dir, tmp_path):
+    ref = Trainer(build_config(_raw(tiny_model_dir, tmp_path / "ref", "torch"), environ={}), str(tiny_model_dir))
+    samples = [Sample(sample_id=f"s{n}", session_id="s", turn_index=n, prompt_ids=p, response_ids=r,
+                      rollout_logprobs=sequence_logprobs(ref.model, p, r)[0].tolist(), loss_mask=[1] * len(r),
+                      reward=1.0).model_dump() for n, (p, r) in enumerate(zip(PROMPTS, RESPONSES, strict=True))]
+    out = tmp_path / "out"
+    out.mkdir()
+    spawn(_poison_rank_one_then_train, 2, _raw(tiny_model_dir, tmp_path / "logs", "fsdp"), samples, str(out))
+    got = json.loads((out / "poison.json").read_text())
+    assert got["metrics"]["skipped_steps"] == 1 and got["metrics"]["optimizer_steps"] == 0 and got["version"] == 0
+    # neither rank applied the step: every trainable shard is as it was
+    assert json.loads((out / "unchanged0.json").read_text()) and json.loads((out / "unchanged1.json").read_text())
