@@ -25,6 +25,7 @@ Neither engine can run on the CPU-only development machines; see docs/scaling.md
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import signal
@@ -37,6 +38,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from openclaw_rl.config import EMBEDDED_MODEL, Config
+from openclaw_rl.runtime.wiring import stop_with_launcher
 
 #: Module each backend is started from; its absence is the "not installed" error.
 ENGINE_MODULES = {"sglang": "sglang.launch_server", "vllm": "vllm.entrypoints.openai.api_server"}
@@ -129,7 +131,8 @@ class ExternalEngine:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+                                         start_new_session=True,
+                                         preexec_fn=functools.partial(stop_with_launcher, os.getpid()))
         print(f"[policy_service] started {self.cfg.policy_service.backend} engine (pid {self.proc.pid}) "
               f"at {self.url}; log: {self.log_path}", flush=True)
 

@@ -11,8 +11,9 @@ def progress_line(c: Counters) -> str:
     """The one-line summary the launcher prints while running (and ``status`` prints once)."""
     reward = "n/a" if c.reward_mean is None else f"{c.reward_mean:+.2f}"
     return (f"[progress] turns={c.turns} waiting={c.waiting} judged={c.judged} failed={c.failed} "
-            f"samples ready={c.samples_ready} trained={c.samples_trained} dropped={c.samples_dropped} "
-            f"step={c.trainer_step} version={c.policy_version} reward_mean={reward}")
+            f"samples ready={c.samples_ready} training={c.samples_claimed} trained={c.samples_trained} "
+            f"dropped={c.samples_dropped} step={c.trainer_updates} checkpointed={c.trainer_step} "
+            f"version={c.policy_version} reward_mean={reward}")
 
 
 def status_command(cfg: Config) -> int:

@@ -120,7 +120,8 @@ class Counters:
     samples_dropped: int
     reward_mean: float | None
     policy_version: int
-    trainer_step: int
+    trainer_step: int     # the last update whose checkpoint is on disk (its samples count as trained)
+    trainer_updates: int  # updates done, checkpointed or not
 
 
 class Store:
@@ -443,4 +444,5 @@ class Store:
             reward_mean=None if reward is None else float(reward),
             policy_version=int(self.get_meta("policy_version", 0)),
             trainer_step=int(self.get_meta("trainer_step", 0)),
+            trainer_updates=int(self.get_meta("trainer_updates", self.get_meta("trainer_step", 0))),
         )

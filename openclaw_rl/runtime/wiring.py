@@ -15,6 +15,7 @@ exactly where the store says it was.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -31,6 +32,23 @@ from openclaw_rl.runtime.status import progress_line
 from openclaw_rl.runtime.store import Store
 
 MAX_RESTARTS = 3
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def stop_with_launcher(launcher_pid: int) -> None:
+    """``preexec_fn`` for a child process: the kernel sends it SIGTERM when the launcher dies.
+
+    The launcher stops its children in order on a normal exit or Ctrl-C; this covers the exits it
+    cannot handle (``kill -9``, the OOM killer), after which a child would otherwise keep serving,
+    judging or training with no one to stop it. Linux only; elsewhere a no-op.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != launcher_pid:  # it died before the request took effect: do not start at all
+        os._exit(1)
 PROGRESS_EVERY_S = 10.0
 HEALTH_TIMEOUT_S = 180.0
 
@@ -49,7 +67,8 @@ class Child:
         # A new process group per child: Ctrl-C in the terminal reaches the launcher, which then
         # stops each child in order, instead of every process at once.
         env = {**os.environ, CHILD_ENV: "1", "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(self.argv, start_new_session=True, env=env)
+        self.proc = subprocess.Popen(self.argv, start_new_session=True, env=env,
+                                     preexec_fn=functools.partial(stop_with_launcher, os.getpid()))
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

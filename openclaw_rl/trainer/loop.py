@@ -175,6 +175,7 @@ class TrainingLoop:
         metrics["staleness_mean"] = sum(self.version - s.policy_version for s in batch) / len(batch)
         metrics["samples_dropped"] = float(self.store.counters().samples_dropped)
         self.metrics.write(trainer.step, metrics)
+        self.store.set_meta("trainer_updates", trainer.step)  # progress shows updates before their checkpoint
         if trainer.step % self.cfg.policy_service.weight_sync_interval == 0:
             self._publish()
         if trainer.step % tc.checkpoint_interval == 0:

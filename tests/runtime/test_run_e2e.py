@@ -107,6 +107,7 @@ max_steps = 3
     c = store.counters()
     store.close()
     assert c.trainer_step == 3 and c.samples_trained == 6 and c.judged >= 6
+    assert c.trainer_updates == 3 and "step=3 checkpointed=3" in out  # the final [progress] line
     assert (log_dir / "checkpoints" / "latest").read_text().strip() == "step_00000003"
     assert (log_dir / "policy" / "latest.json").is_file()
     assert (log_dir / "training_curves.png").stat().st_size > 1000

@@ -284,3 +284,14 @@ def test_guarantee_applies_once_when_two_judges_race(tmp_path):
     assert a.counters().samples_ready == 1
     a.close()
     b.close()
+
+
+def test_progress_line_shows_updates_ahead_of_their_checkpoint(store):
+    from openclaw_rl.runtime.status import progress_line
+
+    store.add_samples([_sample(i) for i in range(3)])
+    store.claim_samples(2, step=5, current_version=0)
+    store.commit_checkpoint(step=4, policy_version=1)
+    store.set_meta("trainer_updates", 5)
+    line = progress_line(store.counters())
+    assert "samples ready=1 training=2 trained=0" in line and "step=5 checkpointed=4 version=" in line
