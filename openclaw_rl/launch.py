@@ -87,7 +87,9 @@ def check_policy(cfg: Config) -> Check:
         except ModelNotFoundError as exc:
             return Check("policy_service", False, str(exc))
         ok, port = _port_free(pol.host, pol.port)
-        return Check("policy_service", ok, f"backend=transformers model {pol.model} at {directory}; {port}")
+        replicas = (f"; {pol.num_engines} engine replicas on the cluster, {pol.engine_num_cpus:g} CPU / "
+                    f"{pol.engine_num_gpus:g} GPU each" if pol.num_engines > 1 else "")
+        return Check("policy_service", ok, f"backend=transformers model {pol.model} at {directory}; {port}{replicas}")
     if pol.backend == "api":
         ok, detail = check_api(cfg)
         return Check("policy_service", ok, f"backend=api: {detail}")

@@ -132,7 +132,7 @@ def test_dry_run_fails_fast_on_an_unreachable_cluster(tmp_path, gsm8k_path):
     pytest.importorskip("ray", reason="ray is not installed (pip install 'openclaw-rl[ray]')")
     root = Path(__file__).resolve().parents[2]
     path = tmp_path / "c.toml"
-    path.write_text(f'[global]\nray_address = "127.0.0.1:{free_port()}"\n'
+    path.write_text(f'[global]\nray_address = "127.0.0.1:{free_port()}"\n[policy_service]\nnum_engines = 2\n'
                     f'[env_service]\nmode = "cloud"\nnum_envs = 1\ndata_path = "{gsm8k_path}"\n')
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "openclaw_rl.launch", "--config", str(path), "--dry-run"],
@@ -140,6 +140,7 @@ def test_dry_run_fails_fast_on_an_unreachable_cluster(tmp_path, gsm8k_path):
     assert time.monotonic() - t0 < 30
     assert proc.returncode == 1
     assert "[dry-run] env_service: FAILED" in proc.stdout and "no Ray head reachable" in proc.stdout
+    assert "2 engine replicas on the cluster" in proc.stdout
     t0 = time.monotonic()  # and at start: nothing is launched, a one-line error instead of a hang
     proc = subprocess.run([sys.executable, "-m", "openclaw_rl.launch", "--config", str(path)],
                           cwd=root, capture_output=True, text=True, timeout=60)
