@@ -47,9 +47,7 @@ class EvalSizes:
 
 
 def _client(url: str, cfg: Config, stop: threading.Event) -> PolicyClient:
-    key = cfg.policy_service.api_key
-    return PolicyClient(url, cfg.policy_service.model, key.get_secret_value() if key is not None else None,
-                        cfg.policy_service.request_timeout_sec, stop, backoff_max_sec=2.0)
+    return PolicyClient.from_config(cfg, url, stop, backoff_max_sec=2.0)
 
 
 def _episode(client: PolicyClient, env: Any, reset_kw: dict[str, Any], max_tokens: int) -> dict[str, Any]:

@@ -96,6 +96,14 @@ class PolicyClient:
         self.http = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout_sec, connect=5.0))
         self.retries = 0
 
+    @classmethod
+    def from_config(cls, cfg: Config, base_url: str, stop_event: threading.Event,
+                    backoff_max_sec: float = 10.0) -> PolicyClient:
+        """A client of the policy service at ``base_url`` with the config's model, key and timeout."""
+        pol = cfg.policy_service
+        key = pol.api_key.get_secret_value() if pol.api_key is not None else None
+        return cls(base_url, pol.model, key, pol.request_timeout_sec, stop_event, backoff_max_sec)
+
     def complete(self, messages: list[dict[str, Any]], session_id: str, done: bool,
                  tools: list[dict[str, Any]] | None = None, max_tokens: int | None = None,
                  temperature: float | None = None, top_p: float | None = None) -> dict[str, Any] | None:
@@ -137,18 +145,6 @@ class PolicyClient:
             self.stop_event.wait(delay)
             delay = min(delay * 2, self.backoff_max)
         return None
-
-    def close_session(self, session_id: str) -> None:
-        """End ``session_id`` in the service's store (``POST /v1/admin/close_session``), for an episode
-        abandoned half-way; :class:`PolicyRequestError` when the service refuses or is unreachable."""
-        url = self.url.removesuffix("/chat/completions") + "/admin/close_session"
-        try:
-            resp = self.http.post(url, json={"session_id": session_id}, timeout=10.0)
-        except httpx.HTTPError as exc:
-            raise PolicyRequestError(f"closing session {session_id}: {type(exc).__name__} ({exc})") from None
-        if resp.status_code != 200:
-            raise PolicyRequestError(f"closing session {session_id}: policy service answered "
-                                     f"{resp.status_code}: {resp.text[:300]}")
 
     def close(self) -> None:
         self.http.close()
@@ -229,11 +225,8 @@ class EnvService:
         print(self.start_line, flush=True)
         if not self.cfg.env_service.state_capture:
             log.warning("[env_service] state_capture = false: next states are not sent back; nothing is learned")
-        key = self.cfg.policy_service.api_key
         for i in range(self.cfg.env_service.num_envs):
-            client = PolicyClient(self.base_url, self.cfg.policy_service.model,
-                                  key.get_secret_value() if key is not None else None,
-                                  self.cfg.policy_service.request_timeout_sec, self.stop_event, self.backoff_max)
+            client = PolicyClient.from_config(self.cfg, self.base_url, self.stop_event, self.backoff_max)
             self.clients.append(client)
             t = threading.Thread(target=self._worker, args=(i, client), name=f"env-worker-{i}", daemon=True)
             self.threads.append(t)

@@ -51,7 +51,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from openclaw_rl.config import Config
-from openclaw_rl.envs.service import PolicyClient, PolicyRequestError
+from openclaw_rl.policy.admin import close_session
 
 log = logging.getLogger("openclaw_rl.cluster")
 
@@ -208,11 +208,8 @@ class EnvWorker:
         self.cfg = _local_env_config(cfg)
         self.index = worker_index
         self.service = EnvService(self.cfg, base_url=policy_url)
-        key = self.cfg.policy_service.api_key
-        self.client = PolicyClient(policy_url, self.cfg.policy_service.model,
-                                   key.get_secret_value() if key is not None else None,
-                                   self.cfg.policy_service.request_timeout_sec, self.service.stop_event,
-                                   self.service.backoff_max)
+        self.client = PolicyClient.from_config(self.cfg, policy_url, self.service.stop_event,
+                                               self.service.backoff_max)
         self.envs: dict[str, Any] = {}
 
     def node_id(self) -> str:
@@ -334,9 +331,13 @@ class RunReport:
     """What a cluster run of the environment workers did."""
 
     episodes: list[dict[str, Any]] = field(default_factory=list)
-    retried: int = 0
-    worker_failures: int = 0
-    abandoned_sessions: list[str] = field(default_factory=list)  # sessions of attempts that died
+    #: The session of every attempt whose worker died mid-episode; each such episode was dealt again.
+    abandoned_sessions: list[str] = field(default_factory=list)
+
+    @property
+    def retried(self) -> int:
+        """Episodes dealt again because their worker died (one per abandoned attempt)."""
+        return len(self.abandoned_sessions)
 
     @property
     def by_node(self) -> dict[str, int]:
@@ -345,7 +346,7 @@ class RunReport:
     def line(self) -> str:
         ok = sum(1 for e in self.episodes if e.get("success"))
         return (f"[cluster] episodes={len(self.episodes)} (success={ok}), retried={self.retried} "
-                f"after {self.worker_failures} worker failure(s), nodes={len(self.by_node)}")
+                f"after a worker died, nodes={len(self.by_node)}")
 
 
 class ClusterEnvRunner:
@@ -371,12 +372,9 @@ class ClusterEnvRunner:
         # the episode in flight fails instead of silently re-running, so the runner decides (and counts).
         self.workers = [actor.options(num_cpus=cpus_per_worker, scheduling_strategy="SPREAD", max_restarts=-1,
                                       max_task_retries=0).remote(cfg, policy_url, i) for i in range(n)]
+        self.policy_url = policy_url
         self.rng = random.Random(cfg.global_.seed)
         self._next_index = 0
-        key = cfg.policy_service.api_key
-        # Closes the sessions of attempts that died (the workers' own clients died with them).
-        self._closer = PolicyClient(policy_url, cfg.policy_service.model,
-                                    key.get_secret_value() if key is not None else None, 10.0, threading.Event())
 
     def placement(self, timeout: float = 120.0) -> list[str]:
         """The node id of each worker (waits until every worker is up)."""
@@ -392,8 +390,11 @@ class ClusterEnvRunner:
 
     def run(self, max_episodes: int | None = None, stop: threading.Event | None = None,
             on_episode: Callable[[dict[str, Any]], None] | None = None,
-            on_dispatch: Callable[[int, EpisodeSpec], None] | None = None) -> RunReport:
-        """Deal episodes until ``max_episodes`` are done or ``stop`` is set; returns the report.
+            on_dispatch: Callable[[int, EpisodeSpec], None] | None = None,
+            report: RunReport | None = None) -> RunReport:
+        """Deal episodes until ``max_episodes`` are done or ``stop`` is set; returns the report
+        (``report``, when given, is filled as the run goes, for a caller that reads it from
+        another thread).
 
         An episode whose worker dies (node failure, crash) is dealt again, to the first live worker;
         the dead worker gets no new episode until it answers a ping (Ray restarts it elsewhere).
@@ -401,7 +402,7 @@ class ClusterEnvRunner:
         from ray.exceptions import GetTimeoutError, RayActorError
 
         stop = stop or threading.Event()
-        report = RunReport()
+        report = report if report is not None else RunReport()
         retry: deque[EpisodeSpec] = deque()
         idle = list(range(len(self.workers)))
         running: dict[Any, tuple[int, EpisodeSpec]] = {}
@@ -442,8 +443,6 @@ class ClusterEnvRunner:
                 try:
                     stats = self.ray.get(ref, timeout=5)
                 except RayActorError as exc:
-                    report.worker_failures += 1
-                    report.retried += 1
                     retry.append(spec)
                     log.warning("[cluster] env worker %d died during episode %d (%s); retrying it elsewhere",
                                 w, spec.index, type(exc).__name__)
@@ -459,17 +458,15 @@ class ClusterEnvRunner:
     def _abandon(self, session_id: str, report: RunReport) -> None:
         """Close a dead attempt's session so its open last turn does not wait for a next state forever."""
         report.abandoned_sessions.append(session_id)
-        try:
-            self._closer.close_session(session_id)
-        except PolicyRequestError as exc:
-            log.warning("[cluster] could not close abandoned session %s: %s", session_id, exc)
+        err = close_session(self.cfg, self.policy_url, session_id)
+        if err:
+            log.warning("[cluster] could not close abandoned session %s: %s", session_id, err)
 
     def close(self) -> None:
         """Kill the worker actors (episodes in flight are abandoned)."""
         for w in self.workers:
             self.ray.kill(w, no_restart=True)
         self.workers = []
-        self._closer.close()
 
 
 # ---------------------------------------------------------------------- the whole run
@@ -526,7 +523,8 @@ def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
         train_ref = trainer.run.remote()
         runner = ClusterEnvRunner(cfg, url)
         print(f"[env_service] mode=cloud, num_envs={len(runner.workers)}, nodes={len(live_nodes())}", flush=True)
-        env_thread = threading.Thread(target=_deal, args=(runner, stop, report, max_episodes),
+        env_thread = threading.Thread(target=runner.run, kwargs={"max_episodes": max_episodes, "stop": stop,
+                                                                 "report": report},
                                       name="cluster-envs", daemon=True)
         env_thread.start()
         result: dict[str, Any] | None = None
@@ -562,11 +560,3 @@ def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
         server.stop(timeout=30)
     return rc
 
-
-def _deal(runner: ClusterEnvRunner, stop: threading.Event, report: RunReport, max_episodes: int | None) -> None:
-    """Run the env runner into ``report`` (shared with the caller, who prints it at the end)."""
-    got = runner.run(max_episodes=max_episodes, stop=stop)
-    report.episodes.extend(got.episodes)
-    report.retried += got.retried
-    report.worker_failures += got.worker_failures
-    report.abandoned_sessions.extend(got.abandoned_sessions)

@@ -125,7 +125,8 @@ def build_children(cfg: Config, config_path: str) -> dict[str, Child]:
 
 def run_all(cfg: Config, config_path: str) -> int:
     """Start the loops, watch them, restart a crashed one, stop all on max_steps or Ctrl-C."""
-    from openclaw_rl.trainer.loop import read_policy_pointer, request_swap
+    from openclaw_rl.policy.admin import request_swap
+    from openclaw_rl.trainer.loop import read_policy_pointer
 
     store = Store(cfg.log_dir / "store.sqlite")
     children = build_children(cfg, config_path)

@@ -32,9 +32,8 @@ import threading
 import warnings
 from pathlib import Path
 
-import httpx
-
 from openclaw_rl.config import Config, load_config, print_warnings
+from openclaw_rl.policy.admin import request_pause, request_swap
 from openclaw_rl.runtime.metrics import MetricsWriter
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.trainer.engine import Trainer
@@ -61,24 +60,6 @@ def _write_pointer(cfg: Config, version: int, path: Path) -> None:
     tmp = pointer.with_name(f".{POLICY_POINTER}.tmp{os.getpid()}")
     tmp.write_text(json.dumps({"version": version, "path": str(path)}), encoding="utf-8")
     os.replace(tmp, pointer)  # atomic: serving never reads a half-written pointer
-
-
-def _admin_post(cfg: Config, policy_url: str, route: str, body: dict, timeout: float) -> str | None:
-    """POST an admin route of the policy service; returns an error message or None."""
-    key = cfg.policy_service.api_key
-    headers = {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
-    try:
-        r = httpx.post(f"{policy_url.rstrip('/')}{route}", json=body, headers=headers, timeout=timeout)
-    except httpx.HTTPError as exc:
-        return f"policy service at {policy_url} unreachable: {type(exc).__name__}"
-    if r.status_code >= 400:
-        return f"policy service refused {route}: HTTP {r.status_code} {r.text[:200]}"
-    return None
-
-
-def request_swap(cfg: Config, policy_url: str, path: Path, version: int, timeout: float = 60.0) -> str | None:
-    """Ask the policy service to load ``path`` as ``version``; returns an error message or None."""
-    return _admin_post(cfg, policy_url, "/v1/admin/load_weights", {"path": str(path), "version": version}, timeout)
 
 
 class TrainingLoop:
@@ -142,7 +123,7 @@ class TrainingLoop:
 
     def _set_paused(self, paused: bool) -> None:
         if self.policy_url and paused != self._paused:
-            err = _admin_post(self.cfg, self.policy_url, "/v1/admin/pause", {"paused": paused}, 30)
+            err = request_pause(self.cfg, self.policy_url, paused)
             print(f"[async] lock-step: serving {'paused for training' if paused else 'resumed'}"
                   + (f" — failed: {err}" if err else ""), flush=True)
         self._paused = paused

@@ -1,0 +1,43 @@
+"""Client side of the policy service's admin routes, for the other loops' processes.
+
+The trainer swaps weights and (in lock-step mode) pauses serving; the cluster runner closes the
+sessions of episodes lost with a node. Each call is one authenticated POST with a timeout that
+returns an error message instead of raising: the caller keeps running and reports it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from openclaw_rl.config import Config
+
+
+def admin_post(cfg: Config, policy_url: str, route: str, body: dict[str, Any], timeout: float) -> str | None:
+    """POST an admin route of the policy service at ``policy_url``; an error message, or None."""
+    key = cfg.policy_service.api_key
+    headers = {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
+    try:
+        r = httpx.post(f"{policy_url.rstrip('/')}{route}", json=body, headers=headers, timeout=timeout)
+    except httpx.HTTPError as exc:
+        return f"policy service at {policy_url} unreachable: {type(exc).__name__}"
+    if r.status_code >= 400:
+        return f"policy service refused {route}: HTTP {r.status_code} {r.text[:200]}"
+    return None
+
+
+def request_swap(cfg: Config, policy_url: str, path: Path, version: int, timeout: float = 60.0) -> str | None:
+    """Ask the policy service to load ``path`` as ``version``."""
+    return admin_post(cfg, policy_url, "/v1/admin/load_weights", {"path": str(path), "version": version}, timeout)
+
+
+def request_pause(cfg: Config, policy_url: str, paused: bool, timeout: float = 30.0) -> str | None:
+    """Hold (``True``) or release (``False``) new requests: lock-step training."""
+    return admin_post(cfg, policy_url, "/v1/admin/pause", {"paused": paused}, timeout)
+
+
+def close_session(cfg: Config, policy_url: str, session_id: str, timeout: float = 10.0) -> str | None:
+    """End a session whose client went away (its open last turn is closed, not left waiting)."""
+    return admin_post(cfg, policy_url, "/v1/admin/close_session", {"session_id": session_id}, timeout)
