@@ -150,16 +150,10 @@ class SessionManager:
         items.append(canonical("assistant", reply_text or "", reply_tool_calls))
         return digest(items)
 
-    def remember(self, session_id: str, messages: list[ChatMessage], reply_text: str | None,
-                 reply_tool_calls: list[dict[str, Any]] | None) -> None:
-        """After a main turn: a request extending ``messages`` + this reply continues ``session_id``."""
-        key = self.prefix_key(messages, reply_text, reply_tool_calls)
-        self.store.remember_prefix(key, session_id)
-        self.remember_key(key, session_id)
-
     def remember_key(self, key: str, session_id: str) -> None:
-        """As :meth:`remember`, for a digest the caller already stored with its turn
-        (``Store.record_turn(..., prefix_digest=key)``, one commit for both)."""
+        """After a main turn: a request extending its conversation (``key``, from :meth:`prefix_key`)
+        continues ``session_id``. The caller stores the key with the turn
+        (``Store.record_turn(..., prefix_digest=key)``, one commit for both); this keeps it at hand."""
         self._cache(key, session_id)
         with self._lock:
             self._since_prune += 1

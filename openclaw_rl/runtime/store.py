@@ -101,8 +101,11 @@ CREATE TABLE IF NOT EXISTS prefixes (
 #: gets them on open (``ALTER TABLE ... ADD COLUMN``), so a run can resume on its old store.
 TURN_COLUMNS_ADDED = {"claimed_by": "TEXT", "lease_until": "REAL"}
 
-#: The SQL condition for "this turn is due for judging at ``?`` (now)".
-_DUE = "(status='ready' OR (status='failed' AND retry_at<=?))"
+#: Due turns at ``now`` (bound twice): a next state attached and not judged (failed ones once their
+#: retry is due), and no live lease by a judge; oldest first.
+_DUE_TURNS = ("SELECT session_id, turn_index, data FROM turns "
+              "WHERE (status='ready' OR (status='failed' AND retry_at<=?)) "
+              "AND (claimed_by IS NULL OR lease_until<=?) ORDER BY updated_at, session_id, turn_index LIMIT ?")
 
 
 @dataclass(frozen=True)
@@ -217,12 +220,6 @@ class Store:
             db.execute("UPDATE turns SET status='closed', updated_at=? WHERE session_id=? AND status='open'",
                        (now, session_id))
 
-    def remember_prefix(self, prefix_digest: str, session_id: str) -> None:
-        """Remember on its own what :meth:`record_turn` remembers with a turn."""
-        with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO prefixes(digest, session_id, created_at) VALUES (?, ?, ?)",
-                       (prefix_digest, session_id, time.time()))
-
     def sessions_for_prefixes(self, digests: list[str]) -> dict[str, str]:
         """digest → session id for the ``digests`` the store remembers (see :meth:`record_turn`)."""
         found: dict[str, str] = {}
@@ -260,10 +257,8 @@ class Store:
         retry is due) that no judge holds a live lease on. It claims nothing: a judge that runs
         next to others must use :meth:`claim_turns`."""
         now = time.time()
-        rows = self._db.execute(
-            f"SELECT data FROM turns WHERE {_DUE} AND (claimed_by IS NULL OR lease_until<=?) "
-            "ORDER BY updated_at LIMIT ?", (now, now, limit)).fetchall()
-        return [Turn.model_validate_json(r[0]) for r in rows]
+        rows = self._db.execute(_DUE_TURNS, (now, now, limit)).fetchall()
+        return [Turn.model_validate_json(r[2]) for r in rows]
 
     def claim_turns(self, worker: str, limit: int, lease_s: float) -> list[Turn]:
         """Lease up to ``limit`` due turns to judge ``worker`` for ``lease_s`` seconds, oldest first.
@@ -282,10 +277,7 @@ class Store:
             raise ValueError(f"claim_turns: lease_s must be > 0, got {lease_s}")
         now = time.time()
         with self._tx() as db:
-            rows = db.execute(
-                f"SELECT session_id, turn_index, data FROM turns WHERE {_DUE} "
-                "AND (claimed_by IS NULL OR lease_until<=?) ORDER BY updated_at, session_id, turn_index "
-                "LIMIT ?", (now, now, limit)).fetchall()
+            rows = db.execute(_DUE_TURNS, (now, now, limit)).fetchall()
             db.executemany("UPDATE turns SET claimed_by=?, lease_until=? WHERE session_id=? AND turn_index=?",
                            [(worker, now + lease_s, r[0], r[1]) for r in rows])
         return [Turn.model_validate_json(r[2]) for r in rows]

@@ -46,12 +46,20 @@ def _msgs(*pairs: tuple[str, str]) -> list[ChatMessage]:
     return [ChatMessage(role=r, content=c) for r, c in pairs]
 
 
+def _record(sm: SessionManager, session_id: str, messages: list[ChatMessage], reply: str, index: int = 0) -> None:
+    """What serving does after a main turn: store the turn with its prefix digest, keep the digest."""
+    key = SessionManager.prefix_key(messages, reply, None)
+    sm.store.record_turn(Turn(session_id=session_id, turn_index=index, messages=[], prompt_ids=[1],
+                              response_ids=[2], response_logprobs=[-0.1]), prefix_digest=key)
+    sm.remember_key(key, session_id)
+
+
 def test_prefix_stitching(tmp_path):
     sm = SessionManager(Store(tmp_path / "s.sqlite"))
     first = _msgs(("system", "be brief"), ("user", "2+2?"))
     a = sm.assign(first, None, None, False)
     assert (a.turn_index, a.next_state, a.stitched) == (0, None, False)
-    sm.remember(a.session_id, first, "4", None)
+    _record(sm, a.session_id, first, "4")
     # the client echoes the reply with different whitespace; the next state is the new user message
     second = first + _msgs(("assistant", "4 "), ("user", "and 3+3?"))
     b = sm.assign(second, None, None, False)
@@ -101,17 +109,14 @@ def test_prefix_stitching_survives_a_restart(tmp_path):
     store = Store(tmp_path / "s.sqlite")
     before = SessionManager(store)
     a = before.assign(first, None, None, False)
-    key = SessionManager.prefix_key(first, "4", None)
-    store.record_turn(Turn(session_id=a.session_id, turn_index=0, messages=[], prompt_ids=[1], response_ids=[2],
-                           response_logprobs=[-0.1]), prefix_digest=key)
-    before.remember_key(key, a.session_id)
+    _record(before, a.session_id, first, "4")
     store.close()
     after = SessionManager(Store(tmp_path / "s.sqlite"))  # a new process: empty memory
     b = after.assign(first + _msgs(("assistant", "4"), ("user", "and 3+3?")), None, None, False)
     assert (b.session_id, b.turn_index, b.stitched) == (a.session_id, 1, True)
     # pruning keeps the newest digests only
     for i in range(3):
-        after.remember(f"s{i}", _msgs(("user", f"q{i}")), f"a{i}", None)
+        _record(after, f"s{i}", _msgs(("user", f"q{i}")), f"a{i}")
     assert after.store.prune_prefixes(keep=2) == 2
     assert set(after.store.sessions_for_prefixes(
         [SessionManager.prefix_key(_msgs(("user", f"q{i}")), f"a{i}", None) for i in range(3)]).values()) == {"s1", "s2"}
