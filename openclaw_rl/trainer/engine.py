@@ -340,12 +340,7 @@ class Trainer:
                 self.policy_version += 1
         totals = self._sum_over_processes(totals)
         sums = {key: float(totals[k]) for k, key in enumerate(keys)}
-        metrics = self._end_update(samples, active, t0, sums, float(totals[-1]), grad_norms, log=False)
-        metrics["skipped_steps"] = float(skipped)
-        metrics["num_processes"] = float(self.world)
-        if self.rank == 0:
-            log_update(metrics)
-        return metrics
+        return self._end_update(samples, active, t0, sums, float(totals[-1]), grad_norms, skipped)
 
     # -- hooks of the update loop; the single-process versions (FSDPTrainer overrides them) --
 
@@ -390,7 +385,7 @@ class Trainer:
         return old_lp, ref_lp
 
     def _end_update(self, samples: list[Sample], active: list[Sample], t0: float, sums: dict[str, float],
-                    n_trained: float, grad_norms: list[float], log: bool = True) -> dict[str, float]:
+                    n_trained: float, grad_norms: list[float], skipped: int) -> dict[str, float]:
         """Turn an update's sums into its metrics, count the step, log it, checkpoint on interval."""
         n_steps = len(grad_norms)
         elapsed = time.perf_counter() - t0
@@ -404,7 +399,9 @@ class Trainer:
         self.step += 1
         metrics["step"] = float(self.step)
         metrics["policy_version"] = float(self.policy_version)
-        if log:
+        metrics["skipped_steps"] = float(skipped)
+        metrics["num_processes"] = float(self.world)
+        if self.rank == 0:
             log_update(metrics)
         if self.step % self.tc.checkpoint_interval == 0:
             self.save_checkpoint()
