@@ -53,9 +53,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from openclaw_rl.envs.evaluate import EvalSizes, eval_command
 
-    sizes = EvalSizes(**{k: v for k, v in (("chat", args.chat_n), ("terminal", args.terminal_n),
-                                           ("tool_call", args.tool_call_n), ("max_tokens", args.max_tokens))
-                         if v is not None})
+    sizes = EvalSizes(chat=args.chat_n, terminal=args.terminal_n, tool_call=args.tool_call_n,
+                      max_tokens=args.max_tokens)
     return eval_command(_config(args.config), args.checkpoint, sizes=sizes, out=args.out)
 
 
@@ -90,10 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     p = verb("eval", _cmd_eval, "evaluate on the held-out set")
     p.add_argument("--checkpoint", help="exported policy directory (default: the base model)")
-    p.add_argument("--chat-n", type=int, help="held-out problems per chat persona (default 2)")
-    p.add_argument("--terminal-n", type=int, help="held-out terminal tasks (default 3 of 6)")
-    p.add_argument("--tool-call-n", type=int, help="held-out tool_call episodes (default 4)")
-    p.add_argument("--max-tokens", type=int, help="max tokens per reply (default 128)")
+    from openclaw_rl.envs.evaluate import EvalSizes  # the defaults live there, once
+
+    p.add_argument("--chat-n", type=int, default=EvalSizes.chat,
+                   help="held-out problems per chat persona (default %(default)s)")
+    p.add_argument("--terminal-n", type=int, default=EvalSizes.terminal,
+                   help="held-out terminal tasks (default %(default)s)")
+    p.add_argument("--tool-call-n", type=int, default=EvalSizes.tool_call,
+                   help="held-out tool_call episodes (default %(default)s)")
+    p.add_argument("--max-tokens", type=int, default=EvalSizes.max_tokens,
+                   help="max tokens per reply (default %(default)s)")
     p.add_argument("--out", help="where to write the JSON summary (default <log_dir>/eval/)")
     verb("status", _cmd_status, "print the run's counters")
     return parser

@@ -37,3 +37,19 @@ def test_eval_rejects_missing_checkpoint(tmp_path, tiny_model_dir, capsys):
     cfg.write_text(f'[policy_service]\nmodel = "{tiny_model_dir}"\n')
     assert main(["eval", "--config", str(cfg), "--checkpoint", str(tmp_path / "nope")]) == 2
     assert "not a directory" in capsys.readouterr().out
+
+
+
+def test_eval_flags_default_to_the_eval_sizes(capsys):
+    """The help text and the defaults come from EvalSizes, so they cannot disagree with it."""
+    import pytest
+
+    from openclaw_rl.cli import build_parser
+    from openclaw_rl.envs.evaluate import EvalSizes
+
+    args = build_parser().parse_args(["eval", "--config", "c.toml"])
+    assert (args.chat_n, args.terminal_n, args.tool_call_n, args.max_tokens) == \
+        (EvalSizes.chat, EvalSizes.terminal, EvalSizes.tool_call, EvalSizes.max_tokens)
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    assert f"per chat persona (default {EvalSizes.chat})" in capsys.readouterr().out
