@@ -124,6 +124,7 @@ class Engine(ABC):
         self.model_name = cfg.policy_service.model
         self.tokenizer: Any = None
         self._prep_tokenizer: Any = None
+        self._prep_lock = threading.Lock()
         self._version = 0
 
     @property
@@ -154,13 +155,12 @@ class Engine(ABC):
         prompt + max_tokens fits ``max_model_len``; raises :class:`APIError` 400 otherwise."""
         if self.tokenizer is None:
             return
-        if getattr(self, "_prep_tokenizer", None) is None:
-            # Requests are tokenised on worker threads while the engine thread decodes; a Rust fast
-            # tokenizer must not be used from two threads at once, so preparation has its own copy.
-            self._prep_tokenizer = copy.deepcopy(self.tokenizer)
-            self._prep_lock = threading.Lock()
         limit = self.cfg.policy_service.max_model_len
         with self._prep_lock:
+            if self._prep_tokenizer is None:
+                # Requests are tokenised on worker threads while the engine thread decodes; a Rust fast
+                # tokenizer must not be used from two threads at once, so preparation has its own copy.
+                self._prep_tokenizer = copy.deepcopy(self.tokenizer)
             text = self._prep_tokenizer.apply_chat_template(
                 template_messages(req.messages, req.tools if req.tool_choice != "none" else None),
                 add_generation_prompt=True, tokenize=False)
@@ -488,7 +488,7 @@ class TransformersEngine(Engine):
         """Draw one token per row, record its log-prob, stream it, finish rows that are done."""
         rows = batch.rows
         temps = torch.tensor([r.req.params.temperature if r.req.params.temperature > 0 else 1.0 for r in rows])
-        model_logp = torch.log_softmax(logits.float(), dim=-1)  # what is recorded (see the module docstring)
+        model_logp = torch.log_softmax(logits, dim=-1)  # what is recorded (see the module docstring)
         logp = torch.log_softmax(logits / temps[:, None], dim=-1)  # what is sampled from
         toks: list[int | None] = [None] * len(rows)
         plain: list[int] = []  # rows sampled with the shared generator, in one multinomial call
