@@ -276,6 +276,8 @@ def build_config(raw: dict[str, Any], source: str = "<dict>", environ: dict[str,
 
 
 CHILD_ENV = "OPENCLAW_RL_CHILD"
+RAY_MISSING = ("[env_service] mode = \"cloud\" needs the ray package, which is not installed: "
+               "pip install 'openclaw-rl[ray]'")
 
 
 def print_warnings(cfg: Config) -> None:
@@ -332,8 +334,7 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
             errors.append("[env_service] mode = \"cloud\" needs [global] ray_address: the address of a running "
                           "Ray cluster (host:port of `ray start --head`, or \"auto\"); or use mode = \"local\"")
         if importlib.util.find_spec("ray") is None:
-            errors.append("[env_service] mode = \"cloud\" needs the ray package, which is not installed: "
-                          "pip install 'openclaw-rl[ray]'")
+            errors.append(RAY_MISSING)
     if pol.num_engines > 1:
         if env.mode != "cloud":
             errors.append(f"[policy_service] num_engines = {pol.num_engines} places engine replicas on a Ray "

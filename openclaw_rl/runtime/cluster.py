@@ -50,13 +50,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from openclaw_rl.config import Config
+from openclaw_rl.config import RAY_MISSING, Config
 from openclaw_rl.policy.admin import close_session
 
 log = logging.getLogger("openclaw_rl.cluster")
 
-RAY_MISSING = ("[env_service] mode = \"cloud\" needs the ray package, which is not installed: "
-               "pip install 'openclaw-rl[ray]'")
 #: CPUs an environment worker reserves: it is an HTTP client plus a light environment.
 ENV_WORKER_CPUS = 0.25
 #: How long a check of ``ray_address`` may take (the dry run's budget is 25 s, the brief's 30 s).
@@ -482,7 +480,7 @@ def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
     """
     import signal
 
-    from openclaw_rl.runtime.wiring import build_children, policy_url, wait_healthy
+    from openclaw_rl.runtime.wiring import build_children, policy_url, start_serving
 
     cfg = for_cluster(cfg)
     try:
@@ -497,16 +495,15 @@ def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
     if install_signals:
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    server.start()
+    ok, engine = start_serving(cfg, server)
+    if not ok:
+        return 1
     runner: ClusterEnvRunner | None = None
     judges: list[Any] = []
     trainer = None
     report = RunReport()
     rc = 1
     try:
-        if not wait_healthy(url, server):
-            print(f"[cluster] policy service did not become healthy at {url}", flush=True)
-            return 1
         classes = remote_classes()
         # One actor per judgement at once; restarts keep the constructor arguments, so the same id.
         judges = [classes["judge"].options(num_cpus=JUDGE_CPUS, scheduling_strategy="SPREAD",
@@ -558,5 +555,7 @@ def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
         if trainer is not None:
             ray.kill(trainer, no_restart=True)  # it has returned (or was told to stop): free its CPUs now
         server.stop(timeout=30)
+        if engine is not None:
+            engine.stop()
     return rc
 

@@ -23,6 +23,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -32,6 +33,8 @@ from openclaw_rl.runtime.status import progress_line
 from openclaw_rl.runtime.store import Store
 
 MAX_RESTARTS = 3
+PROGRESS_EVERY_S = 10.0
+HEALTH_TIMEOUT_S = 180.0
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -49,8 +52,7 @@ def stop_with_launcher(launcher_pid: int) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != launcher_pid:  # it died before the request took effect: do not start at all
         os._exit(1)
-PROGRESS_EVERY_S = 10.0
-HEALTH_TIMEOUT_S = 180.0
+
 
 
 @dataclass
@@ -123,11 +125,44 @@ def build_children(cfg: Config, config_path: str) -> dict[str, Child]:
     return children
 
 
-def run_all(cfg: Config, config_path: str) -> int:
-    """Start the loops, watch them, restart a crashed one, stop all on max_steps or Ctrl-C."""
+def start_serving(cfg: Config, server: Child) -> tuple[bool, Any]:
+    """Start what serves the policy and wait until it answers: the external SGLang / vLLM engine when
+    ``launch = true``, then the policy service, which a restarted run points at its newest published
+    weights (not the base). Returns (ok, the external engine or None); on failure whatever was
+    started here is stopped again. Used by both the local and the cluster launcher."""
     from openclaw_rl.policy.admin import request_swap
     from openclaw_rl.trainer.loop import read_policy_pointer
 
+    url = policy_url(cfg)
+    engine = None
+    if cfg.policy_service.launch:
+        from openclaw_rl.runtime.engines import EngineError, ExternalEngine
+
+        try:
+            engine = ExternalEngine(cfg)
+            engine.start()
+            engine.wait_ready()
+        except EngineError as exc:
+            print(f"[launch] {exc}", flush=True)
+            if engine is not None:
+                engine.stop()
+            return False, None
+    server.start()
+    if not wait_healthy(url, server):
+        print(f"[launch] policy service did not become healthy at {url}", flush=True)
+        server.stop(timeout=30)
+        if engine is not None:
+            engine.stop()
+        return False, None
+    pointer = read_policy_pointer(cfg)
+    if pointer is not None:
+        err = request_swap(cfg, url, pointer[1], pointer[0])
+        print(f"[async] serving policy version={pointer[0]}" + (f" failed: {err}" if err else ""), flush=True)
+    return True, engine
+
+
+def run_all(cfg: Config, config_path: str) -> int:
+    """Start the loops, watch them, restart a crashed one, stop all on max_steps or Ctrl-C."""
     store = Store(cfg.log_dir / "store.sqlite")
     children = build_children(cfg, config_path)
     url = policy_url(cfg)
@@ -143,30 +178,10 @@ def run_all(cfg: Config, config_path: str) -> int:
           f"non_blocking={str(cfg.policy_service.non_blocking).lower()}", flush=True)
     if "env_service" not in children:
         print(f"[launch] no environment workers: personal-agent mode, talk to {url}/v1", flush=True)
-    engine = None
-    if cfg.policy_service.launch:  # an external SGLang / vLLM engine behind the policy service
-        from openclaw_rl.runtime.engines import EngineError, ExternalEngine
-
-        try:
-            engine = ExternalEngine(cfg)
-            engine.start()
-            engine.wait_ready()
-        except EngineError as exc:
-            print(f"[launch] {exc}", flush=True)
-            if engine is not None:
-                engine.stop()
-            return 1
-    children["policy_service"].start()
-    if not wait_healthy(url, children["policy_service"]):
-        print(f"[launch] policy service did not become healthy at {url}", flush=True)
-        _stop_all(children)
-        if engine is not None:
-            engine.stop()
+    ok, engine = start_serving(cfg, children["policy_service"])
+    if not ok:
+        store.close()
         return 1
-    pointer = read_policy_pointer(cfg)
-    if pointer is not None:  # a restarted run serves the newest published weights, not the base
-        err = request_swap(cfg, url, pointer[1], pointer[0])
-        print(f"[async] serving policy version={pointer[0]}" + (f" failed: {err}" if err else ""), flush=True)
     for name in ("prm_service", "training", "env_service"):
         if name in children:
             children[name].start()

@@ -38,3 +38,30 @@ def test_a_child_stops_when_its_launcher_is_killed():
     while _running(pid):
         assert time.monotonic() < deadline, f"child {pid} outlived its launcher"
         time.sleep(0.1)
+
+
+def test_a_restarted_run_serves_its_newest_published_policy(tmp_path, tiny_model_dir):
+    """Both launchers start serving through start_serving: a run with a published policy resumes it."""
+    import httpx
+
+    from openclaw_rl.config import build_config
+    from openclaw_rl.runtime.models import save_tiny_model
+    from openclaw_rl.runtime.ports import free_port
+    from openclaw_rl.runtime.wiring import build_children, policy_url, start_serving
+    from openclaw_rl.trainer.loop import _write_pointer, policy_dir
+
+    cfg = build_config({"global": {"log_dir": str(tmp_path / "logs")},
+                        "policy_service": {"model": str(tiny_model_dir), "port": free_port()},
+                        "env_service": {"enabled": False}}, environ={})
+    conf = tmp_path / "run.toml"
+    conf.write_text(f'[global]\nlog_dir = "{tmp_path / "logs"}"\n[policy_service]\nmodel = "{tiny_model_dir}"\n'
+                    f'port = {cfg.policy_service.port}\n[env_service]\nenabled = false\n')
+    policy_dir(cfg).mkdir(parents=True)
+    _write_pointer(cfg, 3, save_tiny_model(tmp_path / "v3", seed=1))  # what the trainer left behind
+    server = build_children(cfg, str(conf))["policy_service"]
+    ok, engine = start_serving(cfg, server)
+    try:
+        assert ok and engine is None
+        assert httpx.get(f"{policy_url(cfg)}/healthz", timeout=10).json()["policy_version"] == 3
+    finally:
+        server.stop(timeout=30)
