@@ -105,6 +105,11 @@ class PolicyServiceConfig(_Section):
     engine_num_cpus: float = Field(1, gt=0, description="cluster mode: CPUs each engine replica reserves")
     engine_num_gpus: float = Field(0, ge=0, description="cluster mode: GPUs each engine replica reserves")
 
+    @property
+    def engine_root(self) -> str:
+        """Where an sglang / vllm engine is: ``engine_url``, else this service's port + 1 on loopback."""
+        return (self.engine_url or f"http://127.0.0.1:{self.port + 1}").rstrip("/")
+
 
 class EnvServiceConfig(_Section):
     mode: Literal["local", "cloud"] = "local"
@@ -358,7 +363,7 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
                       "policy_service.backend = \"api\" uses the API channel")
     if pol.backend in ("sglang", "vllm") and not pol.engine_url and not pol.launch:
         warnings.append(f"[policy_service] backend = \"{pol.backend}\" without engine_url: assuming the engine "
-                        f"at http://127.0.0.1:{pol.port + 1}")
+                        f"at {pol.engine_root}")
     if not tr.opd_enabled and tr.binary_rl_weight == 0:
         errors.append("[training] binary_rl_weight = 0 with opd_enabled = false: no learning signal is left")
     return errors, warnings

@@ -93,7 +93,7 @@ def check_policy(cfg: Config) -> Check:
     if pol.backend == "api":
         ok, detail = check_api(cfg)
         return Check("policy_service", ok, f"backend=api: {detail}")
-    url = (pol.engine_url or f"http://127.0.0.1:{pol.port + 1}").rstrip("/")
+    url = pol.engine_root
     if pol.launch:
         from openclaw_rl.runtime.engines import launch_problem
 

@@ -70,7 +70,7 @@ class ForwardEngine(Engine):
             self.v1 = cfg.api.v1_url
             key = cfg.api.api_key.get_secret_value()
         else:
-            root = (pcfg.engine_url or f"http://127.0.0.1:{pcfg.port + 1}").rstrip("/")
+            root = pcfg.engine_root
             self.v1 = root if root.endswith("/v1") else f"{root}/v1"
             key = ""
         self.root = self.v1.removesuffix("/v1")
@@ -81,10 +81,6 @@ class ForwardEngine(Engine):
         self._sem: asyncio.Semaphore | None = None
         self._warned = False
         self.active_count = 0
-
-    @property
-    def queued_count(self) -> int:
-        return 0
 
     def start(self) -> None:
         try:

@@ -51,15 +51,11 @@ class EngineError(RuntimeError):
 
 
 def engine_address(cfg: Config) -> tuple[str, int]:
-    """(host, port) the engine must listen on: from ``engine_url``, else the policy port + 1."""
-    pcfg = cfg.policy_service
-    if pcfg.engine_url:
-        parts = urlsplit(pcfg.engine_url)
-        if not parts.hostname:
-            raise EngineError(f"[policy_service] engine_url = {pcfg.engine_url!r} has no host")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        return parts.hostname, port
-    return "127.0.0.1", pcfg.port + 1
+    """(host, port) the engine must listen on: where the forwarding backend looks for it."""
+    parts = urlsplit(cfg.policy_service.engine_root)
+    if not parts.hostname:
+        raise EngineError(f"[policy_service] engine_url = {cfg.policy_service.engine_url!r} has no host")
+    return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
 
 
 def launch_problem(cfg: Config) -> str | None:
