@@ -356,10 +356,6 @@ class TransformersEngine(Engine):
         if self._thread is not None:
             self._thread.join(timeout=self.pcfg.request_timeout_sec)
 
-    @property
-    def queued_count(self) -> int:
-        return len(self._pending)
-
     # -------------------------------------------------------------- requests
     async def generate(self, req: GenRequest) -> AsyncIterator[Delta | Final]:
         if req.prompt_ids is None:

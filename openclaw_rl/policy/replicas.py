@@ -174,10 +174,6 @@ class ReplicatedEngine(Engine):
         """Requests generating on the replicas right now."""
         return sum(self.in_flight)
 
-    @property
-    def queued_count(self) -> int:
-        return 0
-
     def stats(self) -> dict[str, Any]:
         """What ``/healthz`` adds for a replicated engine."""
         return {"engines": self.n, "engines_down": len(self.down), "failovers": self.failovers,
