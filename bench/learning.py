@@ -3,7 +3,7 @@
 For each method (combined, Binary RL only, OPD only) this runs the real main job — launcher, policy
 service, environment workers playing the *student* persona, embedded judge, LoRA trainer, weight
 swaps — from the base model for a fixed number of updates, then scores the final policy on held-out
-GSM8K problems (never used for training) with the persona's fixed scorer (SPEC §8). The base score
+GSM8K problems (never used for training) with the persona's fixed scorer. The base score
 is measured once, by the same scorer on the same problems, in the same invocation.
 
     .venv/bin/python bench/learning.py [--updates 8] [--batch 4] [--chat-n 8] [--methods combined,binary,opd]
@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from openclaw_rl.config import load_config  # noqa: E402
+from openclaw_rl.config import PACKAGED_DATA, load_config  # noqa: E402
 from openclaw_rl.envs.evaluate import EvalSizes, evaluate  # noqa: E402
-from openclaw_rl.policy.service import PolicyService  # noqa: E402
+from openclaw_rl.policy.server import PolicyService  # noqa: E402
 from openclaw_rl.runtime.ports import free_port  # noqa: E402
 from openclaw_rl.runtime.store import Store  # noqa: E402
 
@@ -41,11 +41,10 @@ METHODS = {
 
 def write_config(work: Path, method: str, args: argparse.Namespace) -> Path:
     m = METHODS[method]
-    data = Path(args.data).resolve()
+    data = args.data if args.data in PACKAGED_DATA else Path(args.data).resolve()
     path = work / f"{method}.toml"
     path.write_text(f"""
 [global]
-run_name = "learning_{method}"
 seed = {args.seed}
 log_dir = "{work / method}"
 [policy_service]
@@ -99,7 +98,7 @@ def train(config: Path, log_file: Path) -> tuple[float, int]:
     """Run the main job to max_steps; returns (wall seconds, samples trained)."""
     start = time.monotonic()
     with log_file.open("w") as fh:
-        proc = subprocess.run([sys.executable, "-m", "openclaw_rl.launch", "--config", str(config)], cwd=ROOT,
+        proc = subprocess.run([sys.executable, "-m", "openclaw_rl.launcher", "--config", str(config)], cwd=ROOT,
                               stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     if proc.returncode != 0:
         raise SystemExit(f"training run failed (exit {proc.returncode}); see {log_file}")
@@ -127,7 +126,7 @@ def main() -> int:
     ap.add_argument("--chat-n", type=int, default=8, help="held-out problems scored")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "gsm8k.json"))
+    ap.add_argument("--data", default="gsm8k", help="packaged data set name or JSON file")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--keep", help="keep run directories here instead of a temp dir")
     args = ap.parse_args()

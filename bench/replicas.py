@@ -35,11 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve import level  # noqa: E402 - the shared session workload
 
 from openclaw_rl.config import build_config  # noqa: E402
-from openclaw_rl.policy.engine import TransformersEngine  # noqa: E402
 from openclaw_rl.policy.replicas import ReplicatedEngine  # noqa: E402
-from openclaw_rl.policy.service import PolicyService  # noqa: E402
-from openclaw_rl.runtime.cluster import check_ray_address  # noqa: E402
+from openclaw_rl.policy.server import PolicyService  # noqa: E402
+from openclaw_rl.policy.transformers_engine import TransformersEngine  # noqa: E402
 from openclaw_rl.runtime.ports import free_port  # noqa: E402
+from openclaw_rl.runtime.ray_cluster import check_ray_address  # noqa: E402
 
 
 def start_head(num_cpus: int) -> tuple[subprocess.Popen, str]:

@@ -23,7 +23,7 @@ import httpx
 import torch
 
 from openclaw_rl.config import build_config
-from openclaw_rl.policy.service import PolicyService
+from openclaw_rl.policy.server import PolicyService
 
 TOPICS = ["a lighthouse keeper", "a robot gardener", "a lost cat", "a mountain village", "a jazz musician",
           "a desert caravan", "an old library", "a submarine crew", "a chess prodigy", "a winter festival"]

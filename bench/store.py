@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from openclaw_rl.config import TrainingConfig
-from openclaw_rl.runtime.samples import build_samples
+from openclaw_rl.judge.sample_rules import build_samples
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.types import JudgeResult, NextState, Turn
 

@@ -49,8 +49,8 @@ def child(args: argparse.Namespace) -> dict:
     import torch
 
     from openclaw_rl.config import build_config
-    from openclaw_rl.trainer.engine import Trainer
     from openclaw_rl.trainer.logprobs import plain_token_stats
+    from openclaw_rl.trainer.ppo import Trainer
     from openclaw_rl.types import Sample
 
     torch.set_num_threads(args.threads)

@@ -1,6 +1,6 @@
 """``openclaw-rl``: one command, a verb per job.
 
-    openclaw-rl run    --config FILE [--dry-run]          the whole loop (same as python -m openclaw_rl.launch)
+    openclaw-rl run    --config FILE [--dry-run]          the whole loop (same as python -m openclaw_rl.launcher)
     openclaw-rl serve  --config FILE [--host H] [--port P] the policy service alone
     openclaw-rl judge  --config FILE --response T --next-state T [--role user|tool]
     openclaw-rl train  --config FILE --samples F.jsonl [--steps N] [--resume]
@@ -27,13 +27,13 @@ def _config(path: str) -> Config:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from openclaw_rl.launch import launch
+    from openclaw_rl.launcher.launch import launch
 
     return launch(args.config, dry_run=args.dry_run)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from openclaw_rl.policy.service import serve_command
+    from openclaw_rl.policy.server import serve_command
 
     return serve_command(_config(args.config), args.host, args.port)
 
@@ -59,7 +59,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from openclaw_rl.runtime.status import status_command
+    from openclaw_rl.launcher.status import status_command
 
     return status_command(_config(args.config))
 

@@ -4,8 +4,10 @@ This is the only module that reads the environment: ``${VAR}`` in any string val
 the variable's value, and an unset variable is an error that names the variable (never a value).
 
 Validation gathers *every* problem into one :class:`ConfigError` whose lines name the file, section
-and key (an unknown key gets a "did you mean" suggestion). Known mistakes from SPEC §4 that are
-not fatal come back as warnings on :attr:`Config.warnings`; the launcher prints them.
+and key (an unknown key gets a "did you mean" suggestion). Rules that span keys
+(:func:`check_known_mistakes`) are checked here too, so a config that loads is one that starts;
+known mistakes that are not fatal come back as warnings on :attr:`Config.warnings`, which the
+launcher prints.
 
 Usage::
 
@@ -17,6 +19,7 @@ Usage::
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import re
 import sys
@@ -28,6 +31,9 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
+#: Data sets that ship inside the package, by the name ``[env_service] data_path`` may give instead
+#: of a file path (licence and source notes beside each file, in ``openclaw_rl/data/``).
+PACKAGED_DATA = {"gsm8k": Path(__file__).resolve().parent / "data" / "gsm8k.json"}
 ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -45,7 +51,6 @@ class _Section(BaseModel):
 
 
 class GlobalConfig(_Section):
-    run_name: str = "openclaw_rl"
     seed: int = 42
     log_dir: str = "./logs/openclaw_rl"
     async_mode: bool = True
@@ -96,8 +101,16 @@ class PolicyServiceConfig(_Section):
     launch: bool = False
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    max_model_len: int = Field(2048, ge=16)
+    max_model_len: int = Field(8192, ge=16, description="the context window served: prompt + output tokens "
+                               "(8,192 is SmolLM2's own)")
     max_tokens_default: int = Field(256, ge=1)
+    max_tokens_overflow: Literal["clamp", "reject"] = Field(
+        "clamp", description="a max_tokens above what the window leaves: clamp it to what is left "
+        "(finish_reason \"length\" when it runs out, as OpenAI does) or reject the request with 400")
+    prefix_cache_mb: int = Field(512, ge=0, description="embedded engine: memory for key/value caches of earlier "
+                                 "prompts, reused by a session's next turn and shared system prompts; 0 = off")
+    allow_open_endpoint: bool = Field(False, description="serve on a non-loopback host without api_key: "
+                                      "anyone who reaches the port can use the model")
     batch_wait_ms: float = Field(5.0, ge=0)
     request_timeout_sec: float = Field(300, gt=0)
     num_engines: int = Field(1, ge=1, description="cluster mode: engine replicas as Ray actors behind the "
@@ -121,7 +134,8 @@ class EnvServiceConfig(_Section):
     user_mode: Literal["scripted", "llm"] = "scripted"
     personas: list[Literal["student", "teacher"]] = Field(default_factory=lambda: ["student", "teacher"])
     max_turns: int = Field(4, ge=1)
-    data_path: str = "../shared/data/gsm8k.json"
+    data_path: str = Field("gsm8k", description="a packaged data set (gsm8k: the GSM8K test split, 1,319 "
+                           "problems) or a path to a JSON list of {question, ground_truth_answer}")
     eval_size: int = Field(50, ge=1, description="held-out problems, never trained on")
     temperature: float = Field(0.7, ge=0, le=2, description="sampling temperature of environment rollouts")
     top_p: float = Field(0.9, gt=0, le=1, description="nucleus cut of environment rollouts")
@@ -206,6 +220,57 @@ class Config(BaseModel):
     @property
     def log_dir(self) -> Path:
         return Path(self.global_.log_dir)
+
+    def data_file(self) -> Path:
+        """The file ``[env_service] data_path`` names; :class:`DataPathError` when there is none."""
+        return resolve_data_path(self.env_service.data_path, self.source)
+
+    def with_absolute_paths(self) -> Config:
+        """A copy whose local paths are absolute, for processes that do not share our directory.
+
+        Ray actors do not run in the launcher's working directory (on other hosts there is no such
+        directory at all), so a relative ``log_dir`` would open a *different* store per actor and a
+        relative model or data path would not be found. Names that are not local paths (the embedded
+        model's name, a packaged data set) are left as they are.
+        """
+        out = self.model_copy(deep=True)
+        out.global_.log_dir = str(Path(self.global_.log_dir).expanduser().resolve())
+        if self.source and Path(self.source).is_file():
+            out.source = str(Path(self.source).resolve())
+        if self.env_service.data_path not in PACKAGED_DATA:
+            try:
+                out.env_service.data_path = str(self.data_file())
+            except DataPathError:
+                pass  # not every interaction type reads it; validation already reported a missing file
+        for section, key in (("policy_service", "model"), ("prm_service", "model"), ("prm_service", "teacher")):
+            value = getattr(getattr(self, section), key)
+            if value and Path(value).expanduser().exists():
+                setattr(getattr(out, section), key, str(Path(value).expanduser().resolve()))
+        return out
+
+
+class DataPathError(ValueError):
+    """``[env_service] data_path`` names no file; the message lists where it looked."""
+
+
+def resolve_data_path(data_path: str, config_source: str | None = None) -> Path:
+    """The file ``data_path`` names: a packaged data set (see :data:`PACKAGED_DATA`), an absolute
+    path, or a path relative to the config file's folder or the working directory."""
+    if data_path in PACKAGED_DATA:
+        candidates = [PACKAGED_DATA[data_path]]
+    else:
+        p = Path(data_path).expanduser()
+        candidates = [p]
+        if not p.is_absolute():
+            candidates = []
+            if config_source and Path(config_source).is_file():
+                candidates.append(Path(config_source).resolve().parent / p)
+            candidates.append(Path.cwd() / p)
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    raise DataPathError(f"[env_service] data_path = {data_path!r}: file not found (looked at "
+                        + ", ".join(str(c) for c in candidates) + f"; packaged data sets: {sorted(PACKAGED_DATA)})")
 
 
 SECTIONS: dict[str, type[_Section]] = {
@@ -306,18 +371,36 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
     return build_config(raw, source=str(p), environ=environ)
 
 
-def unbuilt_parts(cfg: Config) -> list[str]:
-    """Values that parse but name a part this version cannot run; the launcher refuses them
-    before anything starts (validation, never step 1)."""
-    problems = []
-    if cfg.training.backend == "megatron":
-        problems.append(f"[training] backend = \"{cfg.training.backend}\" is not built yet; use "
-                        "backend = \"torch\" (single process) or \"fsdp\" (multi-process)")
-    return problems
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def open_endpoint_problem(pol: PolicyServiceConfig) -> str | None:
+    """Why serving on ``pol.host`` would expose an open model to the network, or None.
+
+    A non-loopback address without ``api_key`` lets anyone who reaches the port use (and, through
+    its turns, train) the model; it starts only when ``allow_open_endpoint = true`` says so.
+    """
+    if _is_loopback(pol.host) or pol.api_key is not None and pol.api_key.get_secret_value():
+        return None
+    if pol.allow_open_endpoint:
+        return None
+    return (f"[policy_service] host = {pol.host!r} is reachable from other machines and api_key is not set: "
+            "anyone who reaches the port could use the model and put turns into its training. Set "
+            "api_key = \"${OPENCLAW_RL_API_KEY}\" (and give the key to your clients), bind 127.0.0.1, or "
+            "set allow_open_endpoint = true if an open endpoint is intended")
 
 
 def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
-    """SPEC §4's known mistakes: (hard errors, soft warnings), each naming section and key."""
+    """Rules across keys: (hard errors, soft warnings), each naming section and key.
+
+    Every rule a loop would otherwise discover at start-up lives here, so a config that loads is a
+    config that starts."""
     errors: list[str] = []
     warnings: list[str] = []
     prm, tr, pol, env = cfg.prm_service, cfg.training, cfg.policy_service, cfg.env_service
@@ -364,6 +447,19 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
     if pol.backend in ("sglang", "vllm") and not pol.engine_url and not pol.launch:
         warnings.append(f"[policy_service] backend = \"{pol.backend}\" without engine_url: assuming the engine "
                         f"at {pol.engine_root}")
+    if env.enabled and env.num_envs > 0 and not env.interaction_types:
+        errors.append(f"[env_service] interaction_types is empty but num_envs = {env.num_envs}: name at least "
+                      "one of \"chat\", \"terminal\", \"gui\", \"tool_call\" (or set num_envs = 0 to run "
+                      "no environments)")
+    if env.user_mode == "llm" and not cfg.api.base_url:
+        errors.append("[env_service] user_mode = \"llm\" writes the simulated user's replies through the API "
+                      "channel: it needs [api] base_url (or use user_mode = \"scripted\")")
+    if tr.backend == "megatron":
+        errors.append(f"[training] backend = \"{tr.backend}\" is not built yet; use "
+                      "backend = \"torch\" (single process) or \"fsdp\" (multi-process)")
+    problem = open_endpoint_problem(pol)
+    if problem:
+        errors.append(problem)
     if not tr.opd_enabled and tr.binary_rl_weight == 0:
         errors.append("[training] binary_rl_weight = 0 with opd_enabled = false: no learning signal is left")
     return errors, warnings

@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from openclaw_rl.config import PACKAGED_DATA
+
 # Two cores: keep each test process from oversubscribing them.
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A randomly initialised 2-layer Llama saved as a local HF directory (real SmolLM2 tokenizer)."""
-    from openclaw_rl.runtime.models import save_tiny_model
+    from tests.helpers import save_tiny_model
 
     return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
@@ -32,7 +32,5 @@ def embedded_model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def gsm8k_path() -> Path:
-    path = SHARED_DATA / "gsm8k.json"
-    if not path.is_file():
-        pytest.skip(f"shared data not found at {path}")
-    return path
+    """The GSM8K test split that ships inside the package."""
+    return PACKAGED_DATA["gsm8k"]

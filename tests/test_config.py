@@ -6,28 +6,26 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_rl.config import ConfigError, build_config, load_config, unbuilt_parts
+from openclaw_rl.config import ConfigError, build_config, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_canonical_example_loads_with_env_var():
-    cfg = load_config(ROOT / "configs/example.toml", environ={"TAOTOKEN_API_KEY": "secret-value-123"})
-    assert cfg.global_.run_name == "openclaw_rl_async_ppo"
+    cfg = load_config(ROOT / "configs/example.toml", environ={"TAOTOKEN_API_KEY": "secret-value-123",
+                                                                  "OPENCLAW_RL_API_KEY": "client-key"})
     assert cfg.api.api_key.get_secret_value() == "secret-value-123"
     assert cfg.api.v1_url == "https://example-gateway.invalid/api/v1"
     assert cfg.prm_service.backend == "taotoken" and cfg.prm_service.uses_api
     assert cfg.training.eps_high == 0.28
     assert cfg.env_service.interaction_types == ["chat", "terminal", "gui", "tool_call"]
-    # megatron parses but is refused before anything starts
-    assert any("megatron" in p for p in unbuilt_parts(cfg))
+    assert cfg.training.backend == "fsdp"
 
 
 def test_local_default_loads_clean():
     cfg = load_config(ROOT / "configs/local.toml", environ={})
     assert cfg.policy_service.backend == "transformers"
     assert cfg.training.lora and cfg.training.backend == "torch"
-    assert unbuilt_parts(cfg) == []
     assert cfg.warnings == []
 
 
@@ -108,3 +106,20 @@ def test_engine_replicas_need_a_cluster_and_the_embedded_engine():
     with pytest.raises(ConfigError) as exc:
         build_config({"policy_service": {"num_engines": 0}}, environ={})
     assert "[policy_service] num_engines" in str(exc.value)
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"env_service": {"num_envs": 2, "interaction_types": []}}, "[env_service] interaction_types is empty"),
+    ({"env_service": {"user_mode": "llm"}}, "[env_service] user_mode = \"llm\""),
+    ({"training": {"backend": "megatron"}}, "[training] backend = \"megatron\" is not built"),
+])
+def test_rules_a_loop_would_hit_at_start_are_config_errors(section, message):
+    """A config that loads must start: these used to pass validation and fail inside a loop."""
+    with pytest.raises(ConfigError) as exc:
+        build_config(section, environ={})
+    assert message in str(exc.value)
+
+
+def test_no_environments_needs_no_interaction_types():
+    cfg = build_config({"env_service": {"num_envs": 0, "interaction_types": []}}, environ={})
+    assert cfg.env_service.interaction_types == []

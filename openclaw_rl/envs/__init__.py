@@ -1,4 +1,8 @@
-"""Environments: chat personas, terminal sandbox, tool calls, GUI browser (SPEC §3 loop 2)."""
+"""Environments (loop 2): chat personas, terminal sandbox, tool calls, GUI browser.
+
+Every environment follows one contract (:class:`~openclaw_rl.envs.base.Env`); ``loop`` runs them
+as clients of the policy service, ``evaluate`` scores a policy on the held-out split.
+"""
 
 from openclaw_rl.envs.base import Env, make, register, registered
 

@@ -9,7 +9,7 @@ Gymnasium-style, with text (or chat-message) observations::
         if terminated or truncated:
             break
 
-``observation`` is what the agent sees next — the *next state* of its previous action (SPEC §1).
+``observation`` is what the agent sees next — the *next state* of its previous action.
 ``reward`` is the environment's own outcome (task solved = 1.0) and is used for evaluation only;
 training signal comes from the judge reading the next state. ``info`` carries at least
 ``next_state_role`` (``"user"`` / ``"tool"`` / ``"environment"``) and, at the end, ``success``.

@@ -1,4 +1,4 @@
-"""``chat``: simulated users with preferences, on GSM8K problems (SPEC §3, §7, §8).
+"""``chat``: simulated users with preferences, on GSM8K problems.
 
 Two personas:
 
@@ -31,8 +31,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from openclaw_rl.config import resolve_data_path
 from openclaw_rl.envs.base import Env, Observation, StepResult, register
-from openclaw_rl.envs.data import GsmItem, gsm8k_split, resolve_data_path
+from openclaw_rl.envs.data import GsmItem, gsm8k_split
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +258,7 @@ def preference_report(persona: str | Persona, response_text: str, context: Conte
 
 
 def personalization_score(persona: str | Persona, response_text: str, context: Context | None = None) -> float:
-    """Fraction of the persona's preferences satisfied, 0..1; fixed and deterministic (SPEC §8).
+    """Fraction of the persona's preferences satisfied, 0..1; fixed and deterministic.
 
     ``context`` (``ChatEnv``'s ``info["context"]``) makes the teacher's checks exact (the student's
     name and the correct answer); without it they fall back to generic forms.
@@ -330,7 +331,7 @@ class ChatEnv(Env):
     name = "chat"
 
     def __init__(self, persona: PersonaName = "student", split: Literal["train", "eval"] = "train",
-                 data_path: str = "../shared/data/gsm8k.json", eval_size: int = 50, max_turns: int = 4,
+                 data_path: str = "gsm8k", eval_size: int = 50, max_turns: int = 4,
                  user_mode: Literal["scripted", "llm"] = "scripted", user_writer: LLMUserWriter | None = None,
                  items: list[GsmItem] | None = None, seed: int | None = None, config_source: str | None = None,
                  **_: Any):

@@ -1,6 +1,6 @@
 """GSM8K problems and the one train / held-out split every part uses.
 
-SPEC §7/§8: personalisation is measured on a held-out slice the trainer never sees. The split is a
+Personalisation is measured on a held-out slice the trainer never sees. The split is a
 single function, :func:`split_gsm8k`, called by the training-time environments *and* by evaluation,
 so the two can never drift apart: the last ``eval_size`` items (in file order) are held out, the
 rest are for training episodes. File order is fixed by the shipped data, so the split is the same
@@ -18,10 +18,6 @@ from typing import Literal
 
 Split = Literal["train", "eval"]
 
-# The repository root's parent holds shared/ (../shared/data/gsm8k.json relative to the repo).
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
 class DataError(ValueError):
     """The GSM8K file is missing or malformed; the message says where and what."""
 
@@ -37,23 +33,6 @@ class GsmItem:
     @property
     def answer_value(self) -> float:
         return float(self.answer.replace(",", ""))
-
-
-def resolve_data_path(data_path: str, config_source: str | None = None) -> Path:
-    """Find ``data_path``: absolute, or relative to the config file, the working dir or the repo root."""
-    p = Path(data_path).expanduser()
-    if p.is_absolute():
-        candidates = [p]
-    else:
-        candidates = []
-        if config_source and Path(config_source).is_file():
-            candidates.append(Path(config_source).resolve().parent / p)
-        candidates += [Path.cwd() / p, _REPO_ROOT / p]
-    for c in candidates:
-        if c.is_file():
-            return c.resolve()
-    raise DataError(f"[env_service] data_path = {data_path!r}: file not found (looked at "
-                    + ", ".join(str(c) for c in candidates) + ")")
 
 
 @lru_cache(maxsize=4)

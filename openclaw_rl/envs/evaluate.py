@@ -1,6 +1,6 @@
 """``openclaw-rl eval``: the fixed held-out set, per interaction type, through the policy's HTTP API.
 
-What is measured (SPEC §8, issue 6):
+What is measured:
 
 * **chat** — personalisation score (fraction of the persona's preferences met, 0..1) of the
   policy's *first* reply to each held-out GSM8K problem, for each persona in
@@ -10,7 +10,7 @@ What is measured (SPEC §8, issue 6):
   episodes of up to ``max_turns`` commands in the sandbox.
 * **tool_call** — task success rate on held-out GSM8K problems and held-out lookup tasks.
 
-The policy is served by an in-process :class:`~openclaw_rl.policy.service.PolicyService` on a free
+The policy is served by an in-process :class:`~openclaw_rl.policy.server.PolicyService` on a free
 loopback port with its *own temporary store*: evaluation turns must never become training data.
 ``checkpoint`` (a LoRA adapter or full model directory) is loaded into it before the first request.
 Sampling is greedy (temperature 0), so a run is repeatable.
@@ -30,7 +30,7 @@ from typing import Any
 
 from openclaw_rl.config import Config
 from openclaw_rl.envs.base import make
-from openclaw_rl.envs.service import PolicyClient, PolicyRequestError, env_kwargs_for
+from openclaw_rl.envs.loop import PolicyClient, PolicyRequestError, env_kwargs_for
 from openclaw_rl.envs.terminal import EVAL_TASKS
 
 log = logging.getLogger("openclaw_rl.eval")
@@ -134,7 +134,7 @@ def eval_command(cfg: Config, checkpoint: str | None, sizes: EvalSizes | None = 
     Prints one line per part and a JSON summary; writes it to ``out`` (default
     ``<log_dir>/eval/eval-<time>.json``). Returns the process exit code.
     """
-    from openclaw_rl.policy.service import PolicyService
+    from openclaw_rl.policy.server import PolicyService
 
     sizes = sizes or EvalSizes()
     if checkpoint is not None and not Path(checkpoint).is_dir():

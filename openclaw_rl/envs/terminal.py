@@ -1,4 +1,4 @@
-"""``terminal``: small shell tasks run for real in the bubblewrap sandbox (SPEC §3 loop 2).
+"""``terminal``: small shell tasks run for real in the bubblewrap sandbox.
 
 Each episode is one task from :data:`TASKS` (files, text processing, archives, git, python
 scripts). The agent answers with a shell command (a fenced ``bash`` block, or the raw text); the

@@ -1,4 +1,4 @@
-"""``tool_call``: OpenAI function-calling tasks with tools executed for real (SPEC §3 loop 2).
+"""``tool_call``: OpenAI function-calling tasks with tools executed for real.
 
 Tools offered to the agent (OpenAI ``tools`` schema, in ``reset()``'s ``info["tools"]``):
 
@@ -31,8 +31,9 @@ import re
 import uuid
 from typing import Any, Literal
 
+from openclaw_rl.config import resolve_data_path
 from openclaw_rl.envs.base import Env, Observation, StepResult, register
-from openclaw_rl.envs.data import GsmItem, gsm8k_split, resolve_data_path
+from openclaw_rl.envs.data import GsmItem, gsm8k_split
 from openclaw_rl.envs.sandbox import Sandbox, SandboxLimits
 
 SYSTEM_PROMPT = (
@@ -149,7 +150,7 @@ class ToolCallEnv(Env):
 
     name = "tool_call"
 
-    def __init__(self, split: Literal["train", "eval"] = "train", data_path: str = "../shared/data/gsm8k.json",
+    def __init__(self, split: Literal["train", "eval"] = "train", data_path: str = "gsm8k",
                  eval_size: int = 50, max_turns: int = 4, kind: Literal["gsm8k", "lookup"] | None = None,
                  items: list[GsmItem] | None = None, limits: SandboxLimits | None = None,
                  seed: int | None = None, config_source: str | None = None, **_: Any):

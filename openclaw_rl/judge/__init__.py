@@ -1,4 +1,4 @@
-"""PRM / judge service: turns a next state into reward, hints and teacher log-probs (SPEC §1–§3).
+"""PRM / judge service: turns a next state into reward, hints and teacher log-probs.
 
 Public entry points::
 
@@ -8,7 +8,7 @@ Public entry points::
 
 Backends: ``minilm`` (embedded default: embedding classifier, extractive hints), ``local`` (an LLM in
 this process, scored by answer-word probabilities), anything else (``api``, ``taotoken``, any channel
-name) = the OpenAI-compatible API in ``[api]``. The service loop is :mod:`openclaw_rl.judge.service`.
+name) = the OpenAI-compatible API in ``[api]``. The service loop is :mod:`openclaw_rl.judge.loop`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A backend implements two coroutines, :meth:`Judge.score_votes` and :meth:`Judge.
 class runs them concurrently, applies the voting rules of :mod:`openclaw_rl.judge.voting`, and —
 when a hint was kept and OPD is on — asks the teacher for log-probs of the turn's response tokens.
 
-Failure rule (SPEC §1, issue 3): an outage (API timeout, refused key, rate limit after retries) is
+Failure rule: an outage (API timeout, refused key, rate limit after retries) is
 raised by a backend as :class:`JudgeUnavailable` and comes back as ``JudgeResult(error=...)`` — never
 as a score of 0, which would silently feed the at-least-one rule with noise. An unparsable reply is
 not an outage: it is an invalid vote (``score=None``).
@@ -13,7 +13,6 @@ not an outage: it is an invalid vote (``score=None``).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -125,10 +124,3 @@ class Judge(ABC):
         result.teacher_topk_ids = out.topk_ids
         result.teacher_topk_logprobs = out.topk_logprobs
         result.teacher_context_len = out.context_len
-
-
-def result_json(result: JudgeResult) -> str:
-    """Compact JSON of a result for logs (teacher arrays summarised, not dumped)."""
-    data = result.model_dump(exclude={"teacher_logprobs", "teacher_topk_ids", "teacher_topk_logprobs"})
-    data["teacher_tokens"] = len(result.teacher_logprobs or [])
-    return json.dumps(data)

@@ -1,6 +1,6 @@
 """The judge prompts, each written once, and the parsers for their answers.
 
-Two judges read the same (response, next state) pair (SPEC §1):
+Two judges read the same (response, next state) pair:
 
 * the *evaluative* judge answers a score in {+1, -1, 0} on a final ``SCORE:`` line;
 * the *hint* judge answers ``VERDICT: +1`` with a concrete 1–3 sentence hint between
@@ -19,9 +19,9 @@ from openclaw_rl.types import NextState
 
 HINT_START = "[HINT_START]"
 HINT_END = "[HINT_END]"
-#: Heading under which a hint is appended to the last user message for the teacher (SPEC §2).
+#: Heading under which a hint is appended to the last user message for the teacher.
 HINT_HEADING = "[Hint / instruction from hindsight]"
-#: Minimum length of a kept hint (SPEC §1: "more than 10 characters").
+#: Minimum length of a kept hint.
 MIN_HINT_CHARS = 10
 
 # Answer words for probability-scored judging: one word per score, each a distinct first token.

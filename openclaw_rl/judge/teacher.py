@@ -1,4 +1,4 @@
-"""Teacher log-probs for hindsight-guided on-policy distillation (SPEC §2).
+"""Teacher log-probs for hindsight-guided on-policy distillation.
 
 The hint is appended to the last user message of the turn's prompt under :data:`HINT_HEADING`;
 the tokenizer's chat template is re-applied to the *prompt only* (``add_generation_prompt``), and

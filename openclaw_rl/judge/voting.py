@@ -1,4 +1,4 @@
-"""Turning votes into one verdict (SPEC §1), shared by every backend.
+"""Turning votes into one verdict, shared by every backend.
 
 * :func:`majority` — the most common valid score wins; a tie between the top scores, or no valid
   vote at all, gives 0.

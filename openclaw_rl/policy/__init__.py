@@ -1,10 +1,11 @@
-"""The policy service (SPEC §3, loop 1): an OpenAI-compatible server that records every turn.
+"""The policy service (loop 1): an OpenAI-compatible server that records every turn.
 
-Modules: ``protocol`` (wire format and errors), ``engine`` (engine interface, embedded transformers
-engine with continuous batching, weight loading), ``forward`` (SGLang / vLLM / API forwarding),
-``tools`` (tool rendering and parsing), ``sessions`` (session identity and prefix stitching),
-``serving`` (chat-completion logic and recording), ``api_router`` (routes and auth), ``service``
-(:class:`~openclaw_rl.policy.service.PolicyService` and ``serve_command``), ``replicas`` (engine
-replicas on a Ray cluster behind the one endpoint), ``admin`` (the other loops' client of the admin
-routes). See docs/serving.md.
+Where a request goes: ``api_router`` (routes, auth) → ``protocol`` (wire format, typed errors) →
+``serving`` (chat-completion logic, recording into the store) → ``sessions`` (session identity,
+prefix stitching) → an ``engine``. Modules: ``engine`` (the engine interface and its types),
+``transformers_engine`` (the embedded policy, continuous batching), ``weights`` (loading exported
+weights, LoRA merge), ``forward`` (SGLang / vLLM / API forwarding), ``replicas`` (embedded engines
+as Ray actors behind the one endpoint), ``tools`` (tool rendering and parsing), ``server``
+(:class:`~openclaw_rl.policy.server.PolicyService`, the process host, and the choice of engine),
+``admin`` (the other loops' client of the admin routes). See docs/serving.md.
 """

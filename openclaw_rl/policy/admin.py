@@ -1,7 +1,8 @@
 """Client side of the policy service's admin routes, for the other loops' processes.
 
 The trainer swaps weights and (in lock-step mode) pauses serving; the cluster runner closes the
-sessions of episodes lost with a node. Each call is one authenticated POST with a timeout that
+sessions of episodes lost with a node. Each call is one POST authenticated with the run's admin
+secret (:meth:`~openclaw_rl.runtime.rundir.RunDir.admin_key`, never the clients' ``api_key``) with a timeout that
 returns an error message instead of raising: the caller keeps running and reports it.
 """
 
@@ -13,12 +14,12 @@ from typing import Any
 import httpx
 
 from openclaw_rl.config import Config
+from openclaw_rl.runtime.rundir import RunDir
 
 
 def admin_post(cfg: Config, policy_url: str, route: str, body: dict[str, Any], timeout: float) -> str | None:
     """POST an admin route of the policy service at ``policy_url``; an error message, or None."""
-    key = cfg.policy_service.api_key
-    headers = {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
+    headers = {"Authorization": f"Bearer {RunDir.of(cfg).admin_key()}"}
     try:
         r = httpx.post(f"{policy_url.rstrip('/')}{route}", json=body, headers=headers, timeout=timeout)
     except httpx.HTTPError as exc:

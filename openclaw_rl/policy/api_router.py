@@ -1,9 +1,17 @@
 """HTTP routes of the policy service, bearer-key auth, and OpenAI-shaped errors for everything.
 
-Every route except ``GET /healthz`` requires ``Authorization: Bearer <key>`` when
-``[policy_service] api_key`` is set — the weight routes included (an unauthenticated weight-update
-route is a known hole in peer servers). The key is compared with :func:`hmac.compare_digest` so the
-comparison time does not reveal how much of a guess was right.
+Two keys, two kinds of route:
+
+* the model routes (``/v1/chat/completions``, ``/v1/models``) require ``Authorization: Bearer
+  <key>`` when ``[policy_service] api_key`` is set — the key a user gives their clients;
+* the admin routes (weight swaps, pause, closing sessions, and the SGLang / vLLM aliases) are
+  never open: they take the run's admin secret (``<log_dir>/admin.key``, made by the launcher for
+  each run and read by its own loops), whatever ``api_key`` is. An unauthenticated weight-update
+  route is a known hole in peer servers. Weights load only from the run's export folder
+  (``<log_dir>/policy``); a path elsewhere is refused without saying what is there.
+
+Keys are compared with :func:`hmac.compare_digest`, so the comparison time does not reveal how
+much of a guess was right.
 
 Routes::
 
@@ -23,6 +31,7 @@ import hmac
 import json
 import logging
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -32,7 +41,6 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from openclaw_rl.policy.engine import WeightLoadError
 from openclaw_rl.policy.protocol import (
     APIError,
     CloseSessionRequest,
@@ -41,6 +49,7 @@ from openclaw_rl.policy.protocol import (
     validation_message,
 )
 from openclaw_rl.policy.serving import Serving, escape_for_log
+from openclaw_rl.policy.weights import WeightLoadError
 
 log = logging.getLogger("openclaw_rl.policy")
 
@@ -61,19 +70,42 @@ def _error(exc: APIError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
-def build_app(serving: Serving, api_key: str | None) -> FastAPI:
-    """The FastAPI application around ``serving``. ``api_key`` None or empty leaves it open."""
+def _bearer_matches(request: Request, expected: bytes) -> bool:
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected)
+
+
+def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_root: Path) -> FastAPI:
+    """The FastAPI application around ``serving``.
+
+    ``api_key`` None or empty leaves the model routes open; ``admin_key`` (never empty) guards the
+    admin routes; ``weights_root`` is the only folder the weight routes load from.
+    """
     expected = api_key.encode() if api_key else None
+    if not admin_key:
+        raise ValueError("admin_key must be a non-empty secret")
+    admin = admin_key.encode()
+    root = weights_root.resolve()
 
     def require_key(request: Request) -> None:
-        if expected is None:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+        if expected is not None and not _bearer_matches(request, expected):
             raise APIError(401, "missing or wrong API key: send Authorization: Bearer <key>",
                            type_="authentication_error", code="invalid_api_key",
                            headers={"WWW-Authenticate": "Bearer"})
+
+    def require_admin(request: Request) -> None:
+        if not _bearer_matches(request, admin):
+            raise APIError(401, "admin route: missing or wrong admin key (the run's own loops send it; "
+                           "it is not the clients' api_key)", type_="authentication_error",
+                           code="invalid_admin_key", headers={"WWW-Authenticate": "Bearer"})
+
+    def inside_export_folder(path: str) -> str:
+        """The weight path, if it lies inside the run's export folder; 400 otherwise."""
+        resolved = Path(path).expanduser().resolve()
+        if not resolved.is_relative_to(root):
+            raise APIError(400, f"path: weights load only from the run's export folder {root}",
+                           param="path", code="path_not_allowed")
+        return str(resolved)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -133,6 +165,7 @@ def build_app(serving: Serving, api_key: str | None) -> FastAPI:
             raise APIError(400, validation_message(exc)[0]) from None
 
     async def _swap(path: str, version: int) -> dict[str, Any]:
+        path = inside_export_folder(path)
         try:
             await run_in_threadpool(serving.swap_weights, path, version)
         except WeightLoadError as exc:
@@ -141,30 +174,30 @@ def build_app(serving: Serving, api_key: str | None) -> FastAPI:
             raise APIError(503, str(exc), type_="server_error") from None
         return {"ok": True, "policy_version": version}
 
-    @app.post("/v1/admin/load_weights", dependencies=[Depends(require_key)])
+    @app.post("/v1/admin/load_weights", dependencies=[Depends(require_admin)])
     async def load_weights(request: Request) -> dict[str, Any]:
         req: LoadWeightsRequest = await _parse(request, LoadWeightsRequest)
         return await _swap(req.path, req.version)
 
-    @app.post("/v1/admin/pause", dependencies=[Depends(require_key)])
+    @app.post("/v1/admin/pause", dependencies=[Depends(require_admin)])
     async def pause(request: Request) -> dict[str, Any]:
         req: PauseRequest = await _parse(request, PauseRequest)
         return {"ok": True, "paused": serving.set_paused(req.paused)}
 
-    @app.post("/v1/admin/close_session", dependencies=[Depends(require_key)])
+    @app.post("/v1/admin/close_session", dependencies=[Depends(require_admin)])
     async def close_session(request: Request) -> dict[str, Any]:
         req: CloseSessionRequest = await _parse(request, CloseSessionRequest)
         await run_in_threadpool(serving.store.close_session, req.session_id)
         return {"ok": True, "session_id": req.session_id}
 
-    @app.post("/update_weights_from_disk", dependencies=[Depends(require_key)])
+    @app.post("/update_weights_from_disk", dependencies=[Depends(require_admin)])
     async def sglang_update(request: Request) -> dict[str, Any]:
         req: _SglangLoad = await _parse(request, _SglangLoad)
         version = req.version if req.version is not None else serving.engine.policy_version + 1
         out = await _swap(req.model_path, version)
         return {"success": True, "message": json.dumps(out)}
 
-    @app.post("/v1/load_lora_adapter", dependencies=[Depends(require_key)])
+    @app.post("/v1/load_lora_adapter", dependencies=[Depends(require_admin)])
     async def vllm_load_lora(request: Request):
         req: _VllmLoad = await _parse(request, _VllmLoad)
         await _swap(req.lora_path, serving.engine.policy_version + 1)

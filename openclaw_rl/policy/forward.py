@@ -12,7 +12,7 @@ Token ids, in order of preference (the recorded ``Turn`` says which through its 
    ``prompt_token_ids`` and, per chunk, the sampled ``token_ids`` — exact, used as is.
 2. ``return_tokens_as_token_ids`` (vLLM): each log-prob entry's token reads ``token_id:<id>``.
 3. Neither (SGLang's OpenAI route, hosted APIs): ids cannot be known without re-tokenising text, which
-   SPEC §3 forbids. The turn is still recorded — session, messages, text, tool calls, next state — but
+   would train on ids the model never sampled. The turn is still recorded — session, messages, text, tool calls, next state — but
    with empty ``response_ids`` / ``response_logprobs``, so it is never trained on (the sample builder
    skips empty responses), and a warning is logged once. ``prompt_ids`` then come from our own chat
    template when the model's tokenizer is available locally.
@@ -43,7 +43,8 @@ from typing import Any
 import httpx
 
 from openclaw_rl.config import Config
-from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest, WeightLoadError
+from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest
+from openclaw_rl.policy.weights import WeightLoadError
 
 log = logging.getLogger("openclaw_rl.policy")
 

@@ -6,7 +6,7 @@ top-level fields are ignored (OpenAI clients send many optional knobs we do not 
 fields inside a message are ignored too, but an unknown *role* is an error.
 
 Session keys (``session_id``, ``turn_type``, ``session_done``) may come in the body as well as in the
-``X-Session-Id`` / ``X-Turn-Type`` / ``X-Session-Done`` headers (SPEC §3). ``return_token_ids`` is our
+``X-Session-Id`` / ``X-Turn-Type`` / ``X-Session-Done`` headers. ``return_token_ids`` is our
 extension, modelled on vLLM's: the response then carries ``prompt_token_ids`` and per-choice
 ``token_ids`` — what a forwarding instance of this service needs to record exact ids.
 """
@@ -132,7 +132,7 @@ class ChatCompletionRequest(_Lenient):
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: list[ToolDef] | None = None
     tool_choice: Any = None
-    # session keys (SPEC §3), also accepted as headers
+    # session keys, also accepted as headers
     session_id: str | None = Field(None, min_length=1, max_length=256)
     turn_type: Literal["main", "side"] | None = None
     session_done: bool | None = None
@@ -247,10 +247,6 @@ def validation_message(exc: ValidationError) -> tuple[str, str | None]:
         if line not in lines:
             lines.append(line)
     return "; ".join(lines), first
-
-
-def error_json(status: int, message: str, type_: str = "invalid_request_error") -> dict[str, Any]:
-    return APIError(status, message, type_).body()
 
 
 def completion_id() -> str:

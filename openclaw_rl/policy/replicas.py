@@ -4,7 +4,7 @@ One engine decodes one batch at a time; past a point, more users need more engin
 ``num_engines = N`` (cluster mode), the policy service process keeps everything it owns — the HTTP
 routes, sessions, next states, recording into the store — and only the *decoding* moves into N
 :class:`EngineReplica` Ray actors, spread over the nodes, each reserving ``engine_num_cpus`` /
-``engine_num_gpus`` and running the ordinary :class:`~openclaw_rl.policy.engine.TransformersEngine`
+``engine_num_gpus`` and running the ordinary :class:`~openclaw_rl.policy.transformers_engine.TransformersEngine`
 with its continuous batching. :class:`ReplicatedEngine` is the router: it is an
 :class:`~openclaw_rl.policy.engine.Engine` like any other, so serving does not know the difference.
 
@@ -42,8 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from openclaw_rl.config import Config
-from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest, TransformersEngine, WeightLoadError
+from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest
 from openclaw_rl.policy.protocol import APIError
+from openclaw_rl.policy.transformers_engine import TransformersEngine
+from openclaw_rl.policy.weights import WeightLoadError
 
 log = logging.getLogger("openclaw_rl.policy")
 
@@ -138,8 +140,8 @@ class ReplicatedEngine(Engine):
     # -------------------------------------------------------------- lifecycle
     def start(self) -> None:
         """Join the cluster, place the replicas (SPREAD over nodes) and wait until all are loaded."""
-        from openclaw_rl.runtime.cluster import connect, for_cluster
         from openclaw_rl.runtime.models import load_tokenizer
+        from openclaw_rl.runtime.ray_cluster import connect
 
         self._ray = ray = connect(self.cfg.global_.ray_address)
         self.tokenizer = load_tokenizer(self.pcfg.model)  # prompts are tokenised here, once
@@ -149,7 +151,7 @@ class ReplicatedEngine(Engine):
         self.replicas = [actor.options(num_cpus=self.pcfg.engine_num_cpus, num_gpus=self.pcfg.engine_num_gpus,
                                        scheduling_strategy="SPREAD", max_restarts=-1, max_task_retries=0,
                                        max_concurrency=max(1000, 4 * self.pcfg.max_concurrent))
-                         .remote(for_cluster(self.cfg), i) for i in range(self.n)]
+                         .remote(self.cfg.with_absolute_paths(), i) for i in range(self.n)]
         infos = ray.get([r.ready.remote() for r in self.replicas], timeout=READY_TIMEOUT_S)
         self.nodes = [info["node"] for info in infos]
         log.info("[policy_service] %d engine replicas on %d node(s)", self.n, len(set(self.nodes)))

@@ -136,7 +136,10 @@ class Serving:
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{
             "id": self.model_name, "object": "model", "created": int(self.started_at), "owned_by": "openclaw-rl",
-            "policy_version": self.engine.policy_version, "max_model_len": self.pcfg.max_model_len}]}
+            "policy_version": self.engine.policy_version,
+            # The window under each name clients read: vLLM's, OpenRouter's / LiteLLM's, and others'.
+            "max_model_len": self.pcfg.max_model_len, "context_length": self.pcfg.max_model_len,
+            "context_window": self.pcfg.max_model_len}]}
 
     def swap_weights(self, path: str | Path, version: int) -> int:
         """Replace the policy weights (blocking; in-flight requests complete) and record the version."""
@@ -184,9 +187,12 @@ class Serving:
             raise APIError(400, f"header X-Turn-Type: expected main or side, got {escape_for_log(ttype, 40)!r}",
                            param="X-Turn-Type")
         requested = req.requested_max_tokens
-        if requested is not None and requested > self.pcfg.max_model_len:
-            raise APIError(400, f"max_tokens: {requested} exceeds max_model_len = {self.pcfg.max_model_len}",
-                           param="max_tokens")
+        if (requested is not None and requested > self.pcfg.max_model_len
+                and self.pcfg.max_tokens_overflow == "reject"):
+            raise APIError(400, f"This model's maximum context length is {self.pcfg.max_model_len} tokens. "
+                           f"However, you requested {requested} tokens for the completion alone "
+                           f"(max_tokens exceeds max_model_len). Please reduce max_tokens.",
+                           param="max_tokens", code="context_length_exceeded")
         params = SamplingParams(
             temperature=req.temperature, top_p=req.top_p,
             max_tokens=requested if requested is not None else self.pcfg.max_tokens_default,

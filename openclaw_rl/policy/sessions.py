@@ -1,4 +1,4 @@
-"""Which session a request belongs to, its turn index, and the next state it carries (SPEC §1, §3).
+"""Which session a request belongs to, its turn index, and the next state it carries.
 
 Explicit identity comes from ``X-Session-Id`` / ``X-Turn-Type`` / ``X-Session-Done`` (or the same keys
 in the body). A plain OpenAI client sends none of them, yet re-sends the whole conversation on every

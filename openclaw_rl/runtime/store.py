@@ -334,7 +334,7 @@ class Store:
         return None if row is None or row[0] is None else JudgeResult.model_validate_json(row[0])
 
     def sessions_needing_guarantee(self) -> list[str]:
-        """Done sessions, fully judged, with no sample yet and no guarantee applied (SPEC §1)."""
+        """Done sessions, fully judged, with no sample yet and no guarantee applied."""
         rows = self._db.execute(
             "SELECT s.session_id FROM sessions s WHERE s.done=1 AND s.guaranteed=0 "
             "AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.session_id=s.session_id "

@@ -1,7 +1,9 @@
-"""The training engine (SPEC §2, §3.4): losses, memory-lean log-probs, the PPO Trainer, offline replay.
+"""The training loop (loop 4): judged samples in, PPO updates out, new policy versions to serving.
 
-Modules: ``logprobs`` (chunked per-token log-probs), ``losses`` (the one PPO loss and its terms),
-``engine`` (:class:`~openclaw_rl.trainer.engine.Trainer`: updates, checkpoints, policy export),
-``samples`` (``samples.jsonl`` I/O), ``cli`` (``openclaw-rl train``). Nothing heavy is imported here,
-so ``openclaw_rl.trainer.samples`` stays usable without loading torch.
+Modules: ``loop`` (:class:`~openclaw_rl.trainer.loop.TrainingLoop`, the process the launcher
+starts), ``ppo`` (:class:`~openclaw_rl.trainer.ppo.Trainer`: one update, checkpoints, policy export),
+``fsdp`` (the same trainer sharded over processes), ``losses`` (the one PPO loss and its terms),
+``logprobs`` (chunked per-token log-probs), ``sample_file`` (``samples.jsonl`` I/O), ``cli``
+(``openclaw-rl train``). Nothing heavy is imported here, so ``openclaw_rl.trainer.sample_file``
+stays usable without loading torch.
 """

@@ -6,17 +6,17 @@ cycling through the file (epochs). ``--steps N`` is the *total* number of update
 reach, so a resumed run continues to N rather than adding N more; without it the run does
 ``[training] max_steps`` updates or, if unset, one pass over the file. A checkpoint is saved every
 ``checkpoint_interval`` updates and at the end (also on Ctrl-C), and the final policy is exported
-to ``{log_dir}/policies/``.
+to ``{log_dir}/policy/`` (the run directory's one folder of exported policies).
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 
 from openclaw_rl.config import Config
-from openclaw_rl.trainer.samples import SampleFileError, load_samples
+from openclaw_rl.runtime.rundir import RunDir
+from openclaw_rl.trainer.sample_file import SampleFileError, load_samples
 
 
 def train_command(cfg: Config, samples_path: str, steps: int | None, resume: bool) -> int:
@@ -33,7 +33,7 @@ def train_command(cfg: Config, samples_path: str, steps: int | None, resume: boo
         print(f"error: --steps must be >= 1, got {steps}", file=sys.stderr)
         return 2
     tc = cfg.training
-    from openclaw_rl.trainer.engine import Trainer
+    from openclaw_rl.trainer.ppo import Trainer
 
     try:
         trainer = Trainer(cfg, cfg.policy_service.model)
@@ -68,7 +68,7 @@ def train_command(cfg: Config, samples_path: str, steps: int | None, resume: boo
         # On success, Ctrl-C or a crash: keep what was learned so far.
         if trainer.step > 0 and trainer.latest_checkpoint() != trainer.checkpoint_root / f"step_{trainer.step:08d}":
             trainer.save_checkpoint()
-    out = trainer.export_policy(Path(cfg.global_.log_dir) / "policies", trainer.policy_version)
+    out = trainer.export_policy(RunDir.of(cfg).policies, trainer.policy_version)
     print(f"[training] done: step={trainer.step}, policy_version={trainer.policy_version}, "
           f"exported {out}", flush=True)
     return 0

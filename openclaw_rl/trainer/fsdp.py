@@ -1,7 +1,7 @@
 """``training.backend = "fsdp"``: the same PPO trainer, data-parallel and sharded over processes.
 
 Why a subclass and not a second trainer: the losses, the micro-batching, the scoring passes, the
-reference policy and the export format are exactly :class:`~openclaw_rl.trainer.engine.Trainer`'s.
+reference policy and the export format are exactly :class:`~openclaw_rl.trainer.ppo.Trainer`'s.
 What changes under ``torch.distributed`` is only *where* each piece runs:
 
 * the model is wrapped with FSDP2 (``fully_shard``: one unit per decoder layer, plus the root), so
@@ -47,12 +47,13 @@ from torch import Tensor
 
 from openclaw_rl.config import Config, load_config
 from openclaw_rl.runtime.ports import free_port
-from openclaw_rl.trainer.engine import (
+from openclaw_rl.runtime.rundir import atomic_write_text
+from openclaw_rl.trainer.loop import TrainingLoop
+from openclaw_rl.trainer.ppo import (
     POINTER_FILE,
     POLICY_SUBDIR,
     STATE_FILE,
     Trainer,
-    _atomic_write_text,
     micro_batches,
 )
 from openclaw_rl.types import Sample
@@ -95,18 +96,13 @@ class FSDPTrainer(Trainer):
         if cfg.training.backend != "fsdp":
             raise ValueError(f"[training] backend = {cfg.training.backend!r}: FSDPTrainer is backend = \"fsdp\"")
         self.rank, self.world = _rank(), _world()
-        local = cfg.model_copy(deep=True)
-        # The base class builds the model on one device and accepts backend "torch" only: hand it a
-        # copy that names this process's device (cuda:<local rank> on GPU) and the torch backend.
+        # The base class builds the model on one device: on GPU, this process's cuda:<local rank>.
         device = cfg.training.device
         if device.startswith("cuda"):
             local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
             device = f"cuda:{local_rank}"
             torch.cuda.set_device(local_rank)
-        local.training.device = device
-        local.training.backend = "torch"
-        super().__init__(local, model_name_or_dir)
-        self.backend_name = "fsdp"
+        super().__init__(cfg, model_name_or_dir, device=device)
         mesh = init_device_mesh("cuda" if device.startswith("cuda") else "cpu", (self.world,))
         # Every rank initialised the same weights (same seed), so sharding them needs no broadcast.
         # Only the decoder layers are sharded (each its own FSDP unit, resharded after its forward):
@@ -336,7 +332,7 @@ class FSDPTrainer(Trainer):
                 if final.exists():
                     shutil.rmtree(final)
                 tmp.rename(final)
-                _atomic_write_text(root / POINTER_FILE, name + "\n")
+                atomic_write_text(root / POINTER_FILE, name + "\n")
                 self._prune(keep=name)
                 print(f"[train] checkpoint saved: {final} ({self.world} shard(s))", flush=True)
             self._barrier()
@@ -416,31 +412,6 @@ def spawn(fn: Callable[..., Any], nprocs: int, *args: Any, device: str = "cpu",
         pass
 
 
-class FSDPTrainingLoop:
-    """Rank 0's :class:`~openclaw_rl.trainer.loop.TrainingLoop` with an :class:`FSDPTrainer` inside."""
-
-    @staticmethod
-    def build(cfg: Config, policy_url: str | None, trainer: FSDPTrainer):
-        from openclaw_rl.trainer.loop import TrainingLoop, read_policy_pointer
-
-        class _Loop(TrainingLoop):
-            def start(self) -> None:  # TrainingLoop.start, but with the already-sharded trainer
-                tc = self.cfg.training
-                self.trainer = trainer
-                resumed = trainer.resume()
-                released = self.store.recover_claims(trainer.step)
-                pointer = read_policy_pointer(self.cfg)
-                self.version = pointer[0] if pointer else 0
-                print(f"[training] algorithm={tc.algorithm}, backend=fsdp, num_processes={trainer.world}, "
-                      f"asymmetric_clip={str(tc.asymmetric_clip).lower()}, "
-                      f"opd_enabled={str(tc.opd_enabled).lower()}", flush=True)
-                if resumed or released:
-                    print(f"[training] resumed at step={trainer.step} version={self.version}, "
-                          f"{released} claimed sample(s) returned to the queue", flush=True)
-
-        return _Loop(cfg, policy_url)
-
-
 def _loop_rank(rank: int, world: int, config_path: str, policy_url: str | None, rc_file: str) -> None:
     """One process of an FSDP training run: rank 0 runs the loop, the others follow it."""
     cfg = load_config(config_path)
@@ -448,7 +419,7 @@ def _loop_rank(rank: int, world: int, config_path: str, policy_url: str | None, 
     if rank != 0:
         trainer.follow()
         return
-    loop = FSDPTrainingLoop.build(cfg, policy_url, trainer)
+    loop = TrainingLoop(cfg, policy_url, trainer=trainer)
     signal.signal(signal.SIGTERM, lambda *_: loop.stop())
     signal.signal(signal.SIGINT, lambda *_: loop.stop())
     rc = 1

@@ -1,4 +1,4 @@
-"""The training loop (SPEC §3 loop 4): consume judged samples from the store as they become ready.
+"""The training loop: consume judged samples from the store as they become ready.
 
 Runs as its own process (``python -m openclaw_rl.trainer.loop --config FILE --policy-url URL``)
 so that a trainer crash never stops serving. The whole loop::
@@ -24,53 +24,33 @@ that survive.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import signal
 import sys
 import threading
 import warnings
-from pathlib import Path
 
-from openclaw_rl.config import Config, load_config, print_warnings
+from openclaw_rl.config import Config, ConfigError, load_config, print_warnings
 from openclaw_rl.policy.admin import request_pause, request_swap
+from openclaw_rl.runtime.loop_main import run_loop_body
 from openclaw_rl.runtime.metrics import MetricsWriter
+from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
-from openclaw_rl.trainer.engine import Trainer
-
-POLICY_POINTER = "latest.json"
-
-
-def policy_dir(cfg: Config) -> Path:
-    """Where exported policy versions and the ``latest.json`` pointer live."""
-    return cfg.log_dir / "policy"
-
-
-def read_policy_pointer(cfg: Config) -> tuple[int, Path] | None:
-    """The newest published policy ``(version, path)``, or None before the first sync."""
-    pointer = policy_dir(cfg) / POLICY_POINTER
-    if not pointer.is_file():
-        return None
-    data = json.loads(pointer.read_text(encoding="utf-8"))
-    return int(data["version"]), Path(data["path"])
-
-
-def _write_pointer(cfg: Config, version: int, path: Path) -> None:
-    pointer = policy_dir(cfg) / POLICY_POINTER
-    tmp = pointer.with_name(f".{POLICY_POINTER}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"version": version, "path": str(path)}), encoding="utf-8")
-    os.replace(tmp, pointer)  # atomic: serving never reads a half-written pointer
+from openclaw_rl.trainer.ppo import Trainer
 
 
 class TrainingLoop:
     """Owns one :class:`Trainer`, the store handle and the metrics sink; start/run/stop lifecycle."""
 
-    def __init__(self, cfg: Config, policy_url: str | None, store: Store | None = None):
+    def __init__(self, cfg: Config, policy_url: str | None, store: Store | None = None,
+                 trainer: Trainer | None = None):
+        """``trainer``: an already built trainer (FSDP rank 0 passes its sharded one); by default
+        :meth:`start` builds the single-process :class:`Trainer`."""
         self.cfg = cfg
         self.policy_url = policy_url
-        self.store = store or Store(cfg.log_dir / "store.sqlite")
+        self.run_dir = RunDir.of(cfg)
+        self.store = store or Store(self.run_dir.store)
         self.metrics = MetricsWriter(cfg.log_dir)
-        self.trainer: Trainer | None = None
+        self.trainer: Trainer | None = trainer
         self.version = 0
         self._stop = threading.Event()
         self._swap_thread: threading.Thread | None = None
@@ -78,12 +58,15 @@ class TrainingLoop:
 
     def start(self) -> None:
         tc = self.cfg.training
-        self.trainer = Trainer(self.cfg, self.cfg.policy_service.model)
+        if self.trainer is None:
+            self.trainer = Trainer(self.cfg, self.cfg.policy_service.model)
         resumed = self.trainer.resume()
         released = self.store.recover_claims(self.trainer.step)
-        pointer = read_policy_pointer(self.cfg)
+        pointer = self.run_dir.read_policy_pointer()
         self.version = pointer[0] if pointer else 0
-        print(f"[training] algorithm={tc.algorithm}, asymmetric_clip={str(tc.asymmetric_clip).lower()}, "
+        processes = f", num_processes={self.trainer.world}" if tc.backend == "fsdp" else ""
+        print(f"[training] algorithm={tc.algorithm}, backend={tc.backend}{processes}, "
+              f"asymmetric_clip={str(tc.asymmetric_clip).lower()}, "
               f"opd_enabled={str(tc.opd_enabled).lower()}", flush=True)
         if resumed or released:
             print(f"[training] resumed at step={self.trainer.step} version={self.version}, "
@@ -170,8 +153,8 @@ class TrainingLoop:
     def _publish(self) -> None:
         """Export a new policy version, repoint ``latest``, tell serving without waiting on it."""
         self.version += 1
-        path = self.trainer.export_policy(policy_dir(self.cfg), self.version)
-        _write_pointer(self.cfg, self.version, path)
+        path = self.trainer.export_policy(self.run_dir.policies, self.version)
+        self.run_dir.publish_policy(self.version, path)
         print(f"[async] published policy version={self.version} at step={self.trainer.step}", flush=True)
         if self.policy_url:
             if self._swap_thread is not None:
@@ -203,15 +186,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True)
     parser.add_argument("--policy-url", default=None, help="policy service to swap weights into")
     args = parser.parse_args(argv)
-    cfg = load_config(args.config)
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     print_warnings(cfg)
     # transformers deprecation chatter from inside torch.utils.checkpoint; not actionable by users
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
-    loop = TrainingLoop(cfg, args.policy_url)
-    signal.signal(signal.SIGTERM, lambda *_: loop.stop())
-    signal.signal(signal.SIGINT, lambda *_: loop.stop())
-    loop.start()
-    return loop.run()
+
+    def body() -> int:
+        loop = TrainingLoop(cfg, args.policy_url)
+        signal.signal(signal.SIGTERM, lambda *_: loop.stop())
+        signal.signal(signal.SIGINT, lambda *_: loop.stop())
+        loop.start()
+        return loop.run()
+
+    return run_loop_body("training", body, cfg.log_dir)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""The one PPO loss of SPEC §2, its advantages, and the distillation / KL / entropy terms.
+"""The one PPO loss of docs/training.md ("The loss"), its advantages, and the distillation / KL / entropy terms.
 
 Every function works on right-padded ``[B, R]`` tensors of response tokens with a float ``mask``
 (1 = a token that is trained on, 0 = padding or a turn excluded by the judge). Equations:
 
-    ratio_t = exp(logp_new_t - logp_old_t)                                    (SPEC §2, eq. 1)
+    ratio_t = exp(logp_new_t - logp_old_t)                                    (eq. 1)
     L_pg    = -mean_t min(ratio_t * A_t, clip(ratio_t, 1 - eps, 1 + eps_high) * A_t)      (eq. 2)
     L       = L_pg + kl_coef * KL(pi_theta || pi_ref) - entropy_coef * H              (eq. 3)
     k3_t    = exp(r_t) - r_t - 1,  r_t = logp_ref_t - logp_new_t                       (eq. 4)
@@ -66,7 +66,7 @@ def compute_advantages(rewards: Tensor, has_reward: Tensor, teacher_logprobs: Te
     ``rewards`` / ``has_reward``: ``[B]`` scalar score and whether the sample has an RL part.
     ``teacher_logprobs`` / ``has_teacher``: ``[B, R]`` and ``[B]``: the OPD part. A missing part
     contributes zero, so pure Binary RL (eq. 5) is ``has_teacher = 0`` and pure OPD (eq. 6)
-    ``has_reward = 0``. No reward normalisation (SPEC §2: the score is broadcast as is).
+    ``has_reward = 0``. No reward normalisation.
     ``opd_adv_clip`` clips the per-token OPD term to ``±c`` so one surprising token cannot dominate.
     """
     rl = (binary_rl_weight * rewards * has_reward.to(rewards.dtype)).unsqueeze(-1)  # [B, 1]
@@ -125,7 +125,7 @@ def ppo_loss(logp_new: Tensor, logp_old: Tensor, advantages: Tensor, mask: Tenso
              denom: float | None = None) -> LossOutput:
     """The loss of eq. 3 (plus ``topk_coef`` x eq. 8 where ``topk_mask``), token means over ``mask``.
 
-    ``logp_old`` are the behaviour log-probs (SPEC §2: recorded at serving time). ``sample_weight``
+    ``logp_old`` are the behaviour log-probs. ``sample_weight``
     ``[B]`` scales each sample's tokens (staleness down-weighting) without changing the denominator.
     ``topk_mask`` ``[B, R]`` selects tokens trained by top-K distillation (normally those samples
     whose OPD part comes as a top-K instead of an advantage). ``denom`` defaults to the number of

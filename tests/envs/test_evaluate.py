@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import json
 
+from openai import OpenAI
+
 from openclaw_rl.cli import main
-from openclaw_rl.runtime.models import save_tiny_model
+from openclaw_rl.config import load_config
+from openclaw_rl.envs.base import make
+from openclaw_rl.envs.data import gsm8k_split
+from openclaw_rl.envs.loop import env_kwargs_for
+from openclaw_rl.envs.terminal import EVAL_TASKS
+from openclaw_rl.policy.server import PolicyService
+from tests.helpers import save_tiny_model
 
 
 def test_eval_command_prints_scores_and_json(tmp_path, tiny_model_dir, gsm8k_path, capsys):
@@ -26,10 +34,32 @@ def test_eval_command_prints_scores_and_json(tmp_path, tiny_model_dir, gsm8k_pat
     assert "[eval] terminal n=2 success_rate=" in printed and "[eval] tool_call n=2 success_rate=" in printed
     summary = json.loads(out.read_text())
     assert set(summary["chat"]) == {"student", "teacher"}
-    assert 0.0 <= summary["chat"]["student"]["personalization"] <= 1.0
     assert summary["terminal"]["n"] == 2 and summary["tool_call"]["n"] == 2
+    assert set(summary["terminal"]["tasks"]) == set(list(EVAL_TASKS)[:2])  # the held-out tasks, by name
     # evaluation traffic went to a private store, never the training store
     assert not (tmp_path / "logs" / "store.sqlite").exists()
+    # The chat scores are the persona's scorer applied to the policy's greedy first replies to the
+    # *held-out* problems: ask the same served checkpoint ourselves, with the official client.
+    conf = load_config(cfg)
+    scored = summary["chat"]["student"]["scores"]
+    assert len(scored) == 2 and summary["chat"]["student"]["personalization"] == sum(scored) / 2
+    env = make("chat", persona="student", **{**env_kwargs_for(conf, "chat", "eval"), "max_turns": 1})
+    held_out = {item.index for item in gsm8k_split(gsm8k_path, 20, "eval")}
+    conf.global_.log_dir = str(tmp_path / "check")
+    conf.policy_service.port = 0
+    service = PolicyService(conf)
+    url = service.start()
+    try:
+        service.swap_weights(checkpoint, 1)
+        client = OpenAI(base_url=f"{url}/v1", api_key="none", timeout=60)
+        for i, expected in enumerate(scored):
+            _obs, info = env.reset(seed=i, options={"item": i})
+            assert env.context["item_index"] in held_out  # type: ignore[attr-defined]
+            reply = client.chat.completions.create(model=conf.policy_service.model, messages=info["messages"],
+                                                   max_tokens=8, temperature=0.0)
+            assert env.score(reply.choices[0].message.content or "") == expected
+    finally:
+        service.stop()
 
 
 def test_eval_rejects_missing_checkpoint(tmp_path, tiny_model_dir, capsys):

@@ -23,7 +23,7 @@ CHROMIUM = "/usr/bin/chromium"
 
 @pytest.fixture(scope="module")
 def policy_url(tiny_model_dir, tmp_path_factory):
-    from openclaw_rl.policy.service import PolicyService
+    from openclaw_rl.policy.server import PolicyService
 
     cfg = build_config({
         "global": {"log_dir": str(tmp_path_factory.mktemp("gui_policy"))},

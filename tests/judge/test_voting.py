@@ -1,4 +1,4 @@
-"""Voting rules, answer parsing, hint selection and distribution sampling (SPEC §1)."""
+"""Voting rules, answer parsing, hint selection and distribution sampling."""
 
 from __future__ import annotations
 

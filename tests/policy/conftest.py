@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from openclaw_rl.config import Config, build_config
-from openclaw_rl.policy.service import PolicyService
+from openclaw_rl.policy.server import PolicyService
 
 KEY = "test-key-3f9a"
 
@@ -64,7 +64,7 @@ def weight_dirs(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from openclaw_rl.runtime.models import save_tiny_model, tiny_model
+    from tests.helpers import save_tiny_model, tiny_model
 
     root = tmp_path_factory.mktemp("weights")
     full = save_tiny_model(root / "full", seed=1)

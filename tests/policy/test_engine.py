@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 
-from openclaw_rl.policy.engine import Final, GenRequest, SamplingParams, TransformersEngine
+from openclaw_rl.policy.engine import Final, GenRequest, SamplingParams
 from openclaw_rl.policy.protocol import ChatMessage
+from openclaw_rl.policy.transformers_engine import TransformersEngine
 
 from .conftest import make_config
 

@@ -6,7 +6,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM
 
-from openclaw_rl.policy.engine import check_compatible, load_policy_state, merge_lora_from_disk
+from openclaw_rl.policy.weights import check_compatible, load_policy_state, merge_lora_from_disk
 
 
 def test_fast_merge_matches_peft(tiny_model_dir, tmp_path):

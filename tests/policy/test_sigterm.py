@@ -18,7 +18,7 @@ from openclaw_rl.runtime.store import Store
 SCRIPT = """
 import sys
 from openclaw_rl.config import load_config
-from openclaw_rl.policy.service import serve_command
+from openclaw_rl.policy.server import serve_command
 sys.exit(serve_command(load_config(sys.argv[1]), None, int(sys.argv[2])))
 """
 

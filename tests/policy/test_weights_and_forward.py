@@ -4,12 +4,14 @@ of this service acting as the external engine."""
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import threading
 
 import httpx
 import torch
 
+from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.types import Turn
 
 USER = [{"role": "user", "content": "Count to ten."}]
@@ -57,16 +59,26 @@ def test_swap_during_in_flight_requests_completes_them_all(start_service, tiny_m
     assert svc.store.get_meta("policy_version") == 1
     # a LoRA adapter through the trainer's HTTP route: merged into the base, version recorded
     q_before = svc.engine.model.model.layers[0].self_attn.q_proj.weight.clone()
-    r = httpx.post(url + "/v1/admin/load_weights", json={"path": str(weight_dirs["adapter"]), "version": 2},
+    run = RunDir.of(svc.cfg)
+    admin = {"Authorization": f"Bearer {run.admin_key()}"}
+    exported = run.policies / "v000002"  # where the trainer's export lands: the only folder the route loads
+    shutil.copytree(weight_dirs["adapter"], exported)
+    r = httpx.post(url + "/v1/admin/load_weights", json={"path": str(exported), "version": 2}, headers=admin,
                    timeout=120)
     assert r.status_code == 200 and r.json() == {"ok": True, "policy_version": 2}
     assert not torch.equal(q_before, svc.engine.model.model.layers[0].self_attn.q_proj.weight)
     assert httpx.get(url + "/v1/models").json()["data"][0]["policy_version"] == 2
     # a bad directory is refused with a reason, and serving goes on with version 2
-    bad = httpx.post(url + "/v1/admin/load_weights", json={"path": str(weight_dirs["full"] / "nope"), "version": 3})
+    bad = httpx.post(url + "/v1/admin/load_weights", json={"path": str(run.policies / "nope"), "version": 3},
+                     headers=admin)
     assert bad.status_code == 400 and "not a directory" in bad.json()["error"]["message"]
-    bad = httpx.post(url + "/v1/admin/load_weights", json={"path": str(weight_dirs["full"])})
+    bad = httpx.post(url + "/v1/admin/load_weights", json={"path": str(exported)}, headers=admin)
     assert bad.status_code == 400 and "version" in bad.json()["error"]["message"]
+    # anything outside the export folder is refused without a word about what is there
+    for outside in (weight_dirs["full"], "/etc", str(run.policies / ".." / "store.sqlite")):
+        bad = httpx.post(url + "/v1/admin/load_weights", json={"path": str(outside), "version": 4}, headers=admin)
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "path_not_allowed", bad.text
+        assert "config.json" not in bad.text and "safetensors" not in bad.text
     assert svc.policy_version == 2
 
 

@@ -1,4 +1,4 @@
-"""The durable store: turn lifecycle, judgements, sample claims and crash recovery (SPEC §1, §3)."""
+"""The durable store: turn lifecycle, judgements, sample claims and crash recovery."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from openclaw_rl.config import TrainingConfig
-from openclaw_rl.runtime.samples import build_samples, guarantee_sample
+from openclaw_rl.judge.sample_rules import build_samples, guarantee_sample
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.types import JudgeResult, NextState, Sample, Turn
 
@@ -287,7 +287,7 @@ def test_guarantee_applies_once_when_two_judges_race(tmp_path):
 
 
 def test_progress_line_shows_updates_ahead_of_their_checkpoint(store):
-    from openclaw_rl.runtime.status import progress_line
+    from openclaw_rl.launcher.status import progress_line
 
     store.add_samples([_sample(i) for i in range(3)])
     store.claim_samples(2, step=5, current_version=0)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from openclaw_rl.config import build_config, unbuilt_parts
-from openclaw_rl.trainer.engine import Trainer
+from openclaw_rl.config import ConfigError, build_config
 from openclaw_rl.trainer.fsdp import FSDPTrainer, spawn
 from openclaw_rl.trainer.logprobs import sequence_logprobs
+from openclaw_rl.trainer.ppo import Trainer
 from openclaw_rl.types import Sample
 
 PROMPTS = [[1, 520, 33, 1097, 30, 2], [1, 44, 891, 2]]
@@ -90,9 +90,10 @@ def _poison_rank_one_then_train(rank: int, world: int, raw: dict, samples: list[
 # -------------------------------------------------------------------------------------------------
 
 
-def test_fsdp_is_accepted_and_megatron_still_refused(tiny_model_dir, tmp_path):
-    assert unbuilt_parts(build_config(_raw(tiny_model_dir, tmp_path, "fsdp"), environ={})) == []
-    assert unbuilt_parts(build_config(_raw(tiny_model_dir, tmp_path, "megatron"), environ={}))
+def test_fsdp_is_accepted_and_megatron_refused_by_validation(tiny_model_dir, tmp_path):
+    assert build_config(_raw(tiny_model_dir, tmp_path, "fsdp"), environ={}).training.backend == "fsdp"
+    with pytest.raises(ConfigError, match=r"\[training\] backend = \"megatron\" is not built"):
+        build_config(_raw(tiny_model_dir, tmp_path, "megatron"), environ={})
 
 
 def test_fsdp_trainer_needs_a_process_group(tiny_model_dir, tmp_path):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from openclaw_rl.runtime.models import tiny_model
 from openclaw_rl.trainer.logprobs import batch_token_stats, full_logsoftmax_logprobs, sequence_logprobs
+from tests.helpers import tiny_model
 
 PROMPTS = [[1, 2, 3, 4, 5, 6], [7, 8], [9, 10, 11]]
 RESPONSES = [[20, 21, 22], [30, 31, 32, 33, 34, 35, 36], [40]]

@@ -10,8 +10,9 @@ import time
 import tomllib
 from pathlib import Path
 
+from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
-from openclaw_rl.trainer.loop import TrainingLoop, read_policy_pointer
+from openclaw_rl.trainer.loop import TrainingLoop
 from openclaw_rl.types import Sample
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +38,7 @@ def test_loop_trains_publishes_and_checkpoints(make_cfg):
     assert loop.run() == 0
     c = store.counters()
     assert (c.samples_trained, c.samples_ready, c.samples_claimed) == (4, 1, 0)
-    version, path = read_policy_pointer(cfg)
+    version, path = RunDir.of(cfg).read_policy_pointer()
     assert version == 2 and (path / "adapter_config.json").is_file()
     rows = (cfg.log_dir / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 2 and '"reward_mean"' in rows[0]

@@ -1,4 +1,4 @@
-"""Each loss term against a hand computation on small tensors (SPEC §2 equations)."""
+"""Each loss term against a hand computation on small tensors."""
 
 from __future__ import annotations
 

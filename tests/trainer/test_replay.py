@@ -7,7 +7,7 @@ import json
 import pytest
 
 from openclaw_rl.trainer.cli import train_command
-from openclaw_rl.trainer.samples import SampleFileError, load_samples, write_samples
+from openclaw_rl.trainer.sample_file import SampleFileError, load_samples, write_samples
 from openclaw_rl.types import Sample
 
 
@@ -54,7 +54,7 @@ def test_train_command_replays_checkpoints_and_resumes(make_cfg, tmp_path, capsy
     ckpts = cfg.log_dir / "checkpoints"
     assert (ckpts / "latest").read_text().strip() == "step_00000003"  # saved at the end too
     assert (ckpts / "step_00000002").is_dir()
-    assert (cfg.log_dir / "policies" / "v000003" / "adapter_model.safetensors").is_file()
+    assert (cfg.log_dir / "policy" / "v000003" / "adapter_model.safetensors").is_file()
     # --steps is the total to reach: a resumed run continues from 3 to 5.
     assert train_command(cfg, str(path), 5, resume=True) == 0
     out = capsys.readouterr().out
@@ -90,4 +90,4 @@ def test_openclaw_rl_train_command_line(tmp_path, tiny_model_dir):
                           env={**__import__("os").environ, "OMP_NUM_THREADS": "2"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "[train] ppo_update done, kl=" in proc.stdout
-    assert (tmp_path / "logs" / "policies" / "v000001" / "adapter_config.json").is_file()
+    assert (tmp_path / "logs" / "policy" / "v000001" / "adapter_config.json").is_file()

@@ -1,4 +1,4 @@
-"""``GuiEnv``: an agent operates small web apps in a real headless Chromium (SPEC §3, ``gui``).
+"""``GuiEnv``: an agent operates small web apps in a real headless Chromium.
 
 An episode: ``reset`` seeds the apps' server-side state for one task and opens its start page in a
 fresh browser context; the first observation is the task plus the page as text. Each ``step``
@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from openclaw_rl.envs.base import Env, Observation, StepResult, register
 from openclaw_rl.envs.gui.actions import GRAMMAR, TOOLS, Action, ActionError, Unwrapped, parse_action, unwrap
-from openclaw_rl.envs.gui.apps import AppServer, AppState
+from openclaw_rl.envs.gui.apps import AppServer
 from openclaw_rl.envs.gui.browser import (
     DEFAULT_CHROMIUM,
     BrowserError,
@@ -159,11 +159,6 @@ class GuiEnv(Env):
     def task(self) -> GuiTask | None:
         """The current episode's task."""
         return self._task
-
-    @property
-    def app_state(self) -> AppState:
-        """The apps' server-side state (what checkers read)."""
-        return self.server.state
 
     @property
     def snapshot(self) -> Snapshot | None:

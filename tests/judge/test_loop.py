@@ -9,7 +9,7 @@ import time
 import pytest
 
 from openclaw_rl.judge import make_judge
-from openclaw_rl.judge.service import JudgeService
+from openclaw_rl.judge.loop import JudgeLoop
 from openclaw_rl.judge.teacher import LocalTeacher, template_ids
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.types import NextState, Turn
@@ -43,7 +43,7 @@ def test_judged_turns_become_samples_with_teacher_logprobs(remote, tiny, tmp_pat
     record(store, tok, "a", 0, "what is 6 * 7?")
     record(store, tok, "a", 1, "no bold please", previous_next_state="no bold please")
     judge = make_judge(cfg, teacher=LocalTeacher(model, tok, topk=2))
-    service = JudgeService(cfg, store, judge=judge)
+    service = JudgeLoop(cfg, store, judge=judge)
     with caplog.at_level(logging.INFO, logger="openclaw_rl.judge"):
         results = asyncio.run(service.run_once())
     assert len(results) == 1 and results[0].score == -1
@@ -69,7 +69,7 @@ def test_outage_is_stored_as_error_and_retried(remote, tiny, tmp_path):
     store = Store(tmp_path / "store.sqlite")
     record(store, tok, "b", 0, "hi")
     record(store, tok, "b", 1, "thanks!", previous_next_state="thanks!")
-    service = JudgeService(cfg, store)
+    service = JudgeLoop(cfg, store)
     results = asyncio.run(service.run_once())
     assert len(results) == 1 and not results[0].ok and "HTTP 500" in results[0].error
     assert store.turn_status("b", 0) == "failed"
@@ -94,7 +94,7 @@ def test_all_zero_session_gets_its_guarantee_sample(remote, tiny, tmp_path):
     record(store, tok, "c", 0, "hello")
     record(store, tok, "c", 1, "what's the weather?", previous_next_state="what's the weather?")
     store.close_session("c")
-    service = JudgeService(cfg, store)
+    service = JudgeLoop(cfg, store)
     asyncio.run(service.run_once())
     samples = store.claim_samples(10, step=1, current_version=0)
     assert [(s.turn_index, s.reward) for s in samples] == [(0, 0.0)]
@@ -105,7 +105,7 @@ def test_background_loop_judges_while_running(remote, tiny, tmp_path):
     _, tok = tiny
     cfg = api_config(remote, extract_instruction=False, num_workers=2)
     store = Store(tmp_path / "store.sqlite")
-    service = JudgeService(cfg, store)
+    service = JudgeLoop(cfg, store)
     service.start()
     try:
         for sid in ("d1", "d2", "d3"):
@@ -120,7 +120,7 @@ def test_background_loop_judges_while_running(remote, tiny, tmp_path):
 
 
 def test_service_runs_as_its_own_process(remote, tmp_path):
-    """``python -m openclaw_rl.judge.service --config FILE`` judges what another process recorded."""
+    """``python -m openclaw_rl.judge.loop --config FILE`` judges what another process recorded."""
     import signal
     import subprocess
     import sys
@@ -149,7 +149,7 @@ retry_interval_sec = 0.1
                                prompt_ids=[1, 2], response_ids=[3, 4], response_logprobs=[-0.1, -0.2]),
                           next_state_for_previous=NextState(role="user", content=state) if state else None)
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.judge.service", "--config", str(config)],
+    proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.judge.loop", "--config", str(config)],
                             cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.time() + 120
@@ -175,8 +175,8 @@ def test_two_services_on_one_store_judge_each_turn_exactly_once(remote, tiny, tm
     for i in range(10):
         record(recorder, tok, f"e{i}", 0, "q")
         record(recorder, tok, f"e{i}", 1, "great, thanks", previous_next_state="great, thanks")
-    a = JudgeService(cfg, store_a, worker_id="judge-0")
-    b = JudgeService(cfg, store_b, worker_id="judge-1")
+    a = JudgeLoop(cfg, store_a, worker_id="judge-0")
+    b = JudgeLoop(cfg, store_b, worker_id="judge-1")
     a.start()
     b.start()
     try:
@@ -204,8 +204,8 @@ def test_a_judge_whose_lease_ran_out_drops_its_late_result(remote, tiny, tmp_pat
     store_a, store_b = Store(path), Store(path)
     record(store_a, tok, "f", 0, "q")
     record(store_a, tok, "f", 1, "thanks", previous_next_state="thanks")
-    slow = JudgeService(cfg, store_a, worker_id="judge-0", lease_s=0.1)  # lease shorter than its judgement
-    other = JudgeService(cfg, store_b, worker_id="judge-1")
+    slow = JudgeLoop(cfg, store_a, worker_id="judge-0", lease_s=0.1)  # lease shorter than its judgement
+    other = JudgeLoop(cfg, store_b, worker_id="judge-1")
 
     async def both():
         first = asyncio.create_task(slow.run_once())
@@ -231,10 +231,10 @@ def test_a_restarted_judge_frees_its_own_stale_leases(remote, tiny, tmp_path):
     record(store, tok, "g", 1, "thanks", previous_next_state="thanks")
     # The previous incarnation of judge-3 leased the turn for 10 minutes, then died.
     assert [t.key for t in store.claim_turns("judge-3", limit=1, lease_s=600)] == ["g:0"]
-    assert asyncio.run(JudgeService(cfg, store, worker_id="judge-4").run_once()) == []  # not its lease
-    restarted = JudgeService(cfg, store, worker_id="judge-3")
+    assert asyncio.run(JudgeLoop(cfg, store, worker_id="judge-4").run_once()) == []  # not its lease
+    restarted = JudgeLoop(cfg, store, worker_id="judge-3")
     assert [r.score for r in asyncio.run(restarted.run_once())] == [1]  # freed at start, judged at once
     assert store.turn_status("g", 0) == "judged"
     with pytest.raises(ValueError, match="worker_id"):
-        JudgeService(cfg, store, worker_id=" ")
+        JudgeLoop(cfg, store, worker_id=" ")
     store.close()

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from openclaw_rl.config import build_config
-from openclaw_rl.runtime.engines import (
+from openclaw_rl.launcher.external import (
     EngineError,
     ExternalEngine,
     engine_address,

@@ -8,11 +8,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _launch(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "openclaw_rl.launch", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "openclaw_rl.launcher", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
@@ -27,14 +27,15 @@ def test_dry_run_local_default_is_ready():
 def test_dry_run_unreachable_hosts_fail_fast_and_keep_key_secret():
     start = time.monotonic()
     proc = _launch("--config", "configs/example.toml", "--dry-run",
-                   env={"TAOTOKEN_API_KEY": "sk-never-printed-0123456789"})
+                   env={"TAOTOKEN_API_KEY": "sk-never-printed-0123456789",
+                        "OPENCLAW_RL_API_KEY": "client-key-never-printed"})
     elapsed = time.monotonic() - start
     assert elapsed < 30, f"dry run took {elapsed:.1f}s"
     assert proc.returncode == 1
     out = proc.stdout + proc.stderr
     assert "[dry-run] prm_service: FAILED" in out and "unreachable" in out
-    assert "[dry-run] training: FAILED" in out and "megatron" in out
-    assert "sk-never-printed" not in out
+    assert "[dry-run] training: FAILED" in out and "no CUDA device" in out
+    assert "sk-never-printed" not in out and "client-key-never-printed" not in out
 
 
 def test_bad_config_exits_2_before_anything_starts(tmp_path):
@@ -77,3 +78,29 @@ def test_status_prints_the_run_counters(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "samples ready=1" in proc.stdout and "version=0" in proc.stdout
+
+
+def test_a_run_checks_before_starting_and_stops_with_one_line(tmp_path):
+    """A missing data file stops the run at once: the dry run's message, exit 2, no traceback, no store."""
+    path = tmp_path / "c.toml"
+    path.write_text(f'[global]\nlog_dir = "{tmp_path / "logs"}"\n[env_service]\nnum_envs = 1\n'
+                    f'data_path = "{tmp_path / "missing.json"}"\n')
+    proc = _launch("--config", str(path))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "error: env_service:" in proc.stderr and "missing.json" in proc.stderr and "not found" in proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "logs" / "store.sqlite").exists()  # nothing was started
+
+
+def test_the_default_data_ships_with_the_package():
+    """configs/local.toml names the packaged GSM8K split; it resolves inside the installed package."""
+    from openclaw_rl.config import PACKAGED_DATA, load_config
+    from openclaw_rl.envs.data import gsm8k_split
+
+    cfg = load_config(ROOT / "configs/local.toml", environ={})
+    data = cfg.data_file()
+    assert data == PACKAGED_DATA["gsm8k"].resolve() and "openclaw_rl" in data.parts
+    assert (data.parent / "LICENSE-gsm8k.txt").is_file() and (data.parent / "SOURCE-gsm8k.txt").is_file()
+    train = gsm8k_split(data, cfg.env_service.eval_size, "train")
+    held = gsm8k_split(data, cfg.env_service.eval_size, "eval")
+    assert len(train) + len(held) == 1319 and not {i.index for i in train} & {i.index for i in held}

@@ -1,4 +1,4 @@
-"""SPEC §1's rules for turning a judged turn into training samples, in one place.
+"""The rules for turning a judged turn into training samples, in one place.
 
 * a judged turn with score ±1 yields an RL part (``reward`` = score, every response token masked in);
 * a positive hint with teacher log-probs yields an OPD part (``teacher_logprobs``), whatever the score;

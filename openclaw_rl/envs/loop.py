@@ -1,7 +1,7 @@
 """The environment service: ``num_envs`` workers drive episodes against the policy service over HTTP.
 
 Why over HTTP: the policy service learns from whatever talks to it; the environment service is just
-one more client, exactly like OpenClaw or any OpenAI SDK user (SPEC §3 loop 2). Each request is a
+one more client, exactly like OpenClaw or any OpenAI SDK user. Each request is a
 real ``POST /v1/chat/completions`` with the session headers:
 
 * ``X-Session-Id`` — one id per episode, so every turn of the episode lands in one session;
@@ -13,7 +13,7 @@ An episode: reset the environment, then repeatedly send the conversation, apply 
 environment, and append the environment's next state (user / tool / terminal message). When the
 episode ends, one closing request carries the final next state with ``X-Session-Done: true`` —
 that is how the policy service learns the next state of the episode's last acting turn; the reply
-to the closing request itself is the session's last turn and is never trained on (SPEC §1).
+to the closing request itself is the session's last turn and is never trained on.
 
 ``state_capture = false``: each episode is a single request sent with ``X-Session-Done: true`` and
 the environment's next state is never sent back, so no turn gets a next state and nothing is
@@ -24,7 +24,7 @@ exponential backoff and retry the same request — workers never die of it. A re
 refuses (other 4xx) ends that episode with an error in its stats. An exception inside an
 environment is logged, the environment is rebuilt, and the worker goes on.
 
-Episode stats (:class:`EpisodeStats`) go to ``on_episode`` callbacks and to the :attr:`EnvService.episodes`
+Episode stats (:class:`EpisodeStats`) go to ``on_episode`` callbacks and to the :attr:`EnvLoop.episodes`
 queue for the launcher / benchmarks to consume.
 """
 
@@ -162,12 +162,12 @@ def _assistant_message(resp: httpx.Response) -> dict[str, Any]:
     return out
 
 
-class EnvService:
+class EnvLoop:
     """``[env_service]`` in local mode: worker threads that drive episodes through the policy API.
 
     Usage::
 
-        svc = EnvService(cfg, base_url="http://127.0.0.1:30000", on_episode=print)
+        svc = EnvLoop(cfg, base_url="http://127.0.0.1:30000", on_episode=print)
         svc.start()          # returns at once; workers run on threads
         ...
         svc.stop()           # finishes the request in flight, closes envs
@@ -213,10 +213,6 @@ class EnvService:
     def start_line(self) -> str:
         es = self.cfg.env_service
         return f"[env_service] mode={es.mode}, num_envs={es.num_envs}, types=[{', '.join(es.interaction_types)}]"
-
-    def add_callback(self, fn: Callable[[EpisodeStats], None]) -> None:
-        """Call ``fn(stats)`` after every episode (from the worker's thread)."""
-        self.callbacks.append(fn)
 
     # ---- lifecycle ----
 
@@ -397,14 +393,15 @@ class EnvService:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m openclaw_rl.envs.service --config FILE [--policy-url URL]``: the launcher's env loop."""
+    """``python -m openclaw_rl.envs.loop --config FILE [--policy-url URL]``: the launcher's env loop."""
     import argparse
     import signal
     import sys
 
     from openclaw_rl.config import ConfigError, load_config, print_warnings
+    from openclaw_rl.runtime.loop_main import run_loop_body
 
-    ap = argparse.ArgumentParser(prog="python -m openclaw_rl.envs.service", description="run environment workers")
+    ap = argparse.ArgumentParser(prog="python -m openclaw_rl.envs.loop", description="run environment workers")
     ap.add_argument("--config", required=True)
     ap.add_argument("--policy-url", default=None, help="policy service root (default: from the config)")
     args = ap.parse_args(argv)
@@ -416,11 +413,15 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     print_warnings(cfg)
-    service = EnvService(cfg, base_url=args.policy_url)
-    # SIGTERM from the launcher: finish the request in flight, then exit.
-    signal.signal(signal.SIGTERM, lambda *_: service.stop_event.set())
-    service.run()
-    return 0
+
+    def body() -> int:
+        service = EnvLoop(cfg, base_url=args.policy_url)
+        # SIGTERM from the launcher: finish the request in flight, then exit.
+        signal.signal(signal.SIGTERM, lambda *_: service.stop_event.set())
+        service.run()
+        return 0
+
+    return run_loop_body("env_service", body, cfg.log_dir)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from openclaw_rl.config import ConfigError, build_config
-from openclaw_rl.runtime.cluster import check_ray_address, parse_address
 from openclaw_rl.runtime.ports import free_port
+from openclaw_rl.runtime.ray_cluster import check_ray_address, parse_address
+from openclaw_rl.runtime.rundir import RunDir
 
 from ..envs._server import ChatServer
 
@@ -58,15 +59,13 @@ def test_unreachable_address_fails_fast():
 
 
 def test_configs_shipped_to_actors_carry_absolute_paths(tmp_path, monkeypatch, tiny_model_dir, gsm8k_path):
-    from openclaw_rl.runtime.cluster import for_cluster
-
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "g.json").write_text(gsm8k_path.read_text())
     cfg = build_config({"global": {"log_dir": "logs/run"},
                         "policy_service": {"model": os.path.relpath(tiny_model_dir, tmp_path)},
                         "env_service": {"data_path": "data/g.json"}}, environ={})
-    out = for_cluster(cfg)
+    out = cfg.with_absolute_paths()
     assert out.global_.log_dir == str(tmp_path / "logs" / "run")  # one store for every actor
     assert out.env_service.data_path == str(tmp_path / "data" / "g.json")
     assert out.policy_service.model == str(Path(tiny_model_dir).resolve())
@@ -112,7 +111,7 @@ def ray_cluster(tmp_path_factory):
             assert time.monotonic() < deadline, "ray head did not come up in 90 s"
             time.sleep(0.5)
         worker = _start([str(RAY_BIN), "start", f"--address={address}", "--node-ip-address=127.0.0.1", *common])
-        from openclaw_rl.runtime.cluster import connect, live_nodes
+        from openclaw_rl.runtime.ray_cluster import connect, live_nodes
 
         connect(address)
         while len(live_nodes()) < 2:
@@ -135,17 +134,17 @@ def test_dry_run_fails_fast_on_an_unreachable_cluster(tmp_path, gsm8k_path):
     path.write_text(f'[global]\nray_address = "127.0.0.1:{free_port()}"\n[policy_service]\nnum_engines = 2\n'
                     f'[env_service]\nmode = "cloud"\nnum_envs = 1\ndata_path = "{gsm8k_path}"\n')
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "openclaw_rl.launch", "--config", str(path), "--dry-run"],
+    proc = subprocess.run([sys.executable, "-m", "openclaw_rl.launcher", "--config", str(path), "--dry-run"],
                           cwd=root, capture_output=True, text=True, timeout=60)
     assert time.monotonic() - t0 < 30
     assert proc.returncode == 1
     assert "[dry-run] env_service: FAILED" in proc.stdout and "no Ray head reachable" in proc.stdout
     assert "2 engine replicas on the cluster" in proc.stdout
     t0 = time.monotonic()  # and at start: nothing is launched, a one-line error instead of a hang
-    proc = subprocess.run([sys.executable, "-m", "openclaw_rl.launch", "--config", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "openclaw_rl.launcher", "--config", str(path)],
                           cwd=root, capture_output=True, text=True, timeout=60)
     assert time.monotonic() - t0 < 30
-    assert proc.returncode == 1 and "[cluster] error:" in proc.stdout and "no Ray head reachable" in proc.stdout
+    assert proc.returncode == 2 and "error: env_service:" in proc.stderr and "no Ray head reachable" in proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
@@ -153,7 +152,7 @@ def test_end_to_end_training_on_the_cluster(ray_cluster, tmp_path, tiny_model_di
     """Everything on the cluster: the policy service with 2 engine replicas, 2 judge actors, the trainer
     and 2 env workers; two PPO updates, each turn judged once."""
     from openclaw_rl.config import load_config
-    from openclaw_rl.runtime.cluster import run_cluster
+    from openclaw_rl.launcher.cluster import run_cluster
     from openclaw_rl.runtime.store import Store
 
     address, _ = ray_cluster
@@ -215,9 +214,9 @@ def test_engine_replicas_keep_sessions_and_survive_a_dead_replica(ray_cluster, t
     import ray
 
     from openclaw_rl.policy.replicas import ReplicatedEngine
-    from openclaw_rl.policy.service import PolicyService
-    from openclaw_rl.runtime.models import save_tiny_model
+    from openclaw_rl.policy.server import PolicyService
     from openclaw_rl.runtime.store import Store
+    from tests.helpers import save_tiny_model
 
     address, _ = ray_cluster
     cfg = build_config({
@@ -254,8 +253,10 @@ def test_engine_replicas_keep_sessions_and_survive_a_dead_replica(ray_cluster, t
         health = httpx.get(f"{url}/healthz", timeout=10).json()
         assert health["engines"] == 2 and health["failovers"] == 0
 
-        weights = save_tiny_model(tmp_path / "v1", seed=1)
-        r = httpx.post(f"{url}/v1/admin/load_weights", json={"path": str(weights), "version": 1}, timeout=120)
+        run = RunDir.of(cfg)
+        weights = save_tiny_model(run.policies / "v000001", seed=1)  # the run's export folder
+        r = httpx.post(f"{url}/v1/admin/load_weights", json={"path": str(weights), "version": 1},
+                       headers={"Authorization": f"Bearer {run.admin_key()}"}, timeout=120)
         assert r.status_code == 200, r.text
         versions = [i["policy_version"] for i in ray.get([x.ready.remote() for x in engine.replicas], timeout=30)]
         assert versions == [1, 1]
@@ -292,7 +293,7 @@ def test_workers_spread_and_a_dead_node_loses_no_episode(ray_cluster, tmp_path, 
     # Last in this module: it kills the second node of the shared cluster.
     import ray
 
-    from openclaw_rl.runtime.cluster import ClusterEnvRunner
+    from openclaw_rl.launcher.cluster import ClusterEnvRunner
 
     address, worker_node = ray_cluster
     head_id = ray.get_runtime_context().get_node_id()  # the driver is attached to the head node

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from openclaw_rl.runtime.rundir import atomic_write_text
 from openclaw_rl.types import Sample
 
 
@@ -53,12 +54,5 @@ def write_samples(path: str | os.PathLike[str], samples: Iterable[Sample]) -> Pa
     """Write samples as JSONL atomically (temp file, then rename); returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for s in samples:
-            fh.write(s.model_dump_json())
-            fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, p)
+    atomic_write_text(p, "".join(s.model_dump_json() + "\n" for s in samples))
     return p

@@ -15,7 +15,7 @@ mode — the actors here host the very same objects:
   (``POST /v1/admin/close_session``): its last turn, which will never see a next state, is closed
   rather than left open, and its earlier turns are judged as usual;
 * **the judges** — ``[prm_service] num_workers`` :class:`JudgeWorker` actors spread over the nodes
-  (``SPREAD``), ``judge-0`` … ``judge-<n-1>``, each hosting a ``JudgeService`` that judges one turn at
+  (``SPREAD``), ``judge-0`` … ``judge-<n-1>``, each hosting a ``JudgeLoop`` that judges one turn at
   a time. So ``num_workers`` means "judgements at once" in both modes: locally one service runs that
   many concurrently, on a cluster that many actors run one each. The store's per-turn lease gives
   every turn to exactly one judge; a judge actor that dies is restarted by Ray with the same id and
@@ -39,7 +39,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import socket
 import threading
 import time
 import uuid
@@ -48,131 +47,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from openclaw_rl.config import RAY_MISSING, Config
+from openclaw_rl.config import Config
 from openclaw_rl.policy.admin import close_session
+from openclaw_rl.runtime.ray_cluster import connect, live_nodes, ray_module
+from openclaw_rl.runtime.rundir import RunDir
 
 log = logging.getLogger("openclaw_rl.cluster")
 
 #: CPUs an environment worker reserves: it is an HTTP client plus a light environment.
 ENV_WORKER_CPUS = 0.25
-#: How long a check of ``ray_address`` may take (the dry run's budget is 25 s, the brief's 30 s).
-ADDRESS_TIMEOUT_S = 10.0
-NAMESPACE = "openclaw_rl"
 #: CPUs each judge actor reserves (one judgement at a time; an API judge mostly waits, a minilm or
 #: local judge computes). ``num_workers`` actors reserve ``num_workers`` × this.
 JUDGE_CPUS = 0.25
-
-
-def ray_module() -> Any:
-    """``import ray``, or a clear error naming the extra to install."""
-    try:
-        import ray
-    except ImportError:
-        raise RuntimeError(RAY_MISSING) from None
-    return ray
-
-
-# ---------------------------------------------------------------------- address / connection
-
-
-def _resolve_auto() -> str | None:
-    """``auto``: $RAY_ADDRESS, else the address ``ray start`` recorded for this machine."""
-    env = os.environ.get("RAY_ADDRESS")
-    if env and env != "auto":
-        return env
-    recorded = Path("/tmp/ray/ray_current_cluster")
-    if recorded.is_file():
-        text = recorded.read_text(encoding="utf-8").strip()
-        return text or None
-    return None
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """``host:port`` or ``ray://host:port`` → (host, port); ValueError saying what is wrong."""
-    raw = address.strip()
-    target = raw if "://" in raw else f"ray://{raw}"
-    parts = urlsplit(target)
-    if parts.scheme not in ("ray", "http", "https") or not parts.hostname:
-        raise ValueError(f"[global] ray_address = {address!r} is not host:port (or ray://host:port or 'auto')")
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if port is None:
-        raise ValueError(f"[global] ray_address = {address!r} has no valid port (the head's --port, e.g. 6379)")
-    return parts.hostname, port
-
-
-def check_ray_address(address: str | None, timeout_s: float = ADDRESS_TIMEOUT_S) -> str | None:
-    """None when a Ray head answers at ``address`` within ``timeout_s``; otherwise why not.
-
-    A TCP connect to the head's GCS port: enough to tell "nothing there" from "a cluster", and it
-    never waits longer than ``timeout_s`` (ray.init itself can retry for a minute or more).
-    """
-    if not address:
-        return "[global] ray_address is not set (the head's host:port, or \"auto\")"
-    resolved = address
-    if address == "auto":
-        resolved = _resolve_auto()
-        if resolved is None:
-            return ("[global] ray_address = \"auto\": no Ray cluster recorded on this machine "
-                    "(no $RAY_ADDRESS, no /tmp/ray/ray_current_cluster); start one with `ray start --head`")
-    try:
-        host, port = parse_address(resolved)
-    except ValueError as exc:
-        return str(exc)
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return None
-    except OSError as exc:
-        return (f"[global] ray_address = {address!r}: no Ray head reachable at {host}:{port} within "
-                f"{timeout_s:.0f}s ({exc.strerror or type(exc).__name__})")
-
-
-def connect(address: str | None, timeout_s: float = ADDRESS_TIMEOUT_S) -> Any:
-    """Join the cluster at ``address`` as a driver (fails within ``timeout_s`` if it is unreachable)."""
-    ray = ray_module()
-    problem = check_ray_address(address, timeout_s)
-    if problem:
-        raise ConnectionError(problem)
-    if not ray.is_initialized():
-        assert address is not None
-        ray.init(address=address if address != "auto" else _resolve_auto(), namespace=NAMESPACE,
-                 log_to_driver=False, include_dashboard=False, configure_logging=False)
-    return ray
-
-
-def live_nodes() -> list[str]:
-    """Node ids of the cluster's alive nodes."""
-    ray = ray_module()
-    return [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
-
-
-def for_cluster(cfg: Config) -> Config:
-    """A copy of ``cfg`` whose local paths are absolute, for shipping to actors.
-
-    Actors do not run in the launcher's working directory (and on other hosts there is no such
-    directory at all), so a relative ``log_dir`` would open a *different* store per actor, and a
-    relative model or data path would not be found. Names that are not local paths (the embedded
-    model's name, a hub-style id) are left as they are.
-    """
-    from openclaw_rl.envs.data import DataError, resolve_data_path
-
-    out = cfg.model_copy(deep=True)
-    out.global_.log_dir = str(Path(cfg.global_.log_dir).expanduser().resolve())
-    if cfg.source and Path(cfg.source).is_file():
-        out.source = str(Path(cfg.source).resolve())
-    try:
-        out.env_service.data_path = str(resolve_data_path(cfg.env_service.data_path, cfg.source))
-    except DataError:
-        pass  # not needed by every interaction type; the env that needs it reports it
-    for section, key in (("policy_service", "model"), ("prm_service", "model"), ("prm_service", "teacher")):
-        value = getattr(getattr(cfg, section), key)
-        if value and Path(value).expanduser().exists():
-            setattr(getattr(out, section), key, str(Path(value).expanduser().resolve()))
-    return out
 
 
 # ---------------------------------------------------------------------- actors (plain classes)
@@ -201,11 +88,11 @@ class EnvWorker:
     """An environment worker (a Ray actor): runs one episode per call against the policy URL."""
 
     def __init__(self, cfg: Config, policy_url: str, worker_index: int):
-        from openclaw_rl.envs.service import EnvService, PolicyClient
+        from openclaw_rl.envs.loop import EnvLoop, PolicyClient
 
         self.cfg = _local_env_config(cfg)
         self.index = worker_index
-        self.service = EnvService(self.cfg, base_url=policy_url)
+        self.service = EnvLoop(self.cfg, base_url=policy_url)
         self.client = PolicyClient.from_config(self.cfg, policy_url, self.service.stop_event,
                                                self.service.backoff_max)
         self.envs: dict[str, Any] = {}
@@ -253,13 +140,13 @@ class JudgeWorker:
     """
 
     def __init__(self, cfg: Config, worker_id: str = "judge-0"):
-        from openclaw_rl.judge.service import JudgeService, store_path
+        from openclaw_rl.judge.loop import JudgeLoop
         from openclaw_rl.runtime.store import Store
 
         local = cfg.model_copy(deep=True)
         local.prm_service.num_workers = 1
-        self.store = Store(store_path(local))
-        self.service = JudgeService(local, self.store, worker_id=worker_id)
+        self.store = Store(RunDir.of(local).store)
+        self.service = JudgeLoop(local, self.store, worker_id=worker_id)
         self.service.start()
 
     def start(self) -> str:
@@ -472,7 +359,7 @@ class ClusterEnvRunner:
 
 def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
                 install_signals: bool = True) -> int:
-    """Cluster-mode counterpart of :func:`openclaw_rl.runtime.wiring.run_all`.
+    """Cluster-mode counterpart of :func:`openclaw_rl.launcher.wiring.run_all`.
 
     The policy service runs as the launcher's child on this (head) node, as locally; the judge, the
     trainer and the environment workers are Ray actors. Ends when the trainer reaches
@@ -480,9 +367,9 @@ def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
     """
     import signal
 
-    from openclaw_rl.runtime.wiring import build_children, policy_url, start_serving
+    from openclaw_rl.launcher.wiring import build_children, policy_url, start_serving
 
-    cfg = for_cluster(cfg)
+    cfg = cfg.with_absolute_paths()
     try:
         ray = connect(cfg.global_.ray_address)  # bounded: an unreachable head fails within 10 s
     except ConnectionError as exc:

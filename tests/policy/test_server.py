@@ -11,6 +11,7 @@ import pytest
 
 from openclaw_rl.policy.tools import template_messages
 from openclaw_rl.runtime.models import load_tokenizer
+from openclaw_rl.runtime.rundir import RunDir
 
 from .conftest import KEY
 
@@ -114,11 +115,12 @@ def test_an_abandoned_session_is_closed_through_the_admin_route(tiny_service, cl
     svc, _ = tiny_service
     r = client.post("/v1/chat/completions", headers={"X-Session-Id": "gone"}, json={"messages": USER, "max_tokens": 2})
     assert r.status_code == 200 and svc.store.turn_status("gone", 0) == "open"
-    closed = client.post("/v1/admin/close_session", json={"session_id": "gone"})
+    admin = {"Authorization": f"Bearer {RunDir.of(svc.cfg).admin_key()}"}
+    closed = client.post("/v1/admin/close_session", json={"session_id": "gone"}, headers=admin)
     assert closed.status_code == 200 and closed.json() == {"ok": True, "session_id": "gone"}
     assert svc.store.turn_status("gone", 0) == "closed"  # no next state will come: not left open
     for body, says in (({}, "session_id"), ({"session_id": ""}, "session_id"), ({"session_id": "x", "y": 1}, "y")):
-        bad = client.post("/v1/admin/close_session", json=body)
+        bad = client.post("/v1/admin/close_session", json=body, headers=admin)
         assert bad.status_code == 400 and says in bad.json()["error"]["message"], bad.text
 
 
@@ -162,8 +164,6 @@ BAD = [
     (b'{"messages": [{"role": "user", "content": "x"}], "temperature": "0.5"}', "temperature"),
     (b'{"messages": [{"role": "user", "content": "x"}], "n": 3}', "n = 3 is not supported"),
     (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', "max_tokens"),
-    (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}', "exceeds max_model_len"),
-    (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 2040}', "max_tokens: prompt"),
     (b'{"messages": [{"role": "user", "content": "x"}], "stream": "yes"}', "stream"),
     (b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}', "tools[0].function"),
     (b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": '
@@ -187,9 +187,9 @@ def test_bad_input_gets_a_clear_400_and_the_server_keeps_serving(tiny_service, c
 def test_over_long_context_and_bad_session_header(tiny_service, client):
     svc, _ = tiny_service
     r0 = client.post("/v1/chat/completions", headers={"X-Session-Id": "long"}, json={"messages": USER, "max_tokens": 2})
-    long = USER + [r0.json()["choices"][0]["message"], {"role": "user", "content": "word " * 3000}]
+    long = USER + [r0.json()["choices"][0]["message"], {"role": "user", "content": "word " * 9000}]
     r = client.post("/v1/chat/completions", headers={"X-Session-Id": "long"}, json={"messages": long, "max_tokens": 1})
-    assert r.status_code == 400 and "max_model_len = 2048" in r.json()["error"]["message"]
+    assert r.status_code == 400 and "maximum context length is 8192 tokens" in r.json()["error"]["message"]
     assert r.json()["error"]["code"] == "context_length_exceeded"
     # no answer, but the message is still the previous turn's next state: nothing is lost
     (turn,) = svc.store.session_turns("long")
@@ -200,15 +200,22 @@ def test_over_long_context_and_bad_session_header(tiny_service, client):
     assert r.status_code == 400 and "X-Session-Done" in r.json()["error"]["message"]
 
 
+ADMIN_ROUTES = ["/v1/admin/load_weights", "/v1/admin/pause", "/update_weights_from_disk", "/v1/load_lora_adapter",
+                "/v1/admin/close_session"]
+
+
 @pytest.mark.parametrize("method, path", [("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
-                                          ("POST", "/v1/admin/load_weights"), ("POST", "/update_weights_from_disk"),
-                                          ("POST", "/v1/load_lora_adapter"), ("POST", "/v1/admin/close_session")])
-def test_every_route_but_healthz_needs_the_key(tiny_service, method, path):
-    _, url = tiny_service
-    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+                                          *(("POST", p) for p in ADMIN_ROUTES)])
+def test_every_route_but_healthz_needs_a_key(tiny_service, method, path):
+    svc, url = tiny_service
+    wrong = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}]
+    if path in ADMIN_ROUTES:  # the clients' own key does not open the admin routes
+        wrong.append({"Authorization": f"Bearer {KEY}"})
+    for headers in wrong:
         r = httpx.request(method, url + path, headers=headers, json={"messages": USER}, timeout=30)
         assert r.status_code == 401, (path, headers)
         assert r.json()["error"]["type"] == "authentication_error" and KEY not in r.text
+        assert RunDir.of(svc.cfg).admin_key() not in r.text
     health = httpx.get(url + "/healthz", timeout=30)
     assert health.status_code == 200 and health.json()["policy_version"] >= 0
 
@@ -331,3 +338,35 @@ def test_stream_formatter_turns_tool_markup_into_tool_calls(tiny_service):
     assert len(calls) == 1 and calls[0][0]["function"]["name"] == "get_weather"
     assert json.loads(calls[0][0]["function"]["arguments"]) == {"city": "Oslo"}
     assert bodies[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_max_tokens_beyond_the_window_is_clamped_or_rejected(start_service, tiny_model_dir):
+    """Agents ask for more output than the window leaves (OpenClaw: 8,192): by default the budget is
+    clamped to what is left and the answer ends with finish_reason "length"; "reject" refuses it."""
+    from openai import BadRequestError, OpenAI
+
+    _, url = start_service(tiny_model_dir, "clamp", max_model_len=48)
+    client = OpenAI(base_url=f"{url}/v1", api_key="none", timeout=60)
+    r = client.chat.completions.create(model="m", messages=USER, max_tokens=8192, temperature=0.0)
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.prompt_tokens + r.usage.completion_tokens == 48  # every token the window had left
+    models = client.models.list().data[0].model_dump()
+    assert models["max_model_len"] == models["context_length"] == models["context_window"] == 48
+
+    _, strict = start_service(tiny_model_dir, "strict", max_model_len=48, max_tokens_overflow="reject")
+    with pytest.raises(BadRequestError) as exc:
+        OpenAI(base_url=f"{strict}/v1", api_key="none", timeout=60).chat.completions.create(
+            model="m", messages=USER, max_tokens=8192)
+    assert exc.value.body["code"] == "context_length_exceeded" and "maximum context length is 48" in exc.value.message
+
+
+def test_a_prompt_that_cannot_fit_gets_openais_overflow_error(start_service, tiny_model_dir):
+    from openai import BadRequestError, OpenAI
+
+    _, url = start_service(tiny_model_dir, "overflow", max_model_len=32)
+    with pytest.raises(BadRequestError) as exc:
+        OpenAI(base_url=f"{url}/v1", api_key="none", timeout=60).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "word " * 100}], max_tokens=4)
+    err = exc.value.body
+    assert err["code"] == "context_length_exceeded" and err["type"] == "invalid_request_error"
+    assert err["param"] == "messages" and "maximum context length is 32 tokens" in err["message"]

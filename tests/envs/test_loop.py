@@ -1,4 +1,4 @@
-"""EnvService: real HTTP clients against a real server — headers, episodes, outages, e2e with PolicyService."""
+"""EnvLoop: real HTTP clients against a real server — headers, episodes, outages, e2e with PolicyService."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from openclaw_rl.config import build_config
 from openclaw_rl.envs import make
-from openclaw_rl.envs.service import EnvService
+from openclaw_rl.envs.loop import EnvLoop
 from openclaw_rl.runtime.ports import free_port
 
 from ._server import ChatServer
@@ -43,7 +43,7 @@ def test_workers_speak_the_session_protocol(tmp_path, capsys):
     with ChatServer(_terminal_agent, api_key="sekret") as srv:
         cfg = _cfg(tmp_path, srv.port, api_key="sekret")
         got = []
-        svc = EnvService(cfg, on_episode=got.append, max_episodes=3,
+        svc = EnvLoop(cfg, on_episode=got.append, max_episodes=3,
                          env_overrides={"terminal": {"task": "count_lines"}})
         svc.start()
         stats = svc.wait_episodes(3, timeout=60)
@@ -68,7 +68,7 @@ def test_state_capture_off_sends_no_next_state(tmp_path, caplog):
     with ChatServer(_terminal_agent) as srv:
         cfg = _cfg(tmp_path, srv.port, state_capture=False, num_envs=1)
         assert any("state_capture = false" in w for w in cfg.warnings)
-        svc = EnvService(cfg, max_episodes=2, env_overrides={"terminal": {"task": "count_lines"}})
+        svc = EnvLoop(cfg, max_episodes=2, env_overrides={"terminal": {"task": "count_lines"}})
         with caplog.at_level(logging.WARNING, logger="openclaw_rl.env_service"):
             svc.start()
             stats = svc.wait_episodes(2, timeout=60)
@@ -82,7 +82,7 @@ def test_state_capture_off_sends_no_next_state(tmp_path, caplog):
 def test_policy_down_workers_wait_and_retry(tmp_path, caplog):
     port = free_port()
     cfg = _cfg(tmp_path, port, num_envs=2)
-    svc = EnvService(cfg, max_episodes=2, backoff_max_sec=0.5, env_overrides={"terminal": {"task": "count_lines"}})
+    svc = EnvLoop(cfg, max_episodes=2, backoff_max_sec=0.5, env_overrides={"terminal": {"task": "count_lines"}})
     with caplog.at_level(logging.WARNING, logger="openclaw_rl.env_service"):
         svc.start()
         time.sleep(2.0)  # nobody listens: workers back off and retry
@@ -98,7 +98,7 @@ def test_policy_down_workers_wait_and_retry(tmp_path, caplog):
 def test_refused_request_ends_episode_not_worker(tmp_path):
     with ChatServer(_terminal_agent, api_key="right") as srv:
         cfg = _cfg(tmp_path, srv.port, api_key="wrong", num_envs=1)
-        svc = EnvService(cfg, max_episodes=2, env_overrides={"terminal": {"task": "count_lines"}})
+        svc = EnvLoop(cfg, max_episodes=2, env_overrides={"terminal": {"task": "count_lines"}})
         svc.start()
         stats = svc.wait_episodes(2, timeout=30)
         svc.stop()
@@ -107,7 +107,7 @@ def test_refused_request_ends_episode_not_worker(tmp_path):
 
 
 def test_unavailable_type_is_skipped(tmp_path, monkeypatch):
-    import openclaw_rl.envs.service as service_mod
+    import openclaw_rl.envs.loop as service_mod
 
     real_make = service_mod.make
 
@@ -120,7 +120,7 @@ def test_unavailable_type_is_skipped(tmp_path, monkeypatch):
     monkeypatch.setattr(service_mod, "make", make_without_gui)
     with ChatServer(_terminal_agent) as srv:
         cfg = _cfg(tmp_path, srv.port, types=("gui", "terminal"), num_envs=1)
-        svc = EnvService(cfg, max_episodes=2, env_overrides={"terminal": {"task": "count_lines"}})
+        svc = EnvLoop(cfg, max_episodes=2, env_overrides={"terminal": {"task": "count_lines"}})
         svc.start()
         stats = svc.wait_episodes(2, timeout=30)
         svc.stop()
@@ -136,7 +136,7 @@ def test_cloud_mode_is_rejected(tmp_path):
 
 
 def test_end_to_end_with_the_policy_service(tmp_path, tiny_model_dir, gsm8k_path):
-    policy = pytest.importorskip("openclaw_rl.policy.service")
+    policy = pytest.importorskip("openclaw_rl.policy.server")
     cfg = build_config({
         "global": {"log_dir": str(tmp_path / "logs")},
         "policy_service": {"model": str(tiny_model_dir), "port": 0, "host": "127.0.0.1", "batch_wait_ms": 2.0,
@@ -154,7 +154,7 @@ def test_end_to_end_with_the_policy_service(tmp_path, tiny_model_dir, gsm8k_path
             with lock:
                 done.append(s)
 
-        svc = EnvService(cfg, base_url=url, on_episode=hook, max_episodes=4, max_tokens=12, final_max_tokens=4)
+        svc = EnvLoop(cfg, base_url=url, on_episode=hook, max_episodes=4, max_tokens=12, final_max_tokens=4)
         svc.start()
         stats = svc.wait_episodes(4, timeout=240)
         svc.stop()
@@ -190,7 +190,7 @@ def test_chat_episodes_carry_the_users_feedback(tmp_path, gsm8k_path):
     with ChatServer(student_agent) as srv:
         cfg = _cfg(tmp_path, srv.port, types=("chat",), num_envs=1, personas=["student"], max_turns=4,
                    data_path=str(gsm8k_path))
-        svc = EnvService(cfg, max_episodes=1)
+        svc = EnvLoop(cfg, max_episodes=1)
         svc.start()
         (stats,) = svc.wait_episodes(1, timeout=30)
         svc.stop()

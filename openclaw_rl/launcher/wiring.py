@@ -1,16 +1,12 @@
 """Run the four loops as child processes of the launcher, and stop exactly those children.
 
-Why processes, not threads: each loop is CPU-bound Python + torch. In one process the serving
-engine's decode loop, the judge's teacher passes and the trainer's backward pass would contend for
-one GIL, so training would stall serving; and a trainer that crashes (or is killed, or runs out of
-memory) must not take the server with it. Processes give both; they share nothing but the durable
-store (SQLite, WAL) and one HTTP call per weight swap, so a loop restarted after a crash picks up
-exactly where the store says it was.
+Why processes and not threads is in the README ("Why processes"): in short, one GIL would let
+training stall serving, and a crashed loop must not take the others down.
 
     launcher ──▶ policy service   (python -m openclaw_rl.cli serve)          HTTP on the configured port
-             ──▶ judge            (python -m openclaw_rl.judge.service)       store → judgements, samples
+             ──▶ judge            (python -m openclaw_rl.judge.loop)       store → judgements, samples
              ──▶ trainer          (python -m openclaw_rl.trainer.loop)        samples → updates → swaps
-             ──▶ environments     (python -m openclaw_rl.envs.service)        HTTP client of the policy
+             ──▶ environments     (python -m openclaw_rl.envs.loop)        HTTP client of the policy
 """
 
 from __future__ import annotations
@@ -28,8 +24,9 @@ from typing import Any
 import httpx
 
 from openclaw_rl.config import CHILD_ENV, Config
+from openclaw_rl.launcher.status import progress_line
 from openclaw_rl.runtime.metrics import plot_metrics
-from openclaw_rl.runtime.status import progress_line
+from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
 
 MAX_RESTARTS = 3
@@ -116,11 +113,11 @@ def build_children(cfg: Config, config_path: str) -> dict[str, Child]:
     py, conf, url = sys.executable, str(Path(config_path)), policy_url(cfg)
     children = {
         "policy_service": Child("policy_service", [py, "-m", "openclaw_rl.cli", "serve", "--config", conf]),
-        "prm_service": Child("prm_service", [py, "-m", "openclaw_rl.judge.service", "--config", conf]),
+        "prm_service": Child("prm_service", [py, "-m", "openclaw_rl.judge.loop", "--config", conf]),
         "training": Child("training", [py, "-m", trainer_module(cfg), "--config", conf, "--policy-url", url]),
     }
     if cfg.env_service.enabled and cfg.env_service.num_envs > 0:
-        children["env_service"] = Child("env_service", [py, "-m", "openclaw_rl.envs.service", "--config", conf,
+        children["env_service"] = Child("env_service", [py, "-m", "openclaw_rl.envs.loop", "--config", conf,
                                                         "--policy-url", url])
     return children
 
@@ -131,12 +128,11 @@ def start_serving(cfg: Config, server: Child) -> tuple[bool, Any]:
     weights (not the base). Returns (ok, the external engine or None); on failure whatever was
     started here is stopped again. Used by both the local and the cluster launcher."""
     from openclaw_rl.policy.admin import request_swap
-    from openclaw_rl.trainer.loop import read_policy_pointer
 
     url = policy_url(cfg)
     engine = None
     if cfg.policy_service.launch:
-        from openclaw_rl.runtime.engines import EngineError, ExternalEngine
+        from openclaw_rl.launcher.external import EngineError, ExternalEngine
 
         try:
             engine = ExternalEngine(cfg)
@@ -154,7 +150,7 @@ def start_serving(cfg: Config, server: Child) -> tuple[bool, Any]:
         if engine is not None:
             engine.stop()
         return False, None
-    pointer = read_policy_pointer(cfg)
+    pointer = RunDir.of(cfg).read_policy_pointer()
     if pointer is not None:
         err = request_swap(cfg, url, pointer[1], pointer[0])
         print(f"[async] serving policy version={pointer[0]}" + (f" failed: {err}" if err else ""), flush=True)
@@ -163,7 +159,7 @@ def start_serving(cfg: Config, server: Child) -> tuple[bool, Any]:
 
 def run_all(cfg: Config, config_path: str) -> int:
     """Start the loops, watch them, restart a crashed one, stop all on max_steps or Ctrl-C."""
-    store = Store(cfg.log_dir / "store.sqlite")
+    store = Store(RunDir.of(cfg).store)
     children = build_children(cfg, config_path)
     url = policy_url(cfg)
     stopping = False

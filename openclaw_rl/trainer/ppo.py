@@ -1,6 +1,6 @@
 """The training engine: PPO updates over judged samples, checkpoints, and policy export.
 
-One :meth:`Trainer.train_update` call is one PPO update (SPEC §3.4):
+One :meth:`Trainer.train_update` call is one PPO update:
 
 1. a no-grad pass scores every sample under the current policy (for the ``logprob_gap`` metric:
    how far the trainer's log-probs are from the serving engine's) and, when ``kl_coef > 0``, under
@@ -11,7 +11,7 @@ One :meth:`Trainer.train_update` call is one PPO update (SPEC §3.4):
    ``micro_batch_tokens``; gradients accumulate with the mini-batch's token count as the common
    denominator, so a step sees exactly one token mean (losses.py) however it was split.
 
-The ratio's denominator is the *rollout* log-prob recorded at serving time (SPEC §2), so samples
+The ratio's denominator is the *rollout* log-prob recorded at serving time, so samples
 produced by an older policy version are corrected by importance weighting rather than treated as
 on-policy.
 
@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from openclaw_rl.config import Config
+from openclaw_rl.runtime.rundir import RunDir, atomic_write_text
 from openclaw_rl.trainer.logprobs import batch_token_stats
 from openclaw_rl.trainer.losses import compute_advantages, ppo_loss
 from openclaw_rl.types import Sample
@@ -59,16 +60,10 @@ TOKEN_METRICS = ("clip_frac", "ppo_kl", "logprob_gap", "ratio_mean", "adv_mean")
 
 
 def log_update(metrics: dict[str, float]) -> str:
-    """Print the SPEC §5 line for one update to stdout (the one place it is emitted); returns it."""
+    """Print the ``[train]`` progress line for one update to stdout (the one place it is emitted); returns it."""
     line = f"[train] ppo_update done, kl={metrics.get('kl', 0.0):.4g}, clip_frac={metrics.get('clip_frac', 0.0):.4g}"
     print(line, flush=True)
     return line
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def micro_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
@@ -105,18 +100,17 @@ class Trainer:
     rank: int = 0
     world: int = 1
 
-    def __init__(self, cfg: Config, model_name_or_dir: str):
+    def __init__(self, cfg: Config, model_name_or_dir: str, device: str | None = None):
+        """``device`` overrides ``[training] device`` (an FSDP rank passes its own ``cuda:<rank>``)."""
         from openclaw_rl.runtime.models import load_model, resolve_model_dir
 
         self.cfg = cfg
         self.tc = cfg.training
-        if self.tc.backend != "torch":
-            raise ValueError(f"[training] backend = {self.tc.backend!r} is not built; this engine is "
-                             "backend = \"torch\"")
+        self.device = device or self.tc.device
         torch.manual_seed(cfg.global_.seed)
         self.base_dir = resolve_model_dir(model_name_or_dir)
         self.model_name = model_name_or_dir
-        model, self.tokenizer = load_model(model_name_or_dir, device=self.tc.device)
+        model, self.tokenizer = load_model(model_name_or_dir, device=self.device)
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
         self.ref_model: torch.nn.Module | None = None
         if self.tc.lora:
@@ -145,7 +139,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.params, lr=self.tc.lr)
         self.step = 0
         self.policy_version = 0
-        self.checkpoint_root = Path(cfg.global_.log_dir) / "checkpoints"
+        self.checkpoint_root = RunDir.of(cfg).checkpoints
         # The log-prob implementation; the benchmark swaps in logprobs.plain_token_stats to compare.
         self.token_stats = batch_token_stats
 
@@ -468,7 +462,7 @@ class Trainer:
         tmp.rename(final)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-        _atomic_write_text(root / POINTER_FILE, name + "\n")
+        atomic_write_text(root / POINTER_FILE, name + "\n")
         self._prune(keep=name)
         print(f"[train] checkpoint saved: {final}", flush=True)
         return final

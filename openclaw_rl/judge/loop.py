@@ -1,9 +1,9 @@
-"""The judge service loop: store → judge → samples, off the request path (SPEC §3 loop 3).
+"""The judge service loop: store → judge → samples, off the request path.
 
 The policy service only *records* turns; this loop polls the durable store for turns whose next
 state has arrived, leases up to ``num_workers`` of them (``store.claim_turns(worker_id, ...)``),
-judges them concurrently, and saves each judgement next to its turn together with the samples SPEC §1
-derives from it (:func:`openclaw_rl.runtime.samples.build_samples`) in one commit. Done sessions whose
+judges them concurrently, and saves each judgement next to its turn together with the samples its
+rules derive from it (:func:`openclaw_rl.judge.sample_rules.build_samples`) in one commit. Done sessions whose
 judged turns produced nothing get their at-least-one sample (:func:`guarantee_sample`).
 
 Several services may judge one store at once (several processes, or the Ray judge actors of cluster
@@ -17,9 +17,9 @@ with a retry time — the turn stays in the store and is judged again later; it 
 score. While the judge is failing the loop also backs off (``retry_interval_sec``) instead of
 hammering the endpoint.
 
-Run it in-process (``JudgeService(cfg, store).start()`` … ``stop()``) or as its own process::
+Run it in-process (``JudgeLoop(cfg, store).start()`` … ``stop()``) or as its own process::
 
-    python -m openclaw_rl.judge.service --config config.toml [--worker-id judge-1]
+    python -m openclaw_rl.judge.loop --config config.toml [--worker-id judge-1]
 """
 
 from __future__ import annotations
@@ -29,12 +29,13 @@ import asyncio
 import logging
 import sys
 import threading
-from pathlib import Path
 
 from openclaw_rl.config import Config, ConfigError, load_config, print_warnings
 from openclaw_rl.judge import make_judge
 from openclaw_rl.judge.base import Judge
-from openclaw_rl.runtime.samples import build_samples, guarantee_sample
+from openclaw_rl.judge.sample_rules import build_samples, guarantee_sample
+from openclaw_rl.runtime.loop_main import run_loop_body
+from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.types import JudgeResult, Turn
 
@@ -54,11 +55,6 @@ POLL_INTERVAL_S = 0.2
 JUDGE_LEASE_S = 600.0
 
 
-def store_path(cfg: Config) -> Path:
-    """Where the run's durable store lives: ``<log_dir>/store.sqlite``."""
-    return cfg.log_dir / "store.sqlite"
-
-
 def lease_seconds(cfg: Config) -> float:
     """The lease a judge takes per turn: :data:`JUDGE_LEASE_S`, or more when ``[api]`` lets a call
     take longer: 2.5 × ``timeout_sec × (max_retries + 1)`` (two phases at their full retry budget,
@@ -67,7 +63,7 @@ def lease_seconds(cfg: Config) -> float:
     return max(JUDGE_LEASE_S, 2.5 * api.timeout_sec * (api.max_retries + 1))
 
 
-class JudgeService:
+class JudgeLoop:
     """Polls the store and judges turns; never on the request path."""
 
     def __init__(self, cfg: Config, store: Store, judge: Judge | None = None, worker_id: str = "judge-0",
@@ -76,14 +72,14 @@ class JudgeService:
         running at one time and stable across restarts of the same judge (its old leases are freed
         at start). ``lease_s`` defaults to :func:`lease_seconds`."""
         if not worker_id or not worker_id.strip():
-            raise ValueError("JudgeService: worker_id must be a non-empty name, e.g. 'judge-0'")
+            raise ValueError("JudgeLoop: worker_id must be a non-empty name, e.g. 'judge-0'")
         self.cfg = cfg
         self.store = store
         self._judge = judge
         self.worker_id = worker_id
         self.lease_s = lease_seconds(cfg) if lease_s is None else lease_s
         if self.lease_s <= 0:
-            raise ValueError(f"JudgeService: lease_s must be > 0, got {self.lease_s}")
+            raise ValueError(f"JudgeLoop: lease_s must be > 0, got {self.lease_s}")
         self._released = False
         self.step = 0  # judged turns since start, shown in the [rollout] lines
         self.failures = 0
@@ -226,27 +222,20 @@ def main(config_path: str, worker_id: str = "judge-0") -> int:
         print(exc, file=sys.stderr)
         return 2
     print_warnings(cfg)
-    store = Store(store_path(cfg))
-    try:
-        service = JudgeService(cfg, store, worker_id=worker_id)
-    except ValueError as exc:
-        store.close()
-        print(exc, file=sys.stderr)
-        return 2
-    try:
-        asyncio.run(service.run())
-    except KeyboardInterrupt:
-        pass
-    except Exception as exc:  # already logged with its traceback by run(); exit non-zero
-        print(f"[prm_service] stopped: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        store.close()
-    return 0
+
+    def body() -> int:
+        store = Store(RunDir.of(cfg).store)
+        try:
+            asyncio.run(JudgeLoop(cfg, store, worker_id=worker_id).run())
+        finally:
+            store.close()
+        return 0
+
+    return run_loop_body("prm_service", body, cfg.log_dir)
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(prog="python -m openclaw_rl.judge.service", description="run the judge loop")
+    ap = argparse.ArgumentParser(prog="python -m openclaw_rl.judge.loop", description="run the judge loop")
     ap.add_argument("--config", required=True, help="path to config.toml")
     ap.add_argument("--worker-id", default="judge-0",
                     help="this judge's name in the store's turn leases; unique per judge running at once, "

@@ -1,0 +1,282 @@
+"""Structured evidence in a next state, read deterministically before the classifier is asked.
+
+Terminals, tools and test runners print machine formats that say plainly whether an action worked:
+an exit code, a Python / JS / Java / Rust / Go traceback, an HTTP status, a test summary, a compiler
+error, ``command not found``. :func:`read_evidence` finds them with line-anchored rules — the forms
+this project's own environments produce (``CommandResult.as_observation``'s ``exit code: N`` /
+``stdout:`` / ``stderr:`` / ``[sandbox] killed: ...``; the tool env's ``error: ...`` and
+``wrote N bytes to F``; the GUI env's ``Error: ...`` and ``Check: passed / FAILED``) and the common
+generic ones (``[exit 0]``, ``returncode=2``, ``exit status 1``, ``HTTP/1.1 404 Not Found``,
+``3 passed, 1 failed``, ``main.c:8:14: error: ...``) — and combines them:
+
+* a **non-zero exit code** is decisive: -1 (the command failed, whatever else it printed);
+* otherwise, only negative signals (a traceback, an error line, a failed test summary, HTTP 4xx/5xx,
+  ...) give -1 and only positive ones (exit code 0, tests passed, HTTP 2xx, a build that finished,
+  ...) give +1 — so ``exit code: 0`` with empty output (a silent success) and a build with warnings
+  only are +1;
+* positive and negative signals together (a script that printed a traceback but exited 0), or no
+  signal at all, are **not decisive**: the embedding classifier judges the state.
+
+Every rule is anchored to a whole line (or a machine-only token such as ``error[E0308]``), so prose
+— "error handling added", "0 failed", "no errors this time" — does not trigger it; counts are read,
+so ``0 failed`` is not a failure. The rules read any role: a user who pastes a traceback reports a
+failure, and the tool env without native tool calls relays tool results as user messages.
+
+How this interacts with ``vote_count``: decisive evidence is deterministic, so every one of the
+``vote_count`` votes reads the same evidence and agrees — the judge returns ``vote_count`` identical
+votes (``raw`` names the rule and the line), and the majority is the evidence's score. Evidence whose
+score is outside ``reward_space`` is ignored (the classifier decides).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+EVIDENCE_VERSION = "evidence-v1"  # part of the minilm head's cache key (the head trains on non-decisive lines)
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One piece of evidence: the rule that fired, its score and the line it read."""
+
+    score: int  # +1 or -1
+    rule: str
+    line: str
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What :func:`read_evidence` found. ``score`` is +1 / -1 when decisive, else None."""
+
+    score: int | None
+    signals: tuple[Signal, ...] = field(default_factory=tuple)
+    reason: str = ""
+
+    @property
+    def decisive(self) -> bool:
+        return self.score is not None
+
+    def describe(self) -> str:
+        """Short text for a vote's ``raw``: the rule and the line that decided."""
+        return self.reason
+
+
+_M = re.MULTILINE
+_I = re.IGNORECASE
+
+# ------------------------------------------------------------------------------------ exit codes
+_EXIT_RES = [
+    # CommandResult.as_observation: "exit code: 1"; "Exit status 2"; "exit code 0."
+    re.compile(r"^\s*exit[ _](?:code|status)\s*[:=]?\s*(-?\d+)\s*\.?\s*$", _M | _I),
+    # "[exit 0]", "[exit code 127]", "[exit status: 1]"
+    re.compile(r"\[\s*exit(?:[ _](?:code|status))?\s*[:=]?\s*(-?\d+)\s*\]", _I),
+    # "returncode=2", "return code: 1", "retcode 3", "rc=0"
+    re.compile(r"^\s*(?:return[ _]?code|retcode|rc)\s*[:=]\s*(-?\d+)\b", _M | _I),
+    # "Process exited with code 1", "Process finished with exit code 0", "exited with status 2"
+    re.compile(r"\b(?:exited|finished|completed|terminated|returned|failed)\s+with\s+(?:exit\s+|return\s+)?"
+               r"(?:code|status)\s*[:=]?\s*(-?\d+)\b", _I),
+]
+_ECHO_STATUS = re.compile(r"^\s*\$\s*echo\s+\$\?\s*\n\s*(-?\d+)\s*$", _M)
+
+# ------------------------------------------------------------------------------- negative lines
+_NEGATIVE_LINES: list[tuple[str, re.Pattern[str]]] = [
+    ("traceback", re.compile(r"^\s*Traceback \(most recent call last\):", _M)),
+    # Python / JS exception line: "KeyError: 'id'", "json.decoder.JSONDecodeError: ...",
+    # "Uncaught ReferenceError: x is not defined", "ZeroDivisionError"
+    ("exception", re.compile(r"^\s*(?:Uncaught\s+)?(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)"
+                             r"(?::\s.*)?\s*$", _M)),
+    ("exception", re.compile(r"^\s*Exception in thread \"", _M)),
+    ("stack frame", re.compile(r"^\s+at [\w$.<>\[\] ]+\(?[^()\n]*(?:\.\w+|<anonymous>):\d+(?::\d+)?\)?\s*$", _M)),
+    ("panic", re.compile(r"^\s*thread '[^']*' panicked at", _M)),
+    ("panic", re.compile(r"^\s*panic: ", _M)),
+    ("panic", re.compile(r"^\s*goroutine \d+ \[running\]:", _M)),
+    ("crash", re.compile(r"^\s*(?:Segmentation fault|Bus error|Aborted|Killed)\b(?: \(core dumped\))?\s*$", _M)),
+    ("crash", re.compile(r"\(core dumped\)", _M)),
+    # "error: ...", "ERROR: ...", "Error: ...", "error[E0308]: ...", "fatal: ...", "E: ..."
+    ("error line", re.compile(r"^\s*(?:error|fatal(?: error)?)(?:\[[\w-]+\])?\s*:\s*\S", _M | _I)),
+    ("error line", re.compile(r"^\s*E: \S", _M)),
+    ("error line", re.compile(r"^\s*npm ERR!", _M)),
+    ("error line", re.compile(r"^\s*docker: Error response from daemon", _M)),
+    # compilers: gcc / clang / javac "file.c:8:14: error: ...", tsc "file.ts(14,7): error TS2322",
+    # rustc "error[E0308]", Go "./main.go:10:6: undefined: x", the linker, make
+    ("compiler error", re.compile(r"^\s*\S+:\d+(?::\d+)?:\s*(?:fatal\s+)?error\b", _M | _I)),
+    ("compiler error", re.compile(r"^\s*\S+\(\d+,\d+\):\s*error\s+TS\d+", _M)),
+    ("compiler error", re.compile(r"\berror\[E\d{4}\]")),
+    ("compiler error", re.compile(r"^\s*\S+\.go:\d+:\d+: ", _M)),
+    ("compiler error", re.compile(r"undefined reference to [`']")),
+    ("compiler error", re.compile(r"^\s*collect2: error", _M)),
+    ("compiler error", re.compile(r"^\s*make(?:\[\d+\])?: \*\*\* .*Error \d+", _M)),
+    ("compiler error", re.compile(r"^\s*[1-9]\d* errors?\s*$", _M)),
+    ("build failed", re.compile(r"^\s*(?:BUILD FAILED|Failed to compile)\b|\berror: could not compile\b", _M)),
+    # shells and coreutils
+    ("command not found", re.compile(r"command not found\b", _I)),
+    ("no such file", re.compile(r": No such file or directory\b")),
+    ("permission denied", re.compile(r"(?:^|: )(?:Permission denied|permission denied:)", _M)),
+    ("not permitted", re.compile(r": Operation not permitted\b")),
+    ("shell error", re.compile(r"^\s*[\w.+-]+: (?:cannot|can't) (?:access|open|remove|create|stat|read|write|"
+                               r"find|execute|change)\b", _M)),
+    ("shell error", re.compile(r"^\s*[\w.+-]+: (?:invalid|unrecognized|illegal) option\b", _M)),
+    ("connection error", re.compile(r"^\s*curl: \(\d+\)", _M)),
+    ("connection error", re.compile(r"^\s*ssh: connect to host .*(?:refused|timed out)", _M)),
+    ("sandbox limit", re.compile(r"^\s*\[sandbox\] (?:killed:|process ended by signal|file size limit|"
+                                 r"disk quota exceeded)", _M)),
+    ("timeout", re.compile(r"^\s*\[?(?:killed after \d+\s*s|timed out after|timeout:)", _M | _I)),
+    # test runners: pytest "FAILED tests/x.py::test_y", "ERROR tests/x.py - ...", go "--- FAIL:", "FAIL\tpkg",
+    # jest "FAIL  src/x.test.js", unittest "FAILED (failures=1)", cargo "test result: FAILED."
+    ("test failed", re.compile(r"^\s*FAILED\s+\S+::", _M)),
+    ("test failed", re.compile(r"^\s*ERROR\s+\S+\.py\b", _M)),
+    ("test failed", re.compile(r"^\s*--- FAIL:", _M)),
+    ("test failed", re.compile(r"^\s*FAIL(?:\s+\S.*)?$", _M)),
+    ("test failed", re.compile(r"^\s*FAILED \((?:failures|errors)=\d+", _M)),
+    ("test failed", re.compile(r"\btest result: FAILED\b")),
+    # the GUI env's checker verdict
+    ("task check", re.compile(r"\bCheck: FAILED\b")),
+]
+
+# ------------------------------------------------------------------------------- positive lines
+_POSITIVE_LINES: list[tuple[str, re.Pattern[str]]] = [
+    ("tests passed", re.compile(r"\btest result: ok\.")),
+    ("tests passed", re.compile(r"^\s*ok\s+\S+\s+(?:[\d.]+m?s|\(cached\))\s*$", _M)),
+    ("tests passed", re.compile(r"^\s*PASS(?:\s+\S+)?\s*$", _M)),
+    ("tests passed", re.compile(r"^\s*All (?:\d+ )?(?:tests|checks|specs|test cases) (?:passed|pass|succeeded)\b",
+                                _M | _I)),
+    ("build finished", re.compile(r"^\s*Finished\s+`?\w+`?\s+(?:profile\s+)?\[", _M)),
+    ("build finished", re.compile(r"^\s*BUILD SUCCESSFUL\b", _M)),
+    ("build finished", re.compile(r"\bcompiled successfully\b", _I)),
+    ("installed", re.compile(r"^\s*Successfully installed \S", _M)),
+    ("file written", re.compile(r"\bwrote \d+ bytes to \S", _I)),
+    ("task check", re.compile(r"\bCheck: passed\b")),
+]
+_UNITTEST_OK = re.compile(r"^\s*Ran \d+ tests? in [\d.]+s\s*\n(?:\s*\n)*\s*OK\b", _M)
+
+# ------------------------------------------------------------------------------- test summaries
+# "2 failed, 10 passed in 1.20s", "Tests: 1 failed, 19 passed, 20 total", "12 passing (230ms)",
+# "6 passed; 0 failed; 0 ignored". The word must end the clause, so "12 failed logins" is no summary.
+_COUNT = re.compile(r"\b(\d+)\s+(passed|passing|failed|failing|failures?|errors?)"
+                    r"(?=\s*(?:[,;.)=]|$|in\s+[\d.]+\s*m?s\b|\())", _M | _I)
+
+# ------------------------------------------------------------------------------------ HTTP
+_HTTP_REASON = (r"OK|Created|Accepted|No Content|Bad Request|Unauthorized|Payment Required|Forbidden|Not Found|"
+                r"Method Not Allowed|Not Acceptable|Request Timeout|Conflict|Gone|Unprocessable (?:Entity|Content)|"
+                r"Too Many Requests|Internal Server Error|Not Implemented|Bad Gateway|Service Unavailable|"
+                r"Gateway Timeout")
+_HTTP_RES = [
+    re.compile(r"^\s*HTTP/\d(?:\.\d)?\s+(\d{3})\b", _M),
+    re.compile(rf"^\s*(?:HTTP\s+|Status:\s*|status:\s*)?(\d{{3}})\s+(?:{_HTTP_REASON})\b", _M),
+    re.compile(r"^\s*(?:HTTP|status|status[_ ]code|http[_ ]status)\s*[:=]?\s*(\d{3})\b", _M | _I),
+    re.compile(r"\b(\d{3}) (?:Client|Server) Error\b"),
+    re.compile(r"\breturned error: (\d{3})\b"),
+    re.compile(r"^\s*(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS)\s+\S+\s*(?:->|=>|:|—|-)\s*(\d{3})\b", _M),
+    re.compile(r"\"(?:status|status_code|statusCode)\"\s*:\s*(\d{3})\b"),
+]
+
+_JSON_BAD_STATUS = {"error", "failed", "failure", "fail", "rejected", "denied", "invalid"}
+_JSON_GOOD_STATUS = {"ok", "success", "succeeded", "created", "done", "completed", "sent", "delivered"}
+
+
+def _line_of(text: str, start: int) -> str:
+    begin = text.rfind("\n", 0, start) + 1
+    end = text.find("\n", start)
+    return text[begin:end if end >= 0 else len(text)].strip()[:160]
+
+
+def _exit_codes(text: str) -> list[tuple[int, str]]:
+    out = []
+    for rx in _EXIT_RES:
+        for m in rx.finditer(text):
+            out.append((int(m.group(1)), _line_of(text, m.start())))
+    for m in _ECHO_STATUS.finditer(text):
+        out.append((int(m.group(1)), f"echo $? -> {m.group(1)}"))
+    return out
+
+
+def _json_signals(text: str) -> list[Signal]:
+    s = text.strip()
+    if not s.startswith("{"):
+        return []
+    try:
+        obj = json.loads(s)
+    except (json.JSONDecodeError, ValueError):
+        return []
+    if not isinstance(obj, dict):
+        return []
+    line = s[:160]
+    out = []
+    err = obj.get("error", obj.get("errors"))
+    if err not in (None, "", [], {}, False):
+        out.append(Signal(-1, "json error", line))
+    for key in ("ok", "success", "succeeded"):
+        if isinstance(obj.get(key), bool):
+            out.append(Signal(1 if obj[key] else -1, f"json {key}", line))
+    status = obj.get("status", obj.get("state"))
+    if isinstance(status, str):
+        if status.lower() in _JSON_BAD_STATUS:
+            out.append(Signal(-1, "json status", line))
+        elif status.lower() in _JSON_GOOD_STATUS:
+            out.append(Signal(1, "json status", line))
+    return out
+
+
+def signals(content: str) -> list[Signal]:
+    """Every piece of evidence in ``content`` (may disagree; :func:`read_evidence` combines them)."""
+    text = content.replace("\r\n", "\n")
+    out: list[Signal] = []
+    for code, line in _exit_codes(text):
+        out.append(Signal(1 if code == 0 else -1, f"exit code {code}", line))
+    for rule, rx in _NEGATIVE_LINES:
+        m = rx.search(text)
+        if m:
+            out.append(Signal(-1, rule, _line_of(text, m.start())))
+    for rule, rx in _POSITIVE_LINES:
+        m = rx.search(text)
+        if m:
+            out.append(Signal(1, rule, _line_of(text, m.start())))
+    if _UNITTEST_OK.search(text):
+        out.append(Signal(1, "tests passed", "OK"))
+    # Test summaries: read the counts line by line.
+    for line in text.splitlines():
+        counts = _COUNT.findall(line)
+        if not counts:
+            continue
+        bad = sum(int(n) for n, w in counts if w.lower().startswith(("fail", "error")))
+        good = sum(int(n) for n, w in counts if w.lower().startswith("pass"))
+        if bad > 0:
+            out.append(Signal(-1, "test summary", line.strip()[:160]))
+        elif good > 0:
+            out.append(Signal(1, "test summary", line.strip()[:160]))
+    seen_http = set()
+    for rx in _HTTP_RES:
+        for m in rx.finditer(text):
+            code = int(m.group(1))
+            if m.start() in seen_http or not 100 <= code <= 599:
+                continue
+            seen_http.add(m.start())
+            if 200 <= code < 300:
+                out.append(Signal(1, f"HTTP {code}", _line_of(text, m.start())))
+            elif code >= 400:
+                out.append(Signal(-1, f"HTTP {code}", _line_of(text, m.start())))
+    out += _json_signals(text)
+    return out
+
+
+def read_evidence(role: str, content: str) -> Evidence:
+    """The decisive score of ``content`` (+1 / -1), or ``Evidence(None)`` when the classifier must judge.
+
+    ``role`` is accepted for symmetry with the classifier; the rules read every role alike.
+    """
+    found = signals(content)
+    if not found:
+        return Evidence(None)
+    failed_exit = [s for s in found if s.rule.startswith("exit code") and s.score == -1]
+    if failed_exit:
+        s = failed_exit[-1]
+        return Evidence(-1, tuple(found), f"evidence: {s.rule} ({s.line!r})")
+    neg = [s for s in found if s.score == -1]
+    pos = [s for s in found if s.score == 1]
+    if neg and pos:
+        return Evidence(None, tuple(found), "evidence conflicts: " + "; ".join(
+            f"{s.rule} ({s.line!r})" for s in (neg[0], pos[0])))
+    s = (neg or pos)[0]
+    return Evidence(s.score, tuple(found), f"evidence: {s.rule} ({s.line!r})")

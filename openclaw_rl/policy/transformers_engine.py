@@ -1,0 +1,526 @@
+"""The embedded policy: a transformers causal LM decoded in-process with continuous batching.
+
+:class:`TransformersEngine` runs the policy in-process with **continuous batching**: one engine thread
+owns the model and decodes every active request together, one token per step, over a shared KV cache
+(left padding + attention mask + explicit position ids per row). A request that arrives while others
+are decoding is prefilled on its own and merged into the running batch at the next step boundary; a
+finished request is dropped from the batch (its cache rows are removed). Up to ``max_concurrent``
+requests decode together; the serving layer keeps a bounded queue in front (429 beyond it).
+
+Sampling and the recorded log-probs (what PPO's ``logp_old`` is):
+
+* the token is drawn from ``softmax(logits / temperature)`` restricted to the ``top_p`` nucleus and
+  renormalised (``temperature == 0``: the argmax);
+* the log-prob recorded and returned is the **model's own** ``log_softmax(logits)`` at that token —
+  the very quantity the trainer computes for ``logp_new``. Recording the tempered, truncated
+  probability instead would put a different distribution in the ratio's denominator than in its
+  numerator: measured on SmolLM2 at temperature 0.7 / top_p 0.9, that mismatch alone left ~40% of
+  tokens clipped before the first update. ``top_logprobs`` come from the same model distribution.
+
+Every sampled token is recorded, including an end-of-sequence token and the token that completed a stop
+string (the returned *text* excludes both, as OpenAI does); nothing is ever re-tokenised from text.
+
+Weight swaps happen **between** decoding steps, never inside a forward pass; loading and merging the
+new weights happens in the caller's thread, off the decoding path, and the copy into the model takes
+milliseconds. ``[policy_service] non_blocking`` chooses when:
+
+* ``true`` (default): at the very next step boundary. Nothing waits; in-flight requests
+  continue on the new weights for their remaining tokens. Each token's recorded log-prob is still the
+  one it was actually sampled with (the behaviour policy PPO's ratio needs); the turn records the
+  version it *started* on, so staleness is never under-estimated.
+* ``false``: once the running batch has drained. No new request is admitted while the swap is pending,
+  in-flight requests finish on the weights they started with, so every response comes from exactly
+  one version; new requests wait (never fail) for at most one response's duration.
+
+Either way no request is refused or fails.
+
+**Prefix cache** (``[policy_service] prefix_cache_mb``, 0 = off; see
+:mod:`openclaw_rl.policy.prefix_cache`). A prompt whose leading tokens were seen before under the same
+weights — the session's previous prompt and response, a system prompt other sessions share — starts
+from their cached keys/values and prefills only the rest (always at least its last token, whose logits
+are sampled). Newly admitted rows are prefilled in up to two groups: rows with nothing cached exactly as
+without the cache, rows with a cached prefix together, the cached keys/values of each placed right before
+its own new tokens (left padding before the cache and between cache and the new tokens, explicit
+positions); the group's cache is then compacted so each row's tokens are contiguous and right-aligned,
+the layout :class:`_Batch` keeps. After prefill each prompt's blocks are stored; when a row finishes,
+its response's too (prompt + response, except the last sampled token which was never fed in) — unless a
+weight swap happened while it generated, since its cache then mixes two policies. A swap empties the
+cache. The recorded log-probs are unchanged: each is still the model's log-softmax at the sampled token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from openclaw_rl.config import Config
+from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest
+from openclaw_rl.policy.prefix_cache import PrefixCache
+from openclaw_rl.policy.protocol import APIError
+from openclaw_rl.policy.weights import WeightLoadError, check_compatible, load_policy_state
+
+log = logging.getLogger("openclaw_rl.policy")
+#: Floor for a reported top log-prob (``-inf`` is not valid JSON).
+IMPOSSIBLE = -9999.0
+
+
+class _Row:
+    """One request inside the engine thread."""
+
+    def __init__(self, req: GenRequest, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Any]):
+        self.req = req
+        self.loop = loop
+        self.queue = queue
+        p = req.params
+        self.gen: torch.Generator | None = None
+        if p.seed is not None and p.temperature > 0:
+            self.gen = torch.Generator().manual_seed(p.seed)
+        self.prompt = list(req.prompt_ids or [])
+        self.ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.text = ""        # decoded text of ids so far (eos excluded, stop-truncated at the end)
+        self.emitted = 0      # characters of text already sent
+        self.version = 0
+        self.epoch = 0        # the engine's weights epoch when admitted (prefix-cache entries are per epoch)
+        self.finish: str | None = None
+
+    def send(self, event: Delta | Final) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+        except RuntimeError:  # the request's event loop is gone (server shut down); nothing to deliver to
+            log.warning("dropping an event for a request whose event loop has closed")
+
+
+def _stop_holdback(text: str, stops: list[str]) -> int:
+    """How many trailing characters might still become a stop string (must not be sent yet)."""
+    hold = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), 0, -1):
+            if text.endswith(s[:k]):
+                hold = max(hold, k)
+                break
+    return hold
+
+
+class TransformersEngine(Engine):
+    """The embedded policy: a transformers causal LM decoded with continuous batching on one thread."""
+
+    backend = "transformers"
+
+    def __init__(self, cfg: Config, model: Any = None, tokenizer: Any = None):
+        super().__init__(cfg)
+        self.pcfg = cfg.policy_service
+        self.model = model
+        self.tokenizer = tokenizer
+        self._cv = threading.Condition()
+        self._pending: collections.deque[_Row] = collections.deque()
+        self._swap: tuple[dict[str, torch.Tensor], int, threading.Event] | None = None
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.active_count = 0
+        self.steps = 0
+        self.mid_batch_swaps = 0
+        self._swap_error: Exception | None = None
+        self._epoch = 0  # bumped by every weight swap: prefix-cache entries never cross one
+        mb = self.pcfg.prefix_cache_mb
+        self._prefix: PrefixCache | None = PrefixCache(mb * 2**20) if mb > 0 else None
+        self.prefill_tokens = 0  # prompt tokens actually run through a prefill forward pass
+
+    # -------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        if self.model is None:
+            from openclaw_rl.runtime.models import load_model
+
+            self.model, self.tokenizer = load_model(self.pcfg.model, self.pcfg.device, self.pcfg.dtype)
+        from openclaw_rl.runtime.models import resolve_model_dir
+
+        self.base_dir = resolve_model_dir(self.pcfg.model)
+        eos = {self.tokenizer.eos_token_id}
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        eos |= set(gen_eos) if isinstance(gen_eos, list) else ({gen_eos} if gen_eos is not None else set())
+        self.eos_ids = {e for e in eos if e is not None}
+        import inspect
+
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="policy-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Finish every admitted and queued request, then end the engine thread."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=self.pcfg.request_timeout_sec)
+
+    # -------------------------------------------------------------- requests
+    async def generate(self, req: GenRequest) -> AsyncIterator[Delta | Final]:
+        if req.prompt_ids is None:
+            self.prepare(req)
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        row = _Row(req, asyncio.get_running_loop(), queue)
+        with self._cv:
+            if self._thread is None or not self._thread.is_alive():
+                raise APIError(503, "the policy engine is not running", type_="server_error")
+            self._pending.append(row)
+            self._cv.notify_all()
+        while True:
+            event = await queue.get()
+            yield event
+            if isinstance(event, Final):
+                return
+
+    def swap_weights(self, path: str | Path, version: int) -> None:
+        """Load ``path`` (LoRA adapter or full model) and apply it at a step boundary (see the module
+        docstring for ``non_blocking``); blocks until applied. Call after :meth:`start`."""
+        state = load_policy_state(path, self.base_dir, getattr(torch, self.pcfg.dtype))
+        check_compatible(self.model, state)
+        done = threading.Event()
+        with self._cv:
+            if self._thread is None or not self._thread.is_alive():
+                self._apply(state, version)
+                return
+            self._swap = (state, version, done)
+            self._cv.notify_all()
+        if not done.wait(self.pcfg.request_timeout_sec * 2):
+            raise TimeoutError("the engine did not reach a step boundary to apply the new weights")
+        error, self._swap_error = self._swap_error, None
+        if error is not None:
+            raise WeightLoadError(f"applying the weights from {path} failed: {error}") from error
+
+    def stats(self) -> dict[str, Any]:
+        """Prefix-cache figures for ``/healthz`` (zeros but the prefill count when the cache is off)."""
+        if self._prefix is not None:
+            cache = self._prefix.stats()
+        else:
+            cache = dict.fromkeys(("prefix_cache_bytes", "prefix_cache_max_bytes", "prefix_cache_peak_bytes",
+                                   "prefix_cache_entries", "prefix_cache_block_tokens", "prefix_cache_hits",
+                                   "prefix_cache_misses", "prefix_cache_hit_tokens", "prefix_cache_evictions"), 0)
+        return {**cache, "prefix_cache_prefill_tokens": self.prefill_tokens}
+
+    def _apply(self, state: dict[str, torch.Tensor], version: int) -> None:
+        # whatever happens below, keys/values cached so far may not belong to the weights that will serve
+        self._epoch += 1
+        if self._prefix is not None:
+            self._prefix.clear()
+        with torch.no_grad():
+            self.model.load_state_dict(state, strict=False)  # keys were checked by check_compatible
+        self._version = version
+        log.info("[policy_service] weights swapped, policy_version=%d", version)
+
+    # -------------------------------------------------------------- engine thread
+    def _loop(self) -> None:
+        torch.set_grad_enabled(False)
+        batch: _Batch | None = None
+        while True:
+            new: list[_Row] = []
+            with self._cv:
+                active = batch.size if batch else 0
+                if self._swap is not None and (active == 0 or self.pcfg.non_blocking):
+                    state, version, done = self._swap
+                    self._swap = None
+                    try:
+                        self._apply(state, version)
+                        self.mid_batch_swaps += active > 0
+                    except (RuntimeError, ValueError) as exc:  # the old weights keep serving
+                        self._swap_error = exc
+                    done.set()
+                if active == 0 and not self._pending:
+                    if self._stopping:
+                        return
+                    self._cv.wait(timeout=0.5)
+                    continue
+                if self._swap is None and self._pending and active < self.pcfg.max_concurrent:
+                    if active == 0 and self.pcfg.batch_wait_ms > 0 and len(self._pending) < self.pcfg.max_concurrent:
+                        # an idle engine waits a moment so that a burst of requests shares one prefill
+                        self._cv.wait(timeout=self.pcfg.batch_wait_ms / 1000)
+                    while self._pending and active + len(new) < self.pcfg.max_concurrent:
+                        new.append(self._pending.popleft())
+            self.active_count = active + len(new)
+            try:
+                if new:
+                    for r in new:
+                        r.version = self._version
+                        r.epoch = self._epoch
+                    batch = self._prefill(new, batch)
+                if batch is not None and batch.size:
+                    batch = self._decode(batch)
+            except Exception as exc:  # a failed forward must not kill the service: fail these rows, go on
+                log.exception("engine step failed")
+                rows = (batch.rows if batch else []) + [r for r in new if batch is None or r not in batch.rows]
+                for r in rows:
+                    r.send(Final("error", r.prompt, r.ids, r.logprobs, r.text, r.version,
+                                 error=f"generation failed: {type(exc).__name__}: {exc}"))
+                batch = None
+            self.active_count = batch.size if batch else 0
+
+    def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any):
+        # transformers >= 5.24 names the cache argument ``cache``; older versions ``past_key_values``
+        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                         use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
+        new_cache = getattr(out, "cache", None)
+        # sampling runs on the CPU (per-request seeded generators are CPU generators)
+        logits = out.logits[:, -1, :].float().cpu()
+        return logits, new_cache if new_cache is not None else out.past_key_values
+
+    def _prefill(self, rows: list[_Row], batch: _Batch | None) -> _Batch:
+        groups = [rows]
+        hits: dict[int, list[Any]] = {}
+        if self._prefix is not None:
+            hits = {id(r): self._prefix.match(r.prompt, self._epoch) for r in rows}
+            # rows with nothing cached apart from rows with a cached prefix: one group mixing a long
+            # uncached prompt with a long cached prefix would pad every row to the sum of both
+            groups = [g for g in ([r for r in rows if not hits[id(r)]], [r for r in rows if hits[id(r)]]) if g]
+        for group in groups:
+            fresh = self._prefill_group(group, [hits.get(id(r), []) for r in group])
+            if batch is None or batch.size == 0:
+                batch = fresh
+            elif fresh.size:  # else every row of this group finished on its first token
+                batch = batch.merge(fresh)
+        assert batch is not None
+        return batch
+
+    def _prefill_group(self, rows: list[_Row], blocks: list[list[Any]]) -> _Batch:
+        """Prefill ``rows`` (each after its cached ``blocks``, if any) and sample their first tokens."""
+        from transformers import DynamicCache
+
+        pad = self.tokenizer.pad_token_id
+        dev = self.pcfg.device
+        bt = self._prefix.block_tokens if self._prefix is not None else 0
+        cached = [len(b) * bt for b in blocks]
+        c_max = max(cached, default=0)
+        if c_max == 0:
+            width = max(len(r.prompt) for r in rows)
+            ids = torch.tensor([[pad] * (width - len(r.prompt)) + r.prompt for r in rows], device=dev)
+            mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in rows], device=dev)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            logits, cache = self._forward(ids, mask, positions, DynamicCache())
+        else:
+            # columns: [pad | cached prefix] (c_max wide, in the cache) then [pad | new tokens] (the input)
+            new = [r.prompt[c:] for r, c in zip(rows, cached, strict=True)]
+            width = max(len(t) for t in new)
+            ids = torch.tensor([[pad] * (width - len(t)) + t for t in new], device=dev)
+            mask = torch.tensor([[0] * (c_max - c) + [1] * c + [0] * (width - len(t)) + [1] * len(t)
+                                 for c, t in zip(cached, new, strict=True)], device=dev)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, c_max:]
+            logits, cache = self._forward(ids, mask, positions, self._cached_kv(blocks, c_max))
+            if any(len(t) < width for t in new):  # padding between a cached prefix and its new tokens
+                mask = _compact(mask, cache)
+        self.prefill_tokens += sum(len(r.prompt) - c for r, c in zip(rows, cached, strict=True))
+        fresh = _Batch(rows, cache, mask, torch.tensor([len(r.prompt) for r in rows], device=dev),
+                       torch.zeros(len(rows), dtype=torch.long, device=dev))
+        self._sample(fresh, logits)
+        if self._prefix is not None:  # after sampling: the first tokens are on their way meanwhile
+            for i, r in enumerate(rows):
+                self._store(fresh, i, r.prompt)
+        return fresh.keep_unfinished()
+
+    def _cached_kv(self, blocks: list[list[Any]], width: int) -> Any:
+        """A batch cache ``width`` columns wide holding each row's cached blocks right-aligned."""
+        from transformers import DynamicCache
+
+        bt = self._prefix.block_tokens if self._prefix is not None else 0
+        first = next(b for row in blocks for b in row).kv  # [2 * layers, heads, bt, dim]
+        kv = first.new_zeros((first.shape[0], len(blocks), first.shape[1], width, first.shape[3]))
+        for i, row in enumerate(blocks):
+            start = width - len(row) * bt
+            for j, block in enumerate(row):
+                kv[:, i, :, start + j * bt:start + (j + 1) * bt] = block.kv
+        return DynamicCache(ddp_cache_data=[(kv[2 * n], kv[2 * n + 1]) for n in range(first.shape[0] // 2)])
+
+    def _store(self, batch: _Batch, i: int, tokens: list[int]) -> None:
+        """Put the keys/values of ``tokens`` — row ``i``'s, right-aligned in the batch cache — in the
+        prefix cache (only the blocks it does not hold yet are copied)."""
+        assert self._prefix is not None
+        n = len(tokens)
+        if n < self._prefix.block_tokens or n > batch.mask.shape[1]:
+            return
+        if int(batch.mask[i].sum()) != n or not bool(batch.mask[i, -n:].all()):
+            log.warning("prefix cache: a row's cache is not laid out as expected; not stored")
+            return
+        start = batch.mask.shape[1] - n
+        layers = batch.cache.layers
+
+        def kv_of(a: int, b: int) -> torch.Tensor:
+            return torch.stack([t[i, :, start + a:start + b] for layer in layers for t in (layer.keys, layer.values)])
+
+        try:
+            self._prefix.insert(tokens, self._epoch, kv_of)
+        except (RuntimeError, ValueError):  # e.g. out of memory: the cache is an optimisation, serving goes on
+            log.exception("prefix cache: storing failed")
+
+    def _decode(self, batch: _Batch) -> _Batch:
+        batch.mask = torch.cat([batch.mask, torch.ones(batch.size, 1, dtype=batch.mask.dtype,
+                                                       device=batch.mask.device)], dim=1)
+        logits, batch.cache = self._forward(batch.last[:, None], batch.mask, batch.positions[:, None], batch.cache)
+        batch.positions = batch.positions + 1
+        self._sample(batch, logits)
+        self.steps += 1
+        if self._prefix is not None:
+            for i, r in enumerate(batch.rows):
+                # a row that straddled a weight swap holds keys/values of two policies: store nothing
+                if r.finish is not None and r.epoch == self._epoch:
+                    self._store(batch, i, r.prompt + r.ids[:-1])  # the last token was never fed in
+        return batch.keep_unfinished()
+
+    def _sample(self, batch: _Batch, logits: torch.Tensor) -> None:
+        """Draw one token per row, record its log-prob, stream it, finish rows that are done."""
+        rows = batch.rows
+        temps = torch.tensor([r.req.params.temperature if r.req.params.temperature > 0 else 1.0 for r in rows])
+        model_logp = torch.log_softmax(logits, dim=-1)  # what is recorded (see the module docstring)
+        logp = torch.log_softmax(logits / temps[:, None], dim=-1)  # what is sampled from
+        toks: list[int | None] = [None] * len(rows)
+        plain: list[int] = []  # rows sampled with the shared generator, in one multinomial call
+        for i, row in enumerate(rows):
+            p = row.req.params
+            if p.temperature <= 0:
+                toks[i] = int(torch.argmax(logp[i]).item())
+                continue
+            if p.top_p < 1.0:
+                sorted_lp, order = torch.sort(logp[i], descending=True)
+                before = torch.cumsum(sorted_lp.exp(), 0) - sorted_lp.exp()
+                drop = order[before >= p.top_p]  # the first token always stays
+                row_lp = logp[i].clone()
+                row_lp[drop] = float("-inf")
+                logp[i] = row_lp - torch.logsumexp(row_lp, 0)
+            if row.gen is not None:
+                toks[i] = int(torch.multinomial(logp[i].exp(), 1, generator=row.gen).item())
+            else:
+                plain.append(i)
+        if plain:
+            drawn = torch.multinomial(logp[plain].exp(), 1).squeeze(1).tolist()
+            for i, t in zip(plain, drawn, strict=True):
+                toks[i] = int(t)
+        limit = self.pcfg.max_model_len
+        for i, row in enumerate(rows):
+            tok = toks[i]
+            assert tok is not None
+            lp = float(model_logp[i, tok].item())
+            top = None
+            k = row.req.params.top_logprobs
+            if k:
+                vals, idx = torch.topk(model_logp[i], k)
+                top = [[(self.tokenizer.decode([int(j)]), max(float(v), IMPOSSIBLE))
+                        for v, j in zip(vals, idx, strict=True)]]
+            row.ids.append(tok)
+            row.logprobs.append(lp)
+            self._advance(row, tok, lp, top, limit)
+        batch.last = torch.tensor(toks, device=batch.mask.device)
+
+    def _advance(self, row: _Row, tok: int, lp: float, top: Any, limit: int) -> None:
+        p = row.req.params
+        if tok in self.eos_ids:
+            row.finish = "stop"
+        else:
+            row.text = self.tokenizer.decode([t for t in row.ids if t not in self.eos_ids],
+                                             skip_special_tokens=True, clean_up_tokenization_spaces=False)
+            for s in p.stop:
+                at = row.text.find(s, max(0, row.emitted - len(s)))
+                if at >= 0:
+                    row.text = row.text[:at]
+                    row.finish = "stop"
+                    break
+        if row.finish is None and (len(row.ids) >= p.max_tokens or len(row.prompt) + len(row.ids) >= limit):
+            row.finish = "length"
+        if row.finish is None:
+            safe = len(row.text) - _stop_holdback(row.text, p.stop)
+            if row.text.endswith("\ufffd"):  # half of a multi-byte character: wait for the rest
+                safe = min(safe, len(row.text) - 1)
+        else:
+            safe = len(row.text)
+        chunk = row.text[row.emitted:safe] if safe > row.emitted else ""
+        row.emitted = max(row.emitted, safe)
+        row.send(Delta(chunk, [tok], [lp], [self.tokenizer.decode([tok])], top))
+        if row.finish is not None:
+            row.send(Final(row.finish, row.prompt, list(row.ids), list(row.logprobs), row.text, row.version))
+
+
+def _compact(mask: torch.Tensor, cache: Any) -> torch.Tensor:
+    """Move each row's tokens (``mask`` ones, in order) to the right end of a cache as wide as the longest
+    row; return the new mask (zeros, then ones). The padding left of a row points at one of its own columns
+    (finite values, masked out)."""
+    n = mask.shape[0]
+    lengths = mask.sum(dim=1)
+    width = int(lengths.max().item())
+    idx = torch.empty(n, width, dtype=torch.long, device=mask.device)
+    for i in range(n):
+        cols = mask[i].nonzero().squeeze(1)
+        idx[i, width - len(cols):] = cols
+        idx[i, :width - len(cols)] = cols[0]
+    for layer in cache.layers:
+        k = idx[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+        layer.keys = layer.keys.gather(2, k)
+        layer.values = layer.values.gather(2, k)
+    return (torch.arange(width, device=mask.device)[None, :] >= (width - lengths)[:, None]).to(mask.dtype)
+
+
+class _Batch:
+    """The running batch: rows, their shared KV cache, attention mask, next positions, last tokens.
+
+    Invariant between steps: the cache holds every token of every row except its last sampled one
+    (``last``), which the next decode step feeds in.
+    """
+
+    def __init__(self, rows: list[_Row], cache: Any, mask: torch.Tensor, positions: torch.Tensor,
+                 last: torch.Tensor):
+        self.rows = rows
+        self.cache = cache
+        self.mask = mask
+        self.positions = positions
+        self.last = last
+
+    @property
+    def size(self) -> int:
+        return len(self.rows)
+
+    def keep_unfinished(self) -> _Batch:
+        keep = [i for i, r in enumerate(self.rows) if r.finish is None]
+        if len(keep) == len(self.rows):
+            return self
+        self.rows = [self.rows[i] for i in keep]
+        if not keep:
+            return self
+        idx = torch.tensor(keep, device=self.mask.device)
+        self.cache.batch_select_indices(idx)
+        self.mask = self.mask[idx]
+        self.positions = self.positions[idx]
+        self.last = self.last[idx]
+        # drop leading columns that are padding for every remaining row
+        cols = self.mask.any(dim=0).nonzero()
+        start = int(cols[0].item()) if len(cols) else 0
+        if start > 0:
+            self.mask = self.mask[:, start:]
+            for layer in self.cache.layers:
+                layer.keys = layer.keys[:, :, start:]
+                layer.values = layer.values[:, :, start:]
+        return self
+
+    def merge(self, other: _Batch) -> _Batch:
+        """Append ``other``'s rows, left-padding the shorter cache so both share one length."""
+        t_self, t_other = self.mask.shape[1], other.mask.shape[1]
+        width = max(t_self, t_other)
+
+        def lpad(x: torch.Tensor, n: int, dim: int) -> torch.Tensor:
+            if n == 0:
+                return x
+            shape = list(x.shape)
+            shape[dim] = n
+            return torch.cat([torch.zeros(shape, dtype=x.dtype, device=x.device), x], dim=dim)
+
+        for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
+            mine.keys = torch.cat([lpad(mine.keys, width - t_self, 2), lpad(theirs.keys, width - t_other, 2)])
+            mine.values = torch.cat([lpad(mine.values, width - t_self, 2), lpad(theirs.values, width - t_other, 2)])
+        self.mask = torch.cat([lpad(self.mask, width - t_self, 1), lpad(other.mask, width - t_other, 1)])
+        self.positions = torch.cat([self.positions, other.positions])
+        self.last = torch.cat([self.last, other.last])
+        self.rows = self.rows + other.rows
+        return self

@@ -1,0 +1,40 @@
+"""How a loop process ends when it cannot run: one line for the person, the traceback for the log.
+
+Each loop's ``main`` (serving, environments, judge, trainer) runs its body through
+:func:`run_loop_body`. An exception that escapes becomes a single line on stderr naming the loop and
+the reason; the full traceback goes to the ``openclaw_rl`` logger at debug level and is appended to
+``<log_dir>/errors.log``, where it can be read after the run without flooding the terminal.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+log = logging.getLogger("openclaw_rl")
+
+
+def run_loop_body(name: str, body: Callable[[], int], log_dir: Path | None = None) -> int:
+    """``body()``'s exit code; 1 with a one-line reason when it raises (0 on Ctrl-C)."""
+    try:
+        return body()
+    except KeyboardInterrupt:
+        return 0
+    except Exception as exc:  # the loop's last resort: report once, keep the traceback on disk
+        trace = traceback.format_exc()
+        log.debug("[%s] traceback:\n%s", name, trace)
+        where = ""
+        if log_dir is not None:
+            try:
+                log_dir.mkdir(parents=True, exist_ok=True)
+                with (log_dir / "errors.log").open("a", encoding="utf-8") as fh:
+                    fh.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} [{name}]\n{trace}\n")
+                where = f" (traceback in {log_dir / 'errors.log'})"
+            except OSError:
+                where = ""  # an unwritable log_dir was reported by the launcher's checks already
+        print(f"[{name}] cannot run: {type(exc).__name__}: {exc}{where}", file=sys.stderr, flush=True)
+        return 1

@@ -1,0 +1,37 @@
+"""Test-only helpers: a tiny randomly initialised model with the embedded tokenizer.
+
+Real token ids and the real tokenizer, but a model small enough to train in a test in seconds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from openclaw_rl.runtime.models import load_tokenizer
+
+
+def tiny_model(seed: int = 0, hidden: int = 64, layers: int = 2):
+    """A randomly initialised Llama with the embedded tokenizer: fast tests, real token ids."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = load_tokenizer("smollm2-135m-instruct")
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+        tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    model.eval()
+    return model, tok
+
+
+def save_tiny_model(directory: Path, seed: int = 0) -> Path:
+    """Write :func:`tiny_model` as a local HF directory (what tests point a config at)."""
+    model, tok = tiny_model(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return directory
