@@ -38,8 +38,8 @@ sysdeps:
 run: install
 	$(BIN)/python -m openclaw_rl.launcher --config $(CONFIG)
 
-test: install sysdeps
-	$(BIN)/python -m pytest -q
+test: install sysdeps openclaw-client
+	OPENCLAW_RL_REQUIRE_CLIENT=1 $(BIN)/python -m pytest -q
 
 lint: install
 	$(BIN)/ruff check openclaw_rl tests bench

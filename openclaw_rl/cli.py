@@ -6,6 +6,7 @@
     openclaw-rl train  --config FILE --samples F.jsonl [--steps N] [--resume]
     openclaw-rl eval   --config FILE [--checkpoint PATH]
     openclaw-rl status --config FILE
+    openclaw-rl openclaw-config --config FILE             the openclaw.json fragment for this service
 
 Each verb loads and validates the config first (a bad file exits 2 with every problem listed) and
 then imports only the part it needs, so ``status`` never pays for torch.
@@ -64,6 +65,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return status_command(_config(args.config))
 
 
+def _cmd_openclaw_config(args: argparse.Namespace) -> int:
+    from openclaw_rl.launcher.openclaw_config import openclaw_config_command
+
+    return openclaw_config_command(_config(args.config))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="openclaw-rl", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -101,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="max tokens per reply (default %(default)s)")
     p.add_argument("--out", help="where to write the JSON summary (default <log_dir>/eval/)")
     verb("status", _cmd_status, "print the run's counters")
+    verb("openclaw-config", _cmd_openclaw_config, "print the openclaw.json fragment that works with this config")
     return parser
 
 

@@ -109,6 +109,10 @@ class PolicyServiceConfig(_Section):
         "(finish_reason \"length\" when it runs out, as OpenAI does) or reject the request with 400")
     prefix_cache_mb: int = Field(512, ge=0, description="embedded engine: memory for key/value caches of earlier "
                                  "prompts, reused by a session's next turn and shared system prompts; 0 = off")
+    client_rules: list[Literal["openclaw"]] = Field(
+        default_factory=lambda: ["openclaw"], description="clients whose own housekeeping requests (history "
+        "summaries, memory flushes) are served as side turns, never trained on, and whose decorations of user "
+        "messages (timestamps, runtime lines) are left out of next states; [] = none")
     allow_open_endpoint: bool = Field(False, description="serve on a non-loopback host without api_key: "
                                       "anyone who reaches the port can use the model")
     batch_wait_ms: float = Field(5.0, ge=0)

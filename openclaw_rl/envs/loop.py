@@ -398,8 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     import signal
     import sys
 
-    from openclaw_rl.config import ConfigError, load_config, print_warnings
-    from openclaw_rl.runtime.loop_main import run_loop_body
+    from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
 
     ap = argparse.ArgumentParser(prog="python -m openclaw_rl.envs.loop", description="run environment workers")
     ap.add_argument("--config", required=True)
@@ -407,12 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would drown the run's log
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    print_warnings(cfg)
+    cfg = loop_config(args.config)
 
     def body() -> int:
         service = EnvLoop(cfg, base_url=args.policy_url)

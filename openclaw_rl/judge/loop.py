@@ -27,14 +27,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import sys
 import threading
 
-from openclaw_rl.config import Config, ConfigError, load_config, print_warnings
+from openclaw_rl.config import Config
 from openclaw_rl.judge import make_judge
 from openclaw_rl.judge.base import Judge
 from openclaw_rl.judge.sample_rules import build_samples, guarantee_sample
-from openclaw_rl.runtime.loop_main import run_loop_body
+from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.types import JudgeResult, Turn
@@ -216,12 +215,7 @@ class JudgeLoop:
 def main(config_path: str, worker_id: str = "judge-0") -> int:
     """Run the judge service as its own process until interrupted."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        cfg = load_config(config_path)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    print_warnings(cfg)
+    cfg = loop_config(config_path)
 
     def body() -> int:
         store = Store(RunDir.of(cfg).store)

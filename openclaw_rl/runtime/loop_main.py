@@ -1,7 +1,7 @@
 """How a loop process ends when it cannot run: one line for the person, the traceback for the log.
 
-Each loop's ``main`` (serving, environments, judge, trainer) runs its body through
-:func:`run_loop_body`. An exception that escapes becomes a single line on stderr naming the loop and
+Each loop's ``main`` (environments, judge, trainer) reads its config with :func:`loop_config` and
+runs its body through :func:`run_loop_body`. An exception that escapes becomes a single line on stderr naming the loop and
 the reason; the full traceback goes to the ``openclaw_rl`` logger at debug level and is appended to
 ``<log_dir>/errors.log``, where it can be read after the run without flooding the terminal.
 """
@@ -15,7 +15,21 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from openclaw_rl.config import Config, ConfigError, load_config, print_warnings
+
 log = logging.getLogger("openclaw_rl")
+
+
+def loop_config(path: str) -> Config:
+    """A loop process's config: validated, its warnings printed once; a bad file exits 2 with
+    every problem listed (the launcher validated it already, so this is for a loop run by hand)."""
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(2) from None
+    print_warnings(cfg)
+    return cfg
 
 
 def run_loop_body(name: str, body: Callable[[], int], log_dir: Path | None = None) -> int:

@@ -29,9 +29,9 @@ import sys
 import threading
 import warnings
 
-from openclaw_rl.config import Config, ConfigError, load_config, print_warnings
+from openclaw_rl.config import Config
 from openclaw_rl.policy.admin import request_pause, request_swap
-from openclaw_rl.runtime.loop_main import run_loop_body
+from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
 from openclaw_rl.runtime.metrics import MetricsWriter
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
@@ -186,12 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True)
     parser.add_argument("--policy-url", default=None, help="policy service to swap weights into")
     args = parser.parse_args(argv)
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    print_warnings(cfg)
+    cfg = loop_config(args.config)
     # transformers deprecation chatter from inside torch.utils.checkpoint; not actionable by users
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
 

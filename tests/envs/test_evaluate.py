@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from openai import OpenAI
 
 from openclaw_rl.cli import main
@@ -14,6 +15,8 @@ from openclaw_rl.envs.loop import env_kwargs_for
 from openclaw_rl.envs.terminal import EVAL_TASKS
 from openclaw_rl.policy.server import PolicyService
 from tests.helpers import save_tiny_model
+
+pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
 
 
 def test_eval_command_prints_scores_and_json(tmp_path, tiny_model_dir, gsm8k_path, capsys):

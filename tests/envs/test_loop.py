@@ -16,6 +16,8 @@ from openclaw_rl.runtime.ports import free_port
 
 from ._server import ChatServer
 
+pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
+
 
 def _cfg(tmp_path, port: int, types=("terminal",), num_envs=2, state_capture=True, api_key=None, **env: Any):
     pol: dict[str, Any] = {"port": port, "host": "127.0.0.1", "request_timeout_sec": 30, "model": "m"}

@@ -13,6 +13,8 @@ import pytest
 from openclaw_rl.envs import make
 from openclaw_rl.envs.sandbox import Sandbox, SandboxLimits
 
+pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
+
 LIMITS = SandboxLimits(timeout_sec=3, cpu_sec=2, max_procs=32, kill_output_bytes=200_000, output_bytes=2000)
 
 

@@ -7,6 +7,8 @@ import pytest
 from openclaw_rl.envs import make
 from openclaw_rl.envs.terminal import EVAL_TASKS, TASKS, extract_command, task_names
 
+pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
+
 
 def test_task_set_size_and_split():
     assert len(TASKS) >= 20

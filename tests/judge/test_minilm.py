@@ -12,6 +12,8 @@ from openclaw_rl.judge import make_judge
 from openclaw_rl.judge.minilm import JudgeDataError, MiniLMJudge, extract_hint, load_examples
 from openclaw_rl.types import NextState
 
+pytestmark = pytest.mark.slow  # starts real processes, a sandbox, Ray, FSDP or trains a model
+
 # Unseen phrasings (not in openclaw_rl/judge/data), in the three styles.
 CASES = [
     ("user", "brilliant, that's spot on. let's do the next exercise", 1),

@@ -21,6 +21,8 @@ from openclaw_rl.runtime.rundir import RunDir
 
 from ..envs._server import ChatServer
 
+pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
+
 RAY_BIN = Path(sys.executable).with_name("ray")
 
 

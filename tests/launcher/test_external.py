@@ -18,6 +18,8 @@ from openclaw_rl.launcher.external import (
 )
 from openclaw_rl.runtime.ports import free_port
 
+pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
+
 
 def _cfg(tmp_path, backend="vllm", **pol):
     return build_config({"global": {"log_dir": str(tmp_path / "logs")},

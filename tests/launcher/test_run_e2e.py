@@ -20,6 +20,8 @@ import pytest
 from openclaw_rl.runtime.ports import free_port
 from openclaw_rl.runtime.store import Store
 
+pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
+
 ROOT = Path(__file__).resolve().parents[2]
 REPLIES = ["no, that's wrong, redo it without bold please", "thanks, that's perfect!",
            "this sounds like a robot wrote it, try again", "great, moving on to the next one"]

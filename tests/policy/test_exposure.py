@@ -14,6 +14,8 @@ from openclaw_rl.config import ConfigError, build_config
 from openclaw_rl.policy.server import OpenEndpointError, PolicyService
 from openclaw_rl.runtime.rundir import RunDir
 
+pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
+
 USER = [{"role": "user", "content": "hi"}]
 
 

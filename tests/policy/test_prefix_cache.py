@@ -190,6 +190,33 @@ def test_shared_system_prompt_and_one_batch_with_different_cached_lengths(engine
     assert on.stats()["prefix_cache_hits"] >= 5
 
 
+def test_sessions_starting_together_prefill_their_system_prompt_once(engines):
+    """Four sessions with one system prompt, admitted in one step on an empty cache: the first prefills
+    it, the others wait a step and start from its blocks — and each gets what it gets without the cache."""
+    on, off = engines
+
+    def start_together(engine: TransformersEngine) -> list[Final]:
+        sys_ids = _ids(engine, SYSTEM)
+        prompts = [sys_ids + _ids(engine, f"\nSession {i}. User: {USERS[i]}\nAssistant:") for i in range(4)]
+
+        async def run() -> list[Final]:
+            with engine._cv:  # every request queued before the engine admits any
+                tasks = [asyncio.ensure_future(_gen(engine, p, 10)) for p in prompts]
+                await asyncio.sleep(0.2)
+            return list(await asyncio.gather(*tasks))
+
+        return asyncio.run(run())
+
+    cached, plain = start_together(on), start_together(off)
+    for a, b in zip(cached, plain, strict=True):
+        _same(a, b)
+    system = len(_ids(on, SYSTEM))
+    total = sum(len(f.prompt_ids) for f in cached)
+    assert off.stats()["prefix_cache_prefill_tokens"] == total
+    assert on.stats()["prefix_cache_prefill_tokens"] <= total - 3 * (system - BLOCK_TOKENS)
+    assert on.stats()["prefix_cache_hits"] == 3
+
+
 def test_weight_swap_drops_the_cache(tiny_model_dir, weight_dirs, tmp_path):
     engine = _engine(tmp_path, tiny_model_dir, "swap")
     fresh = _engine(tmp_path, weight_dirs["full"], "fresh", prefix_cache_mb=0)

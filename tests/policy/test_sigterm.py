@@ -11,9 +11,12 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from openclaw_rl.runtime.ports import free_port
 from openclaw_rl.runtime.store import Store
+
+pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
 
 SCRIPT = """
 import sys

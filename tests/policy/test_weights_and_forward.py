@@ -9,10 +9,13 @@ import sqlite3
 import threading
 
 import httpx
+import pytest
 import torch
 
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.types import Turn
+
+pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
 
 USER = [{"role": "user", "content": "Count to ten."}]
 

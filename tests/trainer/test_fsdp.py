@@ -15,6 +15,8 @@ from openclaw_rl.trainer.logprobs import sequence_logprobs
 from openclaw_rl.trainer.ppo import Trainer
 from openclaw_rl.types import Sample
 
+pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
+
 PROMPTS = [[1, 520, 33, 1097, 30, 2], [1, 44, 891, 2]]
 RESPONSES = [[1280, 314, 2133, 28, 216, 9], [77, 1200, 5, 18, 3000, 41, 12, 9]]
 

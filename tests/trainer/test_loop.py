@@ -10,10 +10,14 @@ import time
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.trainer.loop import TrainingLoop
 from openclaw_rl.types import Sample
+
+pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
 
 ROOT = Path(__file__).resolve().parents[2]
 

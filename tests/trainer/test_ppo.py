@@ -13,6 +13,8 @@ from openclaw_rl.trainer.ppo import Trainer, micro_batches
 from openclaw_rl.types import Sample
 from tests.helpers import tiny_model
 
+pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
+
 PROMPT = [1, 520, 33, 1097, 30, 2]
 RESPONSE = [1280, 314, 2133, 28, 216, 9]
 

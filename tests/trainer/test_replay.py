@@ -10,6 +10,8 @@ from openclaw_rl.trainer.cli import train_command
 from openclaw_rl.trainer.sample_file import SampleFileError, load_samples, write_samples
 from openclaw_rl.types import Sample
 
+pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
+
 
 def _samples(n: int) -> list[Sample]:
     out = []

@@ -1,0 +1,109 @@
+"""``openclaw-rl openclaw-config --config FILE``: the ``openclaw.json`` fragment that works with FILE.
+
+OpenClaw talks to the policy service as a custom OpenAI-compatible provider. Three of its defaults
+do not fit a small served model, and each fails in its own way (measured with OpenClaw 2026.9.6):
+
+* the model entry's output limit: without ``maxTokens`` OpenClaw asks for 8,192 output tokens on
+  every request (we clamp what the window cannot hold, but the entry should say the truth);
+* the window: without ``contextWindow`` OpenClaw assumes a large one and never compacts in time;
+* its default agent: a large system prompt, workspace bootstrap files, skills and tool schemas —
+  about 18,000 tokens by OpenClaw's own estimate, twice the embedded model's whole window. The slim
+  agent (``tools.profile = "minimal"``, ``skipBootstrap``, no skills in the prompt) is about 2,800;
+* compaction keeps the newest 20,000 tokens verbatim, which in a small window is all of them, so
+  a small window also lowers ``compaction.keepRecentTokens``.
+
+How OpenClaw budgets, measured on its source: it estimates a prompt as characters / 4 × 1.25, asks
+for at most the window minus that estimate, and compacts once the ``usage.prompt_tokens`` we report
+plus the new turn pass the window minus a reserve of min(20,000, window / 4).
+
+The fragment is JSON5 (OpenClaw reads its config as JSON5), so it carries its own comments.
+"""
+
+from __future__ import annotations
+
+import json
+
+from openclaw_rl.config import Config
+
+#: The provider's name in openclaw.json; the model is addressed as ``openclaw-rl/<model id>``.
+PROVIDER = "openclaw-rl"
+#: Output budget for the embedded window; a model with a window of 32k or more gets more.
+SMALL_OUTPUT = 512
+LARGE_OUTPUT = 4096
+#: Windows at or above this are a "large" model: the slim agent settings are optional there.
+LARGE_WINDOW = 32_768
+
+
+def provider_url(cfg: Config) -> str:
+    """The URL OpenClaw should call: the service's port on loopback when it binds every address."""
+    host = cfg.policy_service.host
+    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{cfg.policy_service.port}/v1"
+
+
+def openclaw_fragment(cfg: Config) -> dict:
+    """The fragment as data (what the command prints, minus comments)."""
+    pol = cfg.policy_service
+    window = pol.max_model_len
+    output = LARGE_OUTPUT if window >= LARGE_WINDOW else min(SMALL_OUTPUT, window // 4)
+    model_id = pol.model
+    # OpenClaw keeps the newest 20,000 tokens verbatim when it compacts; in a small window that is
+    # everything, so an overflow finds "nothing to compact" and the turn fails.
+    # Its quality guard re-asks for a summary that misses required details and, after a few tries,
+    # fails every later turn of the session; a small model's summaries rarely pass it.
+    small_window = {} if window >= LARGE_WINDOW else {
+        "compaction": {"keepRecentTokens": window // 5, "qualityGuard": {"enabled": False}}}
+    return {
+        "models": {"providers": {PROVIDER: {
+            "baseUrl": provider_url(cfg),
+            # the key clients must send ([policy_service] api_key); any string when none is set
+            "apiKey": "${OPENCLAW_RL_API_KEY}" if pol.api_key is not None else "none",
+            "api": "openai-completions",
+            "models": [{"id": model_id, "name": "openclaw-rl policy", "reasoning": False, "input": ["text"],
+                        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+                        "contextWindow": window, "maxTokens": output}],
+        }}},
+        "agents": {"defaults": {"model": {"primary": f"{PROVIDER}/{model_id}"}, "skipBootstrap": True,
+                                **small_window}},
+        "tools": {"profile": "minimal"},
+        "skills": {"limits": {"maxSkillsInPrompt": 0}},
+    }
+
+
+def render(cfg: Config) -> str:
+    """The fragment as JSON5 text with comments saying what each part is for."""
+    frag = openclaw_fragment(cfg)
+    window = cfg.policy_service.max_model_len
+    body = json.dumps(frag, indent=2)
+    notes = {
+        '"apiKey"': ("// [policy_service] api_key: export OPENCLAW_RL_API_KEY with the same value"
+                     if cfg.policy_service.api_key is not None else
+                     "// the service has no api_key; any string works (set one before exposing the port)"),
+        '"contextWindow"': "// = [policy_service] max_model_len; OpenClaw compacts its history before it fills",
+        '"skipBootstrap"': "// no workspace bootstrap files in the prompt",
+        '"profile"': "// three tools instead of the full set: the default agent alone is ~18k tokens",
+        '"maxSkillsInPrompt"': "// no skill descriptions in the prompt",
+        '"keepRecentTokens"': "// keep little verbatim when compacting, so a small window can recover from an overflow",
+        '"qualityGuard"': "// a small model's summaries fail OpenClaw's audit, which then blocks the session",
+    }
+    lines = []
+    for line in body.splitlines():
+        key = line.strip().split(":")[0]
+        if key in notes:
+            lines.append(" " * (len(line) - len(line.lstrip())) + notes[key])
+        lines.append(line)
+    head = [
+        f"// openclaw.json fragment for the policy service of {cfg.source} (window {window:,} tokens).",
+        "// Merge it into ~/.openclaw/openclaw.json (or the file OPENCLAW_CONFIG_PATH names).",
+        "// A large model (4B-8B on SGLang / vLLM, max_model_len 32k or more): set contextWindow to the",
+        "// engine's window and maxTokens to 4096, and drop \"tools\" / \"skills\" / \"skipBootstrap\" to give",
+        "// the agent its full toolset. See docs/openclaw.md.",
+    ]
+    return "\n".join(head + lines) + "\n"
+
+
+def openclaw_config_command(cfg: Config) -> int:
+    """Print the fragment; exit 0."""
+    print(render(cfg), end="")
+    return 0

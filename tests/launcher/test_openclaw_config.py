@@ -1,0 +1,50 @@
+"""``openclaw-rl openclaw-config``: the fragment matches the config, parses, and the README shows it."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from openclaw_rl.cli import main
+from openclaw_rl.config import build_config, load_config
+from openclaw_rl.launcher.openclaw_config import openclaw_fragment, render
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _parse(text: str) -> dict:
+    return json.loads("\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("//")))
+
+
+def test_the_readme_shows_what_the_command_prints_for_the_local_config(capsys):
+    assert main(["openclaw-config", "--config", "configs/local.toml"]) == 0
+    printed = capsys.readouterr().out
+    readme = (ROOT / "README.md").read_text()
+    shown = re.search(r"```json5\n(.*?)```", readme, re.S)
+    assert shown is not None and shown.group(1) == printed
+
+
+def test_fragment_follows_the_config():
+    cfg = load_config(ROOT / "configs/local.toml", environ={})
+    frag = _parse(render(cfg))
+    provider = frag["models"]["providers"]["openclaw-rl"]
+    (model,) = provider["models"]
+    assert provider["baseUrl"] == "http://127.0.0.1:30000/v1" and provider["api"] == "openai-completions"
+    assert model["id"] == "smollm2-135m-instruct" and model["contextWindow"] == 8192
+    assert 0 < model["maxTokens"] <= 8192 // 4                     # room left for the prompt
+    assert frag["agents"]["defaults"]["model"]["primary"] == "openclaw-rl/smollm2-135m-instruct"
+    assert frag["tools"]["profile"] == "minimal" and frag["agents"]["defaults"]["skipBootstrap"] is True
+    assert frag["agents"]["defaults"]["compaction"]["keepRecentTokens"] < 8192 // 4
+    assert frag["agents"]["defaults"]["compaction"]["qualityGuard"] == {"enabled": False}
+    assert frag == openclaw_fragment(cfg)
+
+    keyed = build_config({"policy_service": {"host": "0.0.0.0", "port": 31000, "api_key": "sk-secret-value",
+                                             "max_model_len": 131072, "model": "my-8b"}}, environ={})
+    text = render(keyed)
+    assert "sk-secret-value" not in text                            # the key itself is never printed
+    frag = _parse(text)
+    provider = frag["models"]["providers"]["openclaw-rl"]
+    assert provider["apiKey"] == "${OPENCLAW_RL_API_KEY}" and provider["baseUrl"] == "http://127.0.0.1:31000/v1"
+    assert provider["models"][0]["contextWindow"] == 131072 and provider["models"][0]["maxTokens"] == 4096
+    assert "compaction" not in frag["agents"]["defaults"]           # a large window keeps OpenClaw's default
