@@ -195,6 +195,12 @@ class TrainingConfig(_Section):
     max_steps: int | None = Field(None, ge=1)
     checkpoint_interval: int = Field(10, ge=1)
     max_staleness: int | None = Field(None, ge=0, description="versions; older samples are dropped")
+    off_policy_correction: Literal["decoupled", "none"] = Field(
+        "decoupled", description="decoupled: the PPO ratio is taken against the policy at the start of "
+        "the update (the proximal policy) and each token is weighted by proximal / behaviour probability, "
+        "truncated at behaviour_weight_cap; none: the ratio is taken against the rollout log-probs")
+    behaviour_weight_cap: float = Field(2.0, gt=0, description="truncation of the proximal / behaviour "
+                                        "importance weight (decoupled correction)")
     logprob_chunk_size: int = Field(256, ge=1)
     device: str = "cpu"
     num_processes: int = Field(1, ge=1, description="backend fsdp: training processes (one per GPU)")

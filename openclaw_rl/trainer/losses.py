@@ -8,6 +8,10 @@ Every function works on right-padded ``[B, R]`` tensors of response tokens with 
     L       = L_pg + kl_coef * KL(pi_theta || pi_ref) - entropy_coef * H              (eq. 3)
     k3_t    = exp(r_t) - r_t - 1,  r_t = logp_ref_t - logp_new_t                       (eq. 4)
 
+    decoupled:  L_pg = -mean_t w_t min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps_high) A_t),
+                rho_t = exp(logp_new_t - logp_prox_t),
+                w_t = min(exp(logp_prox_t - logp_behav_t), C)                           (eq. 2')
+
     Binary RL:  A_t = r                                                            (eq. 5)
     OPD:        A_t = clip(logp_teacher_t - logp_old_t, -c, c)                     (eq. 6)
     Combined:   A_t = w_rl * r + w_opd * (logp_teacher_t - logp_old_t)             (eq. 7)
@@ -122,10 +126,12 @@ def ppo_loss(logp_new: Tensor, logp_old: Tensor, advantages: Tensor, mask: Tenso
              entropy: Tensor | None = None, entropy_coef: float = 0.0,
              student_topk: Tensor | None = None, teacher_topk: Tensor | None = None,
              topk_mask: Tensor | None = None, topk_coef: float = 1.0,
-             denom: float | None = None) -> LossOutput:
+             denom: float | None = None, behaviour_weight: Tensor | None = None) -> LossOutput:
     """The loss of eq. 3 (plus ``topk_coef`` x eq. 8 where ``topk_mask``), token means over ``mask``.
 
-    ``logp_old`` are the behaviour log-probs. ``sample_weight``
+    ``logp_old`` is the ratio's denominator: the behaviour (rollout) log-probs, or with the decoupled
+    correction (eq. 2') the proximal policy's, in which case ``behaviour_weight`` ``[B, R]`` carries
+    the truncated proximal / behaviour importance weight of each token (detached). ``sample_weight``
     ``[B]`` scales each sample's tokens (staleness down-weighting) without changing the denominator.
     ``topk_mask`` ``[B, R]`` selects tokens trained by top-K distillation (normally those samples
     whose OPD part comes as a top-K instead of an advantage). ``denom`` defaults to the number of
@@ -144,6 +150,8 @@ def ppo_loss(logp_new: Tensor, logp_old: Tensor, advantages: Tensor, mask: Tenso
     surr1 = ratio * advantages
     surr2 = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * advantages
     pg_tok = -torch.minimum(surr1, surr2)
+    if behaviour_weight is not None:  # eq. 2': the version gap between behaviour and proximal policy
+        pg_tok = pg_tok * behaviour_weight.detach()
     pg_loss = masked_mean(pg_tok, mask, denom, weight)
     loss = pg_loss
 
@@ -178,4 +186,6 @@ def ppo_loss(logp_new: Tensor, logp_old: Tensor, advantages: Tensor, mask: Tenso
             "ratio_mean": float(masked_mean(ratio, mask)),
             "adv_mean": float(masked_mean(advantages, mask)),
         }
+        if behaviour_weight is not None:
+            metrics["behaviour_weight_mean"] = float(masked_mean(behaviour_weight, mask))
     return LossOutput(loss=loss, num_tokens=n_tok, metrics=metrics)

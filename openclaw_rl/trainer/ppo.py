@@ -11,9 +11,14 @@ One :meth:`Trainer.train_update` call is one PPO update:
    ``micro_batch_tokens``; gradients accumulate with the mini-batch's token count as the common
    denominator, so a step sees exactly one token mean (losses.py) however it was split.
 
-The ratio's denominator is the *rollout* log-prob recorded at serving time, so samples
-produced by an older policy version are corrected by importance weighting rather than treated as
-on-policy.
+Off-policy correction (``[training] off_policy_correction``). Samples may come from a policy several
+versions old (up to ``max_staleness``). With ``"decoupled"`` (the default; decoupled PPO as in AReaL)
+the ratio is taken against the *proximal* policy — the weights this update starts from, scored in
+step 1 — so clipping bounds how far one update moves the policy, and each token is weighted by
+proximal / behaviour probability (truncated at ``behaviour_weight_cap``) to correct for the version
+gap between the policy that sampled it and the proximal one. For a fresh sample the two policies are
+the same and the weight is 1. With ``"none"`` the ratio is taken against the rollout log-probs
+recorded at serving time, which folds the version gap into the clipped ratio.
 
 Checkpoints live under ``{log_dir}/checkpoints/step_XXXXXXXX/`` and are written to a temporary
 directory first, then renamed, then published by atomically replacing the ``latest`` pointer file;
@@ -56,7 +61,7 @@ KEEP_CHECKPOINTS = 3
 # Metrics already divided by a mini-batch's token count (averaged over optimiser steps), and metrics
 # averaged over trained tokens; both the single-process and the FSDP update report them.
 PER_STEP_METRICS = ("loss", "pg_loss", "kl", "entropy", "topk_kl")
-TOKEN_METRICS = ("clip_frac", "ppo_kl", "logprob_gap", "ratio_mean", "adv_mean")
+TOKEN_METRICS = ("clip_frac", "ppo_kl", "logprob_gap", "ratio_mean", "adv_mean", "behaviour_weight_mean")
 
 
 def log_update(metrics: dict[str, float]) -> str:
@@ -251,15 +256,25 @@ class Trainer:
                     teacher_topk[i, : len(s.response_ids)] = torch.tensor(s.teacher_topk_logprobs)
             teacher_topk = teacher_topk.to(dev)
             topk_mask = torch.tensor(topk_rows, dtype=torch.float32, device=dev).unsqueeze(-1).expand(-1, max_r)
+        behaviour_weight = None
+        denominator = rollout
+        if self.tc.off_policy_correction == "decoupled":
+            # Decoupled PPO (eq. 2'): clip against the policy this update started from (old_lp, scored
+            # in the no-grad pass), and correct the version gap between that proximal policy and
+            # the one that sampled the tokens with a truncated importance weight.
+            denominator = pad(old_lp)
+            log_w = (denominator - rollout).clamp(max=math.log(self.tc.behaviour_weight_cap))
+            behaviour_weight = torch.exp(log_w)
         out = ppo_loss(
-            stats.logprobs, rollout, adv, mask,
+            stats.logprobs, denominator, adv, mask,
             clip_low=self.tc.clip_ratio, clip_high=self.tc.eps_high,
             sample_weight=torch.tensor([s.weight for s in batch], dtype=torch.float32, device=dev),
             logp_ref=pad(ref_lp) if ref_lp is not None else None, kl_coef=self.tc.kl_coef,
             entropy=stats.entropy, entropy_coef=self.tc.entropy_coef,
             student_topk=stats.gathered, teacher_topk=teacher_topk, topk_mask=topk_mask,
-            topk_coef=self.tc.opd_weight, denom=denom,
+            topk_coef=self.tc.opd_weight, denom=denom, behaviour_weight=behaviour_weight,
         )
+        out.metrics.setdefault("behaviour_weight_mean", 1.0)  # no correction: every token weighs 1
         gap = (pad(old_lp) - rollout).abs()
         out.metrics["logprob_gap"] = float((gap * mask).sum() / mask.sum().clamp(min=1))
         return out.loss, out.metrics, out.num_tokens

@@ -152,3 +152,19 @@ def test_topk_term_in_loss_only_on_selected_tokens():
 def test_masked_mean_zero_mask():
     assert masked_mean(torch.tensor([1.0, 2.0]), torch.zeros(2)).item() == 0.0
     assert masked_mean(torch.tensor([1.0, 3.0]), torch.ones(2)).item() == 2.0
+
+
+def test_decoupled_loss_weights_each_token_by_its_behaviour_weight():
+    """eq. 2': the clipped surrogate against the proximal policy, times w_t (detached)."""
+    new = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
+    prox = torch.tensor([[-1.2, -2.0, -0.4]])
+    adv = torch.tensor([[1.0, -1.0, 2.0]])
+    mask = torch.ones(1, 3)
+    w = torch.tensor([[0.5, 2.0, 1.0]])
+    out = ppo_loss(new, prox, adv, mask, clip_low=0.2, clip_high=0.2, behaviour_weight=w)
+    ratio = torch.exp(new.detach() - prox)
+    per_tok = -torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv)
+    assert float(out.loss) == pytest.approx(float((per_tok * w).mean()), rel=1e-6)
+    assert out.metrics["behaviour_weight_mean"] == pytest.approx(float(w.mean()))
+    plain = ppo_loss(new, prox, adv, mask, clip_low=0.2, clip_high=0.2)
+    assert float(plain.loss) == pytest.approx(float(per_tok.mean()), rel=1e-6)  # weight 1 = the plain loss

@@ -3,6 +3,8 @@ checkpoints and exports."""
 
 from __future__ import annotations
 
+import math
+
 import json
 
 import pytest
@@ -56,13 +58,22 @@ def test_update_logs_spec_line(make_cfg, capsys):
 
 
 def test_stale_rollout_logprobs_show_as_gap_and_ratio(make_cfg):
-    trainer = Trainer(make_cfg(), make_cfg().policy_service.model)
+    """A sample whose behaviour policy gave every token e^-0.5 of today's probability."""
+    trainer = Trainer(make_cfg(off_policy_correction="none"), make_cfg().policy_service.model)
     s = _sample(trainer, reward=1.0)
     shifted = s.model_copy(update={"rollout_logprobs": [x - 0.5 for x in s.rollout_logprobs]})
     m = trainer.train_update([shifted])
     assert m["logprob_gap"] == pytest.approx(0.5, abs=1e-4)
-    # new/rollout ratio = e^0.5 > 1.28: every token is clipped on the positive side.
-    assert m["clip_frac"] == pytest.approx(1.0)
+    # no correction: new/rollout ratio = e^0.5 > 1.28, every token is clipped and pushes nothing
+    assert m["clip_frac"] == pytest.approx(1.0) and m["behaviour_weight_mean"] == 1.0
+    # decoupled (eq. 2'): the ratio is taken against the proximal policy (1 at the first step, so
+    # nothing is clipped) and the version gap becomes an importance weight e^0.5, under its cap
+    decoupled = Trainer(make_cfg(), make_cfg().policy_service.model)
+    m = decoupled.train_update([shifted])
+    assert m["clip_frac"] == pytest.approx(0.0) and m["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert m["behaviour_weight_mean"] == pytest.approx(math.exp(0.5), rel=1e-3)
+    capped = Trainer(make_cfg(behaviour_weight_cap=1.2), make_cfg().policy_service.model)
+    assert capped.train_update([shifted])["behaviour_weight_mean"] == pytest.approx(1.2, rel=1e-4)
 
 
 def _teacher_lp(prompt=PROMPT, response=RESPONSE, topk=0):
