@@ -201,6 +201,10 @@ class TrainingConfig(_Section):
         "truncated at behaviour_weight_cap; none: the ratio is taken against the rollout log-probs")
     behaviour_weight_cap: float = Field(2.0, gt=0, description="truncation of the proximal / behaviour "
                                         "importance weight (decoupled correction)")
+    eval_interval: int = Field(0, ge=0, description="evaluate the held-out slice on the base policy at start "
+                               "and on each published policy at least this many updates after the last "
+                               "evaluated one; 0 = off")
+    eval_size: int = Field(8, ge=1, description="held-out chat problems per persona in each live evaluation")
     logprob_chunk_size: int = Field(256, ge=1)
     device: str = "cpu"
     num_processes: int = Field(1, ge=1, description="backend fsdp: training processes (one per GPU)")
