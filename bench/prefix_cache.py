@@ -174,19 +174,20 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        off = make_engine(model, tokenizer, tmp, "off", 0)
-        on = make_engine(model, tokenizer, tmp, "on", 512)
-        small = make_engine(model, tokenizer, tmp, "small", args.bound_mb)
-        engines = {"off": off, "on": on, "small": small}
+        engines: dict[str, TransformersEngine] = {}
         try:
-            for e in engines.values():  # warm-up
-                asyncio.run(turn(e, [ChatMessage(role="user", content="Hi")], 2))
+            for k, mb in (("off", 0), ("on", 512)):
+                engines[k] = make_engine(model, tokenizer, tmp, k, mb)
+                asyncio.run(turn(engines[k], [ChatMessage(role="user", content="Hi")], 2))  # warm-up
             t0 = time.perf_counter()
-            ttft = ttft_sessions({"off": off, "on": on}, long_system, 3, 16)
+            ttft = ttft_sessions(engines, long_system, 3, 16)
             t_ttft = time.perf_counter() - t0
-            for e in (off, on):  # the concurrency runs start from an empty cache
-                if e._prefix is not None:
-                    e._prefix.clear()
+            ttft_stats = {k: e.stats() for k, e in engines.items()}
+            engines["on"].stop()  # part 2 starts from an empty cache: a new engine (the same weights)
+            for k, mb in (("on", 512), ("small", args.bound_mb)):
+                engines[k] = make_engine(model, tokenizer, tmp, k, mb)
+                asyncio.run(turn(engines[k], [ChatMessage(role="user", content="Hi")], 2))  # warm-up
+            small = engines["small"]
             t0 = time.perf_counter()
             conc = {k: asyncio.run(concurrent_sessions(engines[k], shared_system, args.sessions, args.turns,
                                                        args.max_tokens)) for k in ("off", "on")}
@@ -221,18 +222,16 @@ def main() -> None:
     say(f"{'cache':>12} {'requests':>8} {'wall s':>7} {'tokens':>7} {'tokens/s':>8} {'mean ttft s':>11} "
         f"{'prefilled':>9} {'hit tokens':>10}")
     names = {"off": "off", "on": "512 MB", "small": f"{args.bound_mb} MB"}
-    prefilled = {"off": stats["off"]["prefix_cache_prefill_tokens"] - sum(x[2] for x in ttft["off"]),
-                 "on": stats["on"]["prefix_cache_prefill_tokens"] - sum(x[2] for x in ttft["on"]),
-                 "small": stats["small"]["prefix_cache_prefill_tokens"]}
-    hits = {"off": 0, "on": stats["on"]["prefix_cache_hit_tokens"] - sum(x[1] - x[2] for x in ttft["on"]),
-            "small": stats["small"]["prefix_cache_hit_tokens"]}
+    prefilled = {k: stats[k]["prefix_cache_prefill_tokens"] for k in stats}
+    prefilled["off"] -= ttft_stats["off"]["prefix_cache_prefill_tokens"]  # the off engine served part 1 too
+    hits = {k: stats[k]["prefix_cache_hit_tokens"] for k in stats}
     for k in ("off", "on", "small"):
         r = conc[k]
         say(f"{names[k]:>12} {r['requests']:>8} {r['wall_s']:>7.1f} {r['tokens']:>7} {r['tokens_per_s']:>8.2f} "
             f"{r['mean_ttft_s']:>11.2f} {prefilled[k]:>9} {hits[k]:>10}")
     say(f"aggregate tokens/s, on / off: {conc['on']['tokens_per_s'] / conc['off']['tokens_per_s']:.2f}x; "
         f"{args.bound_mb} MB / off: {conc['small']['tokens_per_s'] / conc['off']['tokens_per_s']:.2f}x")
-    say("(prefilled counts include the warm-up request's few tokens)")
+    say("(prefilled: prompt tokens run through prefill; the cached engines' counts include a short warm-up)")
     say()
     s = stats["small"]
     mb = 2**20
@@ -242,7 +241,9 @@ def main() -> None:
         f"held at the end {s['prefix_cache_bytes'] / mb:.1f} MB in {s['prefix_cache_entries']} blocks, "
         f"{s['prefix_cache_evictions']} blocks evicted")
     say(f"512 MB cache after part 2: {stats['on']['prefix_cache_bytes'] / mb:.1f} MB in "
-        f"{stats['on']['prefix_cache_entries']} blocks (peak {stats['on']['prefix_cache_peak_bytes'] / mb:.1f} MB)")
+        f"{stats['on']['prefix_cache_entries']} blocks (peak {stats['on']['prefix_cache_peak_bytes'] / mb:.1f} MB); "
+        f"after part 1: {ttft_stats['on']['prefix_cache_bytes'] / mb:.1f} MB in "
+        f"{ttft_stats['on']['prefix_cache_entries']} blocks")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = "bench/prefix_cache.py" + (" --quick" if args.quick else "")
