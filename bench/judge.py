@@ -1,38 +1,60 @@
-"""Judge accuracy and throughput on a held-out labelled set.
+"""Judge accuracy and throughput on two held-out labelled sets, before and after, side by side.
 
-The cases below were written separately from the training lines in ``openclaw_rl/judge/data``
-(no line is shared; the script checks) in three styles: chat (simulated users and
-personas), terminal (stdout / stderr / exit code) and tool calls (return value or error trace).
+Held-out sets (never trained on; the script checks that no line — compared case- and
+punctuation-insensitively — is shared with the training lines in ``openclaw_rl/judge/data``):
 
-It prints, side by side in one run:
+* **old** — the 67 cases below (chat, terminal, tool calls), written separately from the training lines;
+* **new** — ``bench/data/judge_heldout_v2.jsonl``: 244 cases over every role the judge sees (user,
+  tool, environment incl. GUI pages, system), each with a ``kind`` (correction, redirect, praise,
+  off_topic, silent_success, shell_error, traceback, http_error, test_summary, page_change, ...),
+  written before the training lines were read or grown.
 
-* the embedded ``minilm`` judge's accuracy with ``vote_count`` 1 and 3, per style, and judged
-  turns per second (score + hint, as the service runs it);
-* the ``local`` LLM judge (SmolLM2-135M-Instruct by default; ``--local-model DIR`` for another) for
-  comparison — unless ``--skip-local``.
+It prints, in one run, the embedded ``minilm`` judge's accuracy per role with ``vote_count`` 1 and 3
+on both sets for
+
+* **before** — the judge as of commit ``BEFORE_COMMIT`` (its ``minilm.py`` and training data, read
+  with ``git show``; classifier only, no evidence rules);
+* **after** — the current judge (evidence rules, then the classifier),
+
+then per-kind accuracy on the new set, how much the evidence rules decide, how close the held-out
+cases come to a training line (MiniLM cosine), and judged turns per second. With ``--local`` it
+adds the ``local`` LLM judge (SmolLM2-135M-Instruct by default; ``--local-model DIR``) for comparison.
 
 Usage::
 
-    .venv/bin/python bench/judge.py [--skip-local] [--local-model DIR] [--threads 2]
+    .venv/bin/python bench/judge.py [--repeats 5] [--local] [--local-model DIR] [--threads 2]
+        [--json FILE] | tee bench/results/judge.txt
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
+import re
+import subprocess
 import sys
+import tempfile
 import time
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from openclaw_rl.config import Config, PrmServiceConfig  # noqa: E402
+from openclaw_rl.judge.evidence import read_evidence  # noqa: E402
 from openclaw_rl.judge.minilm import load_examples  # noqa: E402
 from openclaw_rl.types import NextState  # noqa: E402
 
-# (style, role, response, next_state, expected score)
+#: The judge before the evidence rules / new recipe / grown training data.
+BEFORE_COMMIT = "4657cd5d36f43d99564da70789cbd9b6c34f1795"
+NEW_SET = ROOT / "bench" / "data" / "judge_heldout_v2.jsonl"
+ROLES = ("user", "tool", "environment", "system")
+
+# The old held-out set: (style, role, response, next_state, expected score)
 CASES: list[tuple[str, str, str, str, int]] = [
     # ---------------------------------------------------------------- chat: positive
     ("chat", "user", "Natalia sold 48 clips in April and half as many in May, so 72 in total.",
@@ -111,7 +133,8 @@ CASES: list[tuple[str, str, str, str, int]] = [
     ("terminal", "tool", "pip install nump", "ERROR: No matching distribution found for nump\n[exit code 1]", -1),
     ("terminal", "tool", "tar xf backup.tar", "tar: backup.tar: Cannot open: No such file or directory\n[exit code 2]", -1),
     # ---------------------------------------------------------------- terminal: neutral
-    ("terminal", "tool", "sleep 2", "[exit code 0]", 0),
+    # A silent success: relabelled 0 -> +1 (empty output with exit 0 is progress; docs/judge.md).
+    ("terminal", "tool", "sleep 2", "[exit code 0]", 1),
     # ---------------------------------------------------------------- tool calls: positive
     ("tool_call", "tool", "get_weather(city='Oslo')", '{"city": "Oslo", "temp_c": -3, "sky": "snow"}', 1),
     ("tool_call", "tool", "calculator(expression='17*23')", '{"value": 391}', 1),
@@ -135,26 +158,89 @@ CASES: list[tuple[str, str, str, str, int]] = [
 ]
 
 
-def check_held_out() -> None:
-    """Fail loudly if a bench case also appears in the training data."""
-    train = {e.next_state.strip().lower() for e in load_examples()}
-    overlap = [c[3] for c in CASES if c[3].strip().lower() in train]
-    if overlap:
-        raise SystemExit(f"bench cases overlap the training data: {overlap}")
+def load_new_set(path: Path = NEW_SET) -> list[dict]:
+    """The new held-out set: ``{"role", "next_state", "label", "kind", "style"}`` per line."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for n, r in enumerate(rows, 1):
+        if r.get("role") not in ROLES or r.get("label") not in (1, -1, 0) or not r.get("next_state") or not r.get("kind"):
+            raise SystemExit(f"{path}:{n}: needs role, next_state, label (1/-1/0) and kind")
+    return rows
 
 
-async def run_backend(cfg: Config, votes: int) -> tuple[list[int | None], float, int]:
-    """Judge every case with ``votes`` votes: (scores, seconds, hints kept)."""
+def held_out_sets() -> dict[str, list[dict]]:
+    old = [{"role": c[1], "next_state": c[3], "label": c[4], "kind": c[0], "response": c[2]} for c in CASES]
+    return {"old": old, "new": load_new_set()}
+
+
+def normalize(text: str) -> str:
+    """Case-, whitespace- and punctuation-insensitive form used for the disjointness check."""
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+def overlap(training: list[str], sets: dict[str, list[dict]]) -> list[str]:
+    """Held-out next states that also appear (normalized) among the training lines."""
+    train = {normalize(t) for t in training}
+    return [c["next_state"] for cases in sets.values() for c in cases if normalize(c["next_state"]) in train]
+
+
+def check_held_out(sets: dict[str, list[dict]]) -> None:
+    """Fail loudly if a held-out case also appears in the training data."""
+    shared = overlap([e.next_state for e in load_examples()], sets)
+    if shared:
+        raise SystemExit(f"held-out cases overlap the training data: {shared}")
+
+
+# ------------------------------------------------------------------------------ the "before" judge
+def _git_show(path: str) -> str:
+    return subprocess.run(["git", "show", f"{BEFORE_COMMIT}:{path}"], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout
+
+
+def before_factory() -> Callable[[Config], object] | None:
+    """A factory for the judge as of ``BEFORE_COMMIT`` (its minilm.py and its training lines), or
+    None when git or the commit is not available."""
+    try:
+        source = _git_show("openclaw_rl/judge/minilm.py")
+        names = subprocess.run(["git", "ls-tree", "--name-only", BEFORE_COMMIT, "openclaw_rl/judge/data/"],
+                               cwd=ROOT, check=True, capture_output=True, text=True).stdout.split()
+        tmp = Path(tempfile.mkdtemp(prefix="judge_before_"))
+        paths = []
+        for name in names:
+            if name.endswith(".jsonl"):
+                paths.append(tmp / Path(name).name)
+                paths[-1].write_text(_git_show(name))
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    spec = importlib.util.spec_from_loader("openclaw_rl.judge._minilm_before", loader=None)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    exec(compile(source, f"{BEFORE_COMMIT[:7]}:openclaw_rl/judge/minilm.py", "exec"), mod.__dict__)
+    examples = mod.load_examples(paths)
+    mod.load_examples = lambda paths=None: examples  # its StateClassifier trains on its own lines
+    mod.BEFORE_TRAINING_LINES = len(examples)
+    return lambda cfg: mod.MiniLMJudge(cfg)
+
+
+def after_factory(cfg: Config) -> object:
     from openclaw_rl.judge import make_judge
 
-    cfg = cfg.model_copy(update={"prm_service": cfg.prm_service.model_copy(update={"vote_count": votes})})
-    judge = make_judge(cfg)
+    return make_judge(cfg)
+
+
+# ------------------------------------------------------------------------------ running
+async def run_judge(make: Callable[[Config], object], cfg: Config, votes: int, cases: list[dict],
+                    seed: int = 42) -> tuple[list[int | None], float, int]:
+    """Judge every case with ``votes`` votes: (scores, seconds, hints kept)."""
+    cfg = cfg.model_copy(update={"prm_service": cfg.prm_service.model_copy(update={"vote_count": votes}),
+                                 "global_": cfg.global_.model_copy(update={"seed": seed})})
+    judge = make(cfg)
     await judge.score("warm-up", NextState(role="user", content="warm-up"))
     start = time.perf_counter()
     scores: list[int | None] = []
     hints = 0
-    for _style, role, response, state, _expected in CASES:
-        result = await judge.score(response, NextState(role=role, content=state))
+    for c in cases:
+        result = await judge.score(c.get("response", "(previous assistant action)"),
+                                   NextState(role=c["role"], content=c["next_state"]))
         scores.append(None if result.error else result.score)
         hints += result.hint is not None
     elapsed = time.perf_counter() - start
@@ -162,46 +248,119 @@ async def run_backend(cfg: Config, votes: int) -> tuple[list[int | None], float,
     return scores, elapsed, hints
 
 
-def accuracy(scores: list[int | None], style: str | None = None) -> float:
-    pairs = [(s, c[4]) for s, c in zip(scores, CASES, strict=True) if style is None or c[0] == style]
-    return sum(s == e for s, e in pairs) / len(pairs)
+def accuracy(scores: list[int | None], cases: list[dict], key: str | None = None, value: str | None = None) -> float | None:
+    pairs = [(s, c["label"]) for s, c in zip(scores, cases, strict=True) if key is None or c[key] == value]
+    return sum(s == e for s, e in pairs) / len(pairs) if pairs else None
+
+
+def sign_errors(scores: list[int | None], cases: list[dict]) -> int:
+    """Cases judged with the opposite sign (+1 for a -1 case or the reverse): worse than a 0."""
+    return sum(1 for s, c in zip(scores, cases, strict=True) if s is not None and s * c["label"] == -1)
+
+
+def fmt(x: float | None) -> str:
+    return "  -  " if x is None else f"{x:5.2f}"
+
+
+def mean(xs: list[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def near_duplicates(sets: dict[str, list[dict]], threshold: float = 0.9) -> dict[str, int]:
+    """How many held-out cases have a training line with MiniLM cosine >= ``threshold``."""
+    from openclaw_rl.judge.minilm import Embedder
+
+    emb = Embedder()
+    train = emb.encode([e.next_state for e in load_examples()])
+    out = {}
+    for name, cases in sets.items():
+        sims = emb.encode([c["next_state"] for c in cases]) @ train.T
+        out[name] = int((sims.max(dim=1).values >= threshold).sum())
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--skip-local", action="store_true", help="skip the local LLM judge comparison")
+    ap.add_argument("--local", action="store_true", help="also run the local LLM judge (slow on a CPU)")
+    ap.add_argument("--skip-local", action="store_true", help=argparse.SUPPRESS)  # the old default; now a no-op
     ap.add_argument("--local-model", default="smollm2-135m-instruct", help="model for the local backend")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="runs per figure with different vote-sampling seeds; figures are their mean")
     ap.add_argument("--json", type=Path, help="also write the figures to this file")
     args = ap.parse_args()
 
     import torch
 
     torch.set_num_threads(args.threads)
-    check_held_out()
-    labels = Counter(c[4] for c in CASES)
-    styles = Counter(c[0] for c in CASES)
-    base = max(labels.values()) / len(CASES)
-    print(f"held-out cases: {len(CASES)} ({dict(styles)}), labels {dict(labels)}, majority-class rate {base:.2f}")
-    figures: dict[str, object] = {"cases": len(CASES), "base_rate": base}
+    sets = held_out_sets()
+    check_held_out(sets)
+    figures: dict[str, object] = {}
+    for name, cases in sets.items():
+        labels = Counter(c["label"] for c in cases)
+        roles = Counter(c["role"] for c in cases)
+        base = max(labels.values()) / len(cases)
+        print(f"held-out {name}: {len(cases)} cases, roles {dict(roles)}, labels {dict(labels)}, "
+              f"majority-class rate {base:.2f}")
+        figures[f"{name}_cases"] = len(cases)
+    print(f"training lines: {len(load_examples())} now; no held-out case shares a line with them")
+    dups = near_duplicates(sets)
+    print(f"held-out cases with a training line at MiniLM cosine >= 0.9: {dups}")
+    for name, cases in sets.items():
+        ev = [read_evidence(c["role"], c["next_state"]) for c in cases]
+        decided = [(e.score, c["label"]) for e, c in zip(ev, cases, strict=True) if e.decisive]
+        right = sum(s == lab for s, lab in decided)
+        print(f"evidence rules decide {len(decided)}/{len(cases)} of held-out {name} ({right} of them right)")
+    print()
 
-    rows = [("minilm", Config(prm_service=PrmServiceConfig(backend="minilm")))]
-    if not args.skip_local:
-        # Evaluative accuracy only: the LLM's generated hints are not what is compared here, and
-        # generating them on a CPU would dominate the run.
-        rows.append(("local", Config(prm_service=PrmServiceConfig(
+    rows: list[tuple[str, Callable[[Config], object], Config]] = []
+    before = before_factory()
+    if before is None:
+        print(f"before: commit {BEFORE_COMMIT[:7]} not available (no git history); skipped")
+    else:
+        rows.append((f"before ({BEFORE_COMMIT[:7]})", before, Config(prm_service=PrmServiceConfig(backend="minilm"))))
+    rows.append(("after", after_factory, Config(prm_service=PrmServiceConfig(backend="minilm"))))
+    if args.local:
+        # Evaluative accuracy only: generating hints with an LLM on a CPU would dominate the run.
+        rows.append(("local LLM", after_factory, Config(prm_service=PrmServiceConfig(
             backend="local", model=args.local_model, extract_instruction=False))))
-    for name, cfg in rows:
+
+    print(f"accuracy per role; each figure is the mean of {args.repeats} runs with different vote-sampling "
+          f"seeds (range of 'all' in brackets); sign errors = +1 for a -1 case or the reverse, mean per run")
+    header = f"{'judge':18s} {'votes':>5s} | {'set':4s} {'all':>5s} {'(range)':>11s} " \
+        + " ".join(f"{r[:5]:>5s}" for r in ROLES) + f" {'sign-errors':>11s} {'turns/s':>8s}"
+    print(header)
+    print("-" * len(header))
+    per_kind: dict[str, dict[str, float | None]] = defaultdict(dict)
+    for label, make, cfg in rows:
         t0 = time.perf_counter()
         for votes in (1, 3):
-            scores, elapsed, hints = asyncio.run(run_backend(cfg, votes))
-            per_style = {s: round(accuracy(scores, s), 2) for s in styles}
-            rate = len(CASES) / elapsed
-            print(f"{name:7s} vote_count={votes}: accuracy {accuracy(scores):.2f} {per_style}  "
-                  f"{rate:.1f} judged turns/s  hints kept {hints}", flush=True)
-            figures[f"{name}_v{votes}"] = {"accuracy": accuracy(scores), "per_style": per_style,
-                                           "turns_per_s": rate, "hints": hints}
-        print(f"{name:7s} wall time incl. model load / head set-up: {time.perf_counter() - t0:.1f}s")
+            for name, cases in sets.items():
+                runs = [asyncio.run(run_judge(make, cfg, votes, cases, seed=42 + k)) for k in range(args.repeats)]
+                accs = [accuracy(r[0], cases) for r in runs]
+                acc = mean(accs)
+                roles = {r: mean([accuracy(run[0], cases, "role", r) for run in runs]) for r in ROLES}
+                signs = mean([sign_errors(r[0], cases) for r in runs])
+                rate = len(cases) * len(runs) / sum(r[1] for r in runs)
+                spread = f"({min(accs):.2f}-{max(accs):.2f})"
+                print(f"{label:18s} {votes:5d} | {name:4s} {fmt(acc)} {spread:>11s} "
+                      + " ".join(fmt(roles[r]) for r in ROLES) + f" {signs:11.1f} {rate:8.1f}", flush=True)
+                figures[f"{label}_v{votes}_{name}"] = {"accuracy": acc, "accuracy_runs": accs, "per_role": roles,
+                                                        "turns_per_s": rate, "sign_errors": signs,
+                                                        "hints": mean([r[2] for r in runs])}
+                if name == "new" and votes == 3:
+                    for kind in sorted({c["kind"] for c in cases}):
+                        per_kind[kind][label] = mean([accuracy(r[0], cases, "kind", kind) for r in runs])
+        print(f"{label:18s} wall time incl. model load / head set-up: {time.perf_counter() - t0:.1f}s", flush=True)
+
+    print(f"\nnew held-out set, accuracy per kind (vote_count 3, mean of {args.repeats} runs):")
+    labels = [r[0] for r in rows]
+    counts = Counter(c["kind"] for c in sets["new"])
+    print(f"{'kind':18s} {'n':>3s} " + " ".join(f"{lab[:18]:>18s}" for lab in labels))
+    for kind in sorted(per_kind):
+        print(f"{kind:18s} {counts[kind]:3d} " + " ".join(f"{fmt(per_kind[kind].get(lab)):>18s}" for lab in labels))
+    figures["per_kind_new_v3"] = per_kind
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0

@@ -235,17 +235,22 @@ def signals(content: str) -> list[Signal]:
             out.append(Signal(1, rule, _line_of(text, m.start())))
     if _UNITTEST_OK.search(text):
         out.append(Signal(1, "tests passed", "OK"))
-    # Test summaries: read the counts line by line.
+    # Test summaries: counts read line by line and added up (mocha prints "2 passing" and
+    # "1 failing" on separate lines); any failure or error makes the summary negative.
+    bad_lines, good_lines, bad, good = [], [], 0, 0
     for line in text.splitlines():
         counts = _COUNT.findall(line)
-        if not counts:
-            continue
-        bad = sum(int(n) for n, w in counts if w.lower().startswith(("fail", "error")))
-        good = sum(int(n) for n, w in counts if w.lower().startswith("pass"))
-        if bad > 0:
-            out.append(Signal(-1, "test summary", line.strip()[:160]))
-        elif good > 0:
-            out.append(Signal(1, "test summary", line.strip()[:160]))
+        n_bad = sum(int(n) for n, w in counts if w.lower().startswith(("fail", "error")))
+        n_good = sum(int(n) for n, w in counts if w.lower().startswith("pass"))
+        bad, good = bad + n_bad, good + n_good
+        if n_bad:
+            bad_lines.append(line.strip()[:160])
+        elif n_good:
+            good_lines.append(line.strip()[:160])
+    if bad:
+        out.append(Signal(-1, "test summary", bad_lines[0]))
+    elif good:
+        out.append(Signal(1, "test summary", good_lines[0]))
     seen_http = set()
     for rx in _HTTP_RES:
         for m in rx.finditer(text):

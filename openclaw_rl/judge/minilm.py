@@ -179,7 +179,7 @@ class Embedder:
 # a few words; these make that explicit. Case-insensitive; each cue is 0 or 1.
 LEXICAL_CUES: tuple[tuple[str, str], ...] = (
     ("wrong", r"\b(?:wrong|incorrect|not (?:right|correct|quite|it|true|what i)|isn'?t (?:right|correct|it)|"
-              r"mistaken?|mistake|false|miscount\w*|backwards|swapped|mixed up|off by|typo)\b"),
+              r"mistaken?|mistake|false|miscount\w*|backwards|swapped|mixed up|off by)\b"),
     ("starts_no", r"^\W*(?:no+|nope|nah|nein|non|not|wrong|err+|erm|uh+|hm+,? no)\b"),
     ("x_not_y", r"(?:^|[\s,;:(])not\s+(?:the\s+|a\s+|an\s+|in\s+|on\s+)?[\w.$%'`/@#-]+\s*(?:[.!,;)—-]|$)|"
                 r"\binstead\b|\bnot\b[^.!?]{0,60}\bbut\b|\brather than\b|\bother (?:one|file|way)\b"),
@@ -187,7 +187,7 @@ LEXICAL_CUES: tuple[tuple[str, str], ...] = (
     ("should_be", r"\b(?:should|must|supposed to|has to|needs? to) (?:be|start|return|use)\b|"
                   r"\bthe (?:correct|right|actual|real) (?:answer|result|value|number|one)\b|\bactually\b"),
     ("redo", r"\b(?:again|redo|re-?do|rewrite|re-?write|try again|still|same (?:error|problem|issue|thing)|"
-             r"revert|undo|stop|don'?t|do not|never|forgot|ignored?)\b"),
+             r"revert|stop|don'?t|do not|never|forgot|ignored?)\b"),
     ("broken", r"\b(?:doesn'?t|didn'?t|does not|did not|won'?t|can'?t|cannot|isn'?t) (?:work|run|compile|help|"
                r"answer|load|make sense|match)\b|\b(?:broken|broke|crash\w*|fails?|failing|error|bug|useless|worse|"
                r"blank|nothing changed)\b"),
@@ -222,18 +222,20 @@ class Recipe:
     """
 
     prefix: bool = True
-    role_onehot: bool = False
+    role_onehot: bool = True
     lexical: bool = True
-    extra_scale: float = 0.5
-    hidden: int = 64
+    extra_scale: float = 1.0
+    hidden: int = 0
     epochs: int = 300
     lr: float = 1e-2
     weight_decay: float = 1e-3
     skip_decisive: bool = False
-    zero_bias: float = 0.0
-    logit_scale: float = 1.0
+    zero_bias: float = 0.5
+    logit_scale: float = 2.0
 
 
+#: Chosen by 5-fold CV and a cross-source split (original data files vs. the lines added later) of the
+#: training lines only — never on the held-out sets; the figures are in docs/judge.md.
 DEFAULT_RECIPE = Recipe()
 
 

@@ -1,16 +1,32 @@
-"""The embedded minilm judge: training data validation, accuracy sanity, votes, extractive hints."""
+"""The embedded minilm judge: training data validation, accuracy sanity, the evidence-first votes and
+what ``vote_count`` means for them, the head cache, held-out disjointness, extractive hints."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
 from openclaw_rl.config import Config, PrmServiceConfig
+from openclaw_rl.envs.sandbox import CommandResult
 from openclaw_rl.judge import make_judge
-from openclaw_rl.judge.minilm import JudgeDataError, MiniLMJudge, extract_hint, load_examples
+from openclaw_rl.judge.minilm import (
+    Example,
+    JudgeDataError,
+    MiniLMJudge,
+    Recipe,
+    StateClassifier,
+    cache_key,
+    extract_hint,
+    load_examples,
+)
+from openclaw_rl.judge.voting import majority
 from openclaw_rl.types import NextState
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow  # starts real processes, a sandbox, Ray, FSDP or trains a model
 
@@ -34,9 +50,10 @@ def judge():
 
 def test_shipped_data_is_valid_and_covers_every_label_and_style():
     examples = load_examples()
-    assert len(examples) >= 250
+    assert len(examples) >= 800
     assert {e.label for e in examples} == {1, -1, 0}
     assert {e.style for e in examples} >= {"chat", "terminal", "tool_call", "gui"}
+    assert {e.role for e in examples} == {"user", "tool", "environment", "system"}
 
 
 def test_bad_training_line_names_file_and_line(tmp_path):
@@ -59,7 +76,103 @@ def test_accuracy_sanity_on_unseen_cases(judge):
     correct = [res.score == expected for res, (_, _, expected) in zip(results, CASES, strict=True)]
     assert sum(correct) >= len(CASES) - 1, [(c[1], r.score) for c, r in zip(CASES, results, strict=True)]
     for res in results:
-        assert len(res.votes) == 3 and all("minilm classifier" in v.raw for v in res.votes)
+        assert len(res.votes) == 3
+        assert all("minilm classifier" in v.raw or v.raw.startswith("evidence:") for v in res.votes)
+
+
+def _observation(exit_code: int, stdout: str = "", stderr: str = "") -> str:
+    return CommandResult(command="c", stdout=stdout, stderr=stderr, exit_code=exit_code,
+                         elapsed_s=0.0).as_observation()
+
+
+# The four kinds the judge used to get wrong (fresh phrasings: in neither the training lines nor a
+# held-out set): a correction that states the right answer, a shell error with a non-zero exit code,
+# a bare successful exit, a redirection to another file.
+@pytest.mark.parametrize("role, text, expected", [
+    ("user", "that's wrong, it's 17", -1),
+    ("user", "wrong, the answer is 250 not 205", -1),
+    ("user", "nope, it's Thursday the 9th, not the 10th", -1),
+    ("environment", _observation(1, "", "grep: logs/today.txt: No such file or directory\n"), -1),
+    ("tool", "$ python run.py\nusage: run.py [-h] --input FILE\nrun.py: error: the following arguments are required: "
+             "--input\n[exit code 2]", -1),
+    ("tool", "Process exited with code 3", -1),
+    ("environment", _observation(0), 1),
+    ("tool", "$ mkdir -p build\n[exit code 0]", 1),
+    ("tool", "exit status 0", 1),
+    ("user", "no, I meant the other file, settings.py", -1),
+    ("user", "wrong file — I was asking about routes.ts, not app.ts", -1),
+    ("user", "not that one, I meant the invoices folder", -1),
+])
+def test_formerly_missed_kinds_get_the_right_sign(judge, role, text, expected):
+    res = asyncio.run(judge.score("previous action", NextState(role=role, content=text)))
+    assert res.score == expected, res.votes
+
+
+@pytest.mark.parametrize("votes", [1, 3, 5])
+def test_decisive_evidence_gives_vote_count_identical_votes(votes):
+    cfg = Config(prm_service=PrmServiceConfig(backend="minilm", vote_count=votes, temperature=1.5))
+    judge = make_judge(cfg)
+    for text, expected in ((_observation(0), 1), ("Traceback (most recent call last):\nKeyError: 'id'", -1)):
+        res = asyncio.run(judge.score("x", NextState(role="tool", content=text)))
+        assert len(res.votes) == votes  # N votes, each reads the same evidence and agrees
+        assert {v.score for v in res.votes} == {expected} and res.score == expected
+        assert all(v.raw.startswith("evidence:") for v in res.votes)
+        assert len(res.hint_votes) == votes
+
+
+def test_classifier_votes_are_independent_draws_combined_by_majority():
+    cfg = Config(prm_service=PrmServiceConfig(backend="minilm", vote_count=4, temperature=1.0))
+    judge = make_judge(cfg)
+    assert isinstance(judge, MiniLMJudge)
+    state = NextState(role="user", content="hmm, fine i guess")
+    judge.distribution = lambda ns: {1: 0.5, -1: 0.5, 0: 0.0}  # an undecided head
+    results = [asyncio.run(judge.score("x", state)) for _ in range(12)]
+    for res in results:
+        assert len(res.votes) == 4 and all("minilm classifier" in v.raw for v in res.votes)
+        assert res.score == majority(res.votes, [1, -1, 0])
+    # independent draws: the votes of one judgement differ, and a 2-2 split is a tie -> 0
+    assert any(len({v.score for v in res.votes}) > 1 for res in results)
+    assert any(res.score == 0 for res in results)
+
+
+def test_evidence_outside_reward_space_leaves_the_decision_to_the_classifier():
+    cfg = Config(prm_service=PrmServiceConfig(backend="minilm", reward_space=[-1, 0], vote_count=3))
+    res = asyncio.run(make_judge(cfg).score("x", NextState(role="tool", content=_observation(0))))
+    assert all(v.score in (-1, 0) and "minilm classifier" in v.raw for v in res.votes)
+
+
+def test_negative_evidence_without_an_error_line_still_gives_a_hint(judge):
+    res = asyncio.run(judge.score("ran it", NextState(role="environment", content=_observation(1))))
+    assert res.score == -1 and res.hint is not None and "exit code: 1" in res.hint
+
+
+def test_changed_training_set_or_recipe_invalidates_the_cached_head(judge, tmp_path):
+    examples = [Example("user", "thanks, perfect", 1), Example("user", "wrong, it's 4", -1),
+                Example("user", "brb", 0), Example("tool", "[exit 0]", 1),
+                Example("tool", "KeyError: 'x'", -1), Example("tool", "still running", 0)]
+    changed = [*examples[:-1], Example("tool", "still running", 1)]
+    assert cache_key(examples, Recipe()) != cache_key(changed, Recipe())
+    assert cache_key(examples, Recipe()) != cache_key([*examples, Example("user", "ok", 0)], Recipe())
+    assert cache_key(examples, Recipe()) != cache_key(examples, Recipe(hidden=64))
+    embedder = judge.classifier.embedder
+    first = StateClassifier(tmp_path, examples, embedder=embedder)
+    again = StateClassifier(tmp_path, examples, embedder=embedder)
+    assert again.cache_path == first.cache_path and again.trained_s == 0.0  # loaded, not retrained
+    other = StateClassifier(tmp_path, changed, embedder=embedder)
+    assert other.cache_path != first.cache_path
+    assert len(list(tmp_path.glob("minilm_head_*.pt"))) == 2
+
+
+def test_held_out_sets_are_disjoint_from_the_training_lines():
+    spec = importlib.util.spec_from_file_location("bench_judge", ROOT / "bench" / "judge.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    sets = bench.held_out_sets()
+    assert len(sets["new"]) >= 150 and len(sets["old"]) >= 60
+    assert {c["role"] for c in sets["new"]} == {"user", "tool", "environment", "system"}
+    assert bench.overlap([e.next_state for e in load_examples()], sets) == []
+    # the check is case-, whitespace- and punctuation-insensitive
+    assert bench.overlap(["  THANKS!! "], {"x": [{"next_state": "thanks"}]}) == ["thanks"]
 
 
 def test_negative_user_reply_yields_extractive_hint(judge):
