@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,9 +72,54 @@ def _episode(client: PolicyClient, env: Any, reset_kw: dict[str, Any], max_token
             return {**info, "first_reply": first, "turns": turns, "reward": reward}
 
 
-def evaluate(cfg: Config, base_url: str, sizes: EvalSizes = EvalSizes()) -> dict[str, Any]:
-    """Run the held-out set against the policy at ``base_url``; return the summary dict."""
-    stop = threading.Event()
+def _chat_scores(cfg: Config, client: PolicyClient, persona: str, sizes: EvalSizes,
+                 concurrency: int) -> list[float]:
+    """The persona's score of the greedy first reply to each of the first ``sizes.chat`` held-out
+    problems, in problem order (each problem gets its own environment, so requests may overlap)."""
+    kwargs = {**env_kwargs_for(cfg, "chat", "eval"), "max_turns": 1}
+    first = make("chat", persona=persona, **kwargs)
+    items = first.items  # type: ignore[attr-defined]
+    n = min(sizes.chat, len(items))
+
+    def one(i: int) -> float:
+        # reset(seed, item) alone decides the episode, so a fresh env per problem asks the same
+        # question as reusing one; fresh ones let problems run at once
+        env = first if concurrency <= 1 else make("chat", persona=persona, **{**kwargs, "items": items})
+        _obs, info = env.reset(seed=i, options={"item": i})
+        reply = client.complete(info["messages"], f"eval-{uuid.uuid4().hex[:12]}", done=True,
+                                max_tokens=sizes.max_tokens, temperature=0.0)
+        if reply is None:
+            raise RuntimeError("evaluation stopped")
+        return env.score(reply["content"])  # type: ignore[attr-defined]
+
+    if concurrency <= 1 or n <= 1:
+        return [one(i) for i in range(n)]
+    with ThreadPoolExecutor(max_workers=min(concurrency, n), thread_name_prefix="eval-chat") as pool:
+        return list(pool.map(one, range(n)))
+
+
+def private_service_config(cfg: Config, log_dir: str) -> Config:
+    """A copy of ``cfg`` for a private in-process policy service: loopback, a free port, one embedded
+    engine, and ``log_dir`` (a temporary directory) for its store, so evaluation traffic never
+    reaches the training store."""
+    ecfg = cfg.model_copy(deep=True)
+    ecfg.policy_service.host = "127.0.0.1"
+    ecfg.policy_service.port = 0
+    ecfg.policy_service.num_engines = 1
+    ecfg.global_.log_dir = log_dir
+    return ecfg
+
+
+def evaluate(cfg: Config, base_url: str, sizes: EvalSizes = EvalSizes(), stop: threading.Event | None = None,
+             verbose: bool = True, concurrency: int = 1) -> dict[str, Any]:
+    """Run the held-out set against the policy at ``base_url``; return the summary dict.
+
+    ``stop``: set it to end the evaluation after the request in flight (it then raises
+    ``RuntimeError("evaluation stopped")``). ``verbose``: print one line per part.
+    ``concurrency``: chat problems of one persona sent at once (the engine batches them; 1 = one
+    after another).
+    """
+    stop = stop if stop is not None else threading.Event()
     client = _client(base_url, cfg, stop)
     types = [t for t in cfg.env_service.interaction_types if t in ("chat", "terminal", "tool_call")]
     summary: dict[str, Any] = {}
@@ -81,19 +127,12 @@ def evaluate(cfg: Config, base_url: str, sizes: EvalSizes = EvalSizes()) -> dict
         if "chat" in types and sizes.chat > 0:
             summary["chat"] = {}
             for persona in cfg.env_service.personas:
-                env = make("chat", persona=persona, **{**env_kwargs_for(cfg, "chat", "eval"), "max_turns": 1})
-                n = min(sizes.chat, len(env.items))  # type: ignore[attr-defined]
-                scores = []
-                for i in range(n):
-                    _obs, info = env.reset(seed=i, options={"item": i})
-                    reply = client.complete(info["messages"], f"eval-{uuid.uuid4().hex[:12]}", done=True,
-                                            max_tokens=sizes.max_tokens, temperature=0.0)
-                    if reply is None:
-                        raise RuntimeError("evaluation stopped")
-                    scores.append(env.score(reply["content"]))  # type: ignore[attr-defined]
+                scores = _chat_scores(cfg, client, persona, sizes, concurrency)
+                n = len(scores)
                 summary["chat"][persona] = {"n": n, "personalization": sum(scores) / max(1, n), "scores": scores}
-                print(f"[eval] chat persona={persona} n={n} personalization={summary['chat'][persona]['personalization']:.3f}",
-                      flush=True)
+                if verbose:
+                    print(f"[eval] chat persona={persona} n={n} "
+                          f"personalization={summary['chat'][persona]['personalization']:.3f}", flush=True)
         if "terminal" in types and sizes.terminal > 0:
             names = list(EVAL_TASKS)[: sizes.terminal]
             results = {}
@@ -105,7 +144,8 @@ def evaluate(cfg: Config, base_url: str, sizes: EvalSizes = EvalSizes()) -> dict
                     env.close()
             rate = sum(results.values()) / max(1, len(results))
             summary["terminal"] = {"n": len(results), "success_rate": rate, "tasks": results}
-            print(f"[eval] terminal n={len(results)} success_rate={rate:.3f}", flush=True)
+            if verbose:
+                print(f"[eval] terminal n={len(results)} success_rate={rate:.3f}", flush=True)
         if "tool_call" in types and sizes.tool_call > 0:
             env = make("tool_call", **env_kwargs_for(cfg, "tool_call", "eval"))
             outcomes = []
@@ -121,7 +161,8 @@ def evaluate(cfg: Config, base_url: str, sizes: EvalSizes = EvalSizes()) -> dict
                 env.close()
             rate = sum(o["success"] for o in outcomes) / max(1, len(outcomes))
             summary["tool_call"] = {"n": len(outcomes), "success_rate": rate, "episodes": outcomes}
-            print(f"[eval] tool_call n={len(outcomes)} success_rate={rate:.3f}", flush=True)
+            if verbose:
+                print(f"[eval] tool_call n={len(outcomes)} success_rate={rate:.3f}", flush=True)
     finally:
         client.close()
     return summary
@@ -141,12 +182,9 @@ def eval_command(cfg: Config, checkpoint: str | None, sizes: EvalSizes | None = 
         print(f"[eval] error: --checkpoint {checkpoint}: not a directory (give an exported adapter or model dir)",
               flush=True)
         return 2
-    ecfg = cfg.model_copy(deep=True)
     tmp = tempfile.TemporaryDirectory(prefix="openclaw_eval_")
     # A private port and store: evaluation traffic never reaches the training store.
-    ecfg.policy_service.host = "127.0.0.1"
-    ecfg.policy_service.port = 0
-    ecfg.global_.log_dir = tmp.name
+    ecfg = private_service_config(cfg, tmp.name)
     started = time.monotonic()
     service = PolicyService(ecfg)
     try:

@@ -2,19 +2,43 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from openclaw_rl.config import Config
 from openclaw_rl.runtime.metrics import read_metrics
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Counters, Store
 
 
-def progress_line(c: Counters) -> str:
-    """The one-line summary the launcher prints while running (and ``status`` prints once)."""
+def progress_line(c: Counters, evaluation: dict[str, Any] | None = None) -> str:
+    """The one-line summary the launcher prints while running (and ``status`` prints once).
+
+    ``evaluation``: the newest live evaluation (:func:`openclaw_rl.envs.eval_loop.latest_eval`), shown
+    as ``eval=0.47 (base 0.34)`` at the end of the line; None before the first one.
+    """
     reward = "n/a" if c.reward_mean is None else f"{c.reward_mean:+.2f}"
-    return (f"[progress] turns={c.turns} waiting={c.waiting} judged={c.judged} failed={c.failed} "
+    line = (f"[progress] turns={c.turns} waiting={c.waiting} judged={c.judged} failed={c.failed} "
             f"samples ready={c.samples_ready} training={c.samples_claimed} trained={c.samples_trained} "
             f"dropped={c.samples_dropped} step={c.trainer_updates} checkpointed={c.trainer_step} "
             f"version={c.policy_version} reward_mean={reward}")
+    return line + eval_field(evaluation)
+
+
+def eval_field(evaluation: dict[str, Any] | None) -> str:
+    """`` eval=0.47 (base 0.34)`` for the progress line; empty before the first evaluation."""
+    if not evaluation or not isinstance(evaluation.get("score"), int | float):
+        return ""
+    base = evaluation.get("base_score")
+    base_text = "n/a" if not isinstance(base, int | float) else f"{base:.2f}"
+    return f" eval={evaluation['score']:.2f} (base {base_text})"
+
+
+def run_progress_line(cfg: Config, store: Store) -> str:
+    """:func:`progress_line` of a run: the store's counters and the newest evaluation in its
+    ``metrics.jsonl`` (small: one row per update and per evaluation, so reading it is cheap)."""
+    from openclaw_rl.envs.eval_loop import latest_eval
+
+    return progress_line(store.counters(), latest_eval(cfg.log_dir))
 
 
 def status_command(cfg: Config) -> int:
@@ -24,7 +48,7 @@ def status_command(cfg: Config) -> int:
         return 1
     store = Store(path)
     try:
-        print(progress_line(store.counters()))
+        print(run_progress_line(cfg, store))
     finally:
         store.close()
     last = [r for r in read_metrics(cfg.log_dir) if r.get("kind") == "train"][-1:]

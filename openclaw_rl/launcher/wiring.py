@@ -7,6 +7,10 @@ training stall serving, and a crashed loop must not take the others down.
              ──▶ judge            (python -m openclaw_rl.judge.loop)       store → judgements, samples
              ──▶ trainer          (python -m openclaw_rl.trainer.loop)        samples → updates → swaps
              ──▶ environments     (python -m openclaw_rl.envs.loop)        HTTP client of the policy
+             ──▶ evaluator        (python -m openclaw_rl.envs.eval_loop)   [training] eval_interval > 0:
+                                  held-out score of each new policy → metrics.jsonl (a private copy)
+
+The evaluator is optional: when it keeps crashing the run goes on without it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +29,8 @@ from typing import Any
 import httpx
 
 from openclaw_rl.config import CHILD_ENV, Config
-from openclaw_rl.launcher.status import progress_line
+from openclaw_rl.envs.eval_loop import due_policy, live_eval_problem
+from openclaw_rl.launcher.status import run_progress_line
 from openclaw_rl.runtime.metrics import plot_metrics
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
@@ -32,6 +38,14 @@ from openclaw_rl.runtime.store import Store
 MAX_RESTARTS = 3
 PROGRESS_EVERY_S = 10.0
 HEALTH_TIMEOUT_S = 180.0
+#: When training reaches max_steps, how long the launcher waits for the evaluator to score the last
+#: published policy (the curve's final point) before it stops the run anyway.
+FINAL_EVAL_TIMEOUT_S = 300.0
+#: Children the run can lose: after MAX_RESTARTS crashes the run goes on without them.
+OPTIONAL_CHILDREN = ("evaluator",)
+#: The order children are stopped in: traffic and measurement first, then the trainer (final
+#: checkpoint), judge, server.
+STOP_ORDER = ("env_service", "evaluator", "training", "prm_service", "policy_service")
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -119,7 +133,33 @@ def build_children(cfg: Config, config_path: str) -> dict[str, Child]:
     if cfg.env_service.enabled and cfg.env_service.num_envs > 0:
         children["env_service"] = Child("env_service", [py, "-m", "openclaw_rl.envs.loop", "--config", conf,
                                                         "--policy-url", url])
+    if live_eval_problem(cfg) is None:
+        children["evaluator"] = Child("evaluator", [py, "-m", "openclaw_rl.envs.eval_loop", "--config", conf])
     return children
+
+
+def supervise(children: dict[str, Child]) -> int | None:
+    """Restart each child that exited (up to :data:`MAX_RESTARTS` times). Returns the run's exit code
+    when a required child exhausted its restarts, else None; an optional one (the evaluator) is then
+    given up on with one line, and the run goes on without it."""
+    for child in children.values():
+        if child.alive() or child.finished:
+            continue
+        code = child.proc.returncode if child.proc is not None else None
+        if child.restarts >= MAX_RESTARTS and child.name in OPTIONAL_CHILDREN:
+            child.finished = True  # given up on: never restarted, nothing left to stop
+            print(f"[launch] {child.name} exited (code {code}) {MAX_RESTARTS} times; the run goes on without "
+                  "live evaluation", flush=True)
+            continue
+        if child.restarts >= MAX_RESTARTS:
+            print(f"[launch] {child.name} exited (code {code}) {MAX_RESTARTS} times; stopping the run", flush=True)
+            return 1
+        child.restarts += 1
+        resumes = "metrics.jsonl" if child.name == "evaluator" else "the store"
+        print(f"[launch] {child.name} exited with code {code}; restarting "
+              f"({child.restarts}/{MAX_RESTARTS}) — it resumes from {resumes}", flush=True)
+        child.start()
+    return None
 
 
 def start_serving(cfg: Config, server: Child) -> tuple[bool, Any]:
@@ -174,15 +214,19 @@ def run_all(cfg: Config, config_path: str) -> int:
           f"non_blocking={str(cfg.policy_service.non_blocking).lower()}", flush=True)
     if "env_service" not in children:
         print(f"[launch] no environment workers: personal-agent mode, talk to {url}/v1", flush=True)
+    eval_problem = live_eval_problem(cfg)
+    if eval_problem is not None and cfg.training.eval_interval > 0:
+        print(f"[launch] {eval_problem}", flush=True)
     ok, engine = start_serving(cfg, children["policy_service"])
     if not ok:
         store.close()
         return 1
-    for name in ("prm_service", "training", "env_service"):
+    for name in ("prm_service", "training", "env_service", "evaluator"):
         if name in children:
             children[name].start()
 
     rc = 0
+    reached_max_steps = False
     last_progress, last_line = 0.0, ""
     try:
         while not stopping:
@@ -190,29 +234,26 @@ def run_all(cfg: Config, config_path: str) -> int:
             trainer = children["training"]
             if not trainer.alive() and trainer.proc.returncode == 0:
                 print("[launch] training reached max_steps; stopping the run", flush=True)
+                reached_max_steps = True
                 break
-            for child in children.values():
-                if child.alive():
-                    continue
-                if child.restarts >= MAX_RESTARTS:
-                    print(f"[launch] {child.name} exited (code {child.proc.returncode}) {MAX_RESTARTS} times; "
-                          "stopping the run", flush=True)
-                    stopping, rc = True, 1
-                    break
-                child.restarts += 1
-                print(f"[launch] {child.name} exited with code {child.proc.returncode}; restarting "
-                      f"({child.restarts}/{MAX_RESTARTS}) — it resumes from the store", flush=True)
-                child.start()
+            failed = supervise(children)
+            if failed is not None:
+                stopping, rc = True, failed
+                break
             if time.monotonic() - last_progress >= PROGRESS_EVERY_S:
-                line = progress_line(store.counters())
+                line = run_progress_line(cfg, store)
                 if line != last_line:
                     print(line, flush=True)
                 last_progress, last_line = time.monotonic(), line
     finally:
+        if reached_max_steps:
+            if "env_service" in children:
+                children["env_service"].stop(timeout=30)  # no new traffic: the evaluator gets the cores
+            _await_final_eval(cfg, children.get("evaluator"), lambda: stopping)
         _stop_all(children)
         if engine is not None:
             engine.stop()
-        print(progress_line(store.counters()), flush=True)
+        print(run_progress_line(cfg, store), flush=True)
         store.close()
         plot = plot_metrics(cfg.log_dir)
         if plot is not None:
@@ -220,9 +261,24 @@ def run_all(cfg: Config, config_path: str) -> int:
     return rc
 
 
+def _await_final_eval(cfg: Config, evaluator: Child | None, interrupted: Callable[[], bool]) -> None:
+    """Training reached ``max_steps``: give the evaluator (if running) time to score the policy it has
+    not scored yet — the learning curve's last point — before the run is stopped. Ctrl-C ends the
+    wait."""
+    if evaluator is None or not evaluator.alive() or due_policy(cfg) is None:
+        return
+    due = due_policy(cfg)
+    print(f"[launch] waiting up to {FINAL_EVAL_TIMEOUT_S:.0f}s for the evaluator to score policy "
+          f"version={due.version if due else '?'} (Ctrl-C to skip)", flush=True)
+    deadline = time.monotonic() + FINAL_EVAL_TIMEOUT_S
+    while evaluator.alive() and not interrupted() and time.monotonic() < deadline and due_policy(cfg) is not None:
+        time.sleep(0.5)
+
+
 def _stop_all(children: dict[str, Child]) -> None:
-    """Stop in dependency order: traffic first, then the trainer (final checkpoint), judge, server."""
-    for name in ("env_service", "training", "prm_service", "policy_service"):
+    """Stop in dependency order: traffic and the evaluator first, then the trainer (final
+    checkpoint), judge, server."""
+    for name in STOP_ORDER:
         if name in children:
             children[name].stop(timeout=120 if name == "training" else 30)
 

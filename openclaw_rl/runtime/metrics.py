@@ -1,13 +1,17 @@
-"""Run metrics: one JSONL line per training update plus TensorBoard event files, and the end plot.
+"""Run metrics: one JSONL line per training update (and per live evaluation) plus TensorBoard event
+files, and the end plot.
 
 Both live under ``log_dir``: ``metrics.jsonl`` (the record ``openclaw-rl status`` reads and the plot
-is drawn from) and ``tensorboard/`` (``tensorboard --logdir <log_dir>/tensorboard``).
+is drawn from) and ``tensorboard/`` (``tensorboard --logdir <log_dir>/tensorboard``). Rows carry a
+``kind``: ``"train"`` (the trainer, one per update) or ``"eval"`` (the evaluator, one per evaluated
+policy version; see :mod:`openclaw_rl.envs.eval_loop`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +21,15 @@ PLOT_FILE = "training_curves.png"
 
 
 class MetricsWriter:
-    """Append-only metrics sink; every line is flushed so a crash loses at most the line in flight."""
+    """Append-only metrics sink; every line is on disk when :meth:`write` returns, so a crash loses at
+    most the line in flight.
+
+    Several processes append to the same ``metrics.jsonl`` (the trainer and the evaluator): each row
+    goes out as one ``write(2)`` on a descriptor opened with ``O_APPEND``, which the kernel positions
+    at the end of the file atomically, so two writers' rows never interleave or overwrite each other.
+    (A buffered text file could split a long row into several writes.) TensorBoard event files are
+    per process (their names carry the pid), so the writers share ``tensorboard/`` safely too.
+    """
 
     def __init__(self, log_dir: Path, tensorboard: bool = True):
         self.path = Path(log_dir) / METRICS_FILE
@@ -30,8 +42,14 @@ class MetricsWriter:
 
     def write(self, step: int, values: dict[str, Any], kind: str = "train") -> None:
         row = {"kind": kind, "step": step, "time": time.time(), **values}
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row) + "\n")
+        data = (json.dumps(row) + "\n").encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            written = os.write(fd, data)  # one row, one write: atomic against the other writers
+            while written < len(data):  # a short write (disk full, ...): finish the row rather than tear it
+                written += os.write(fd, data[written:])
+        finally:
+            os.close(fd)
         if self._tb is not None:
             for key, value in values.items():
                 if isinstance(value, int | float) and math.isfinite(value):
@@ -44,24 +62,36 @@ class MetricsWriter:
             self._tb = None
 
 
-def read_metrics(log_dir: Path) -> list[dict[str, Any]]:
-    """Every complete line of ``metrics.jsonl`` (a torn last line from a crash is skipped)."""
+def read_metrics(log_dir: Path, kind: str | None = None) -> list[dict[str, Any]]:
+    """Every complete line of ``metrics.jsonl`` (a torn last line from a crash is skipped), oldest
+    first; ``kind``: only the rows of that kind (other lines are not even parsed)."""
     path = Path(log_dir) / METRICS_FILE
+    marker = None if kind is None else json.dumps({"kind": kind})[1:-1]  # '"kind": "eval"', as written
     rows = []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return rows
+    for line in text.splitlines():
+        if marker is not None and marker not in line:
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and (kind is None or row.get("kind") == kind):
+            rows.append(row)
     return rows
 
 
 def plot_metrics(log_dir: Path) -> Path | None:
-    """Draw reward, kl, clip_frac and (when present) eval score against training step as a PNG."""
+    """Draw reward, kl, clip_frac and (when present) the live eval score against training step as a
+    PNG; the eval panel shows the mean score, each persona's score when there are several, and the
+    base policy's score as a dashed reference line."""
     rows = read_metrics(log_dir)
     train = [r for r in rows if r.get("kind") == "train"]
-    evals = [r for r in rows if r.get("kind") == "eval"]
+    evals = sorted((r for r in rows if r.get("kind") == "eval"), key=lambda r: (r.get("step", 0),
+                                                                                 r.get("policy_version", 0)))
     if not train and not evals:
         return None
     import matplotlib
@@ -71,13 +101,15 @@ def plot_metrics(log_dir: Path) -> Path | None:
 
     panels = [("reward_mean", "reward (batch mean)"), ("kl", "KL to reference"), ("clip_frac", "clip fraction")]
     if evals:
-        panels.append(("score", "eval score"))
+        panels.append(("score", "held-out eval score"))
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))
     for ax, (key, title) in zip(axes, panels, strict=True):
-        source = evals if key == "score" else train
-        pts = [(r["step"], r[key]) for r in source if isinstance(r.get(key), int | float)]
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3)
+        if key == "score":
+            _plot_eval(ax, evals)
+        else:
+            pts = [(r["step"], r[key]) for r in train if _number(r.get(key))]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3)
         ax.set_title(title)
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
@@ -86,3 +118,26 @@ def plot_metrics(log_dir: Path) -> Path | None:
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _plot_eval(ax: Any, evals: list[dict[str, Any]]) -> None:
+    """The eval curve (mean over personas), per-persona curves when there are several, base line."""
+    pts = [(r["step"], r["score"]) for r in evals if _number(r.get("score"))]
+    if pts:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=4, label="mean")
+    personas = sorted({k.removeprefix("score_") for r in evals for k in r if k.startswith("score_")})
+    if len(personas) > 1:
+        for name in personas:
+            ppts = [(r["step"], r[f"score_{name}"]) for r in evals if _number(r.get(f"score_{name}"))]
+            ax.plot([p[0] for p in ppts], [p[1] for p in ppts], linewidth=1, alpha=0.6, label=name)
+    base = next((r["score"] for r in evals if r.get("policy_version") == 0 and _number(r.get("score"))), None)
+    if base is None:
+        base = next((r["base_score"] for r in reversed(evals) if _number(r.get("base_score"))), None)
+    if base is not None:
+        ax.axhline(base, color="grey", linestyle="--", linewidth=1, label=f"base {base:.2f}")
+    ax.set_ylim(-0.03, 1.03)  # a score is a fraction: the whole range, so a small move looks small
+    ax.legend(fontsize=7, loc="best")

@@ -7,8 +7,9 @@ what lives inside it, so no loop spells a path out by hand::
     store = Store(run.store)                   # <log_dir>/store.sqlite, the durable store
     run.checkpoints                            # <log_dir>/checkpoints/step_00000012/ ...
     run.policies                               # <log_dir>/policy/v000003/ exported policy versions
-    run.publish_policy(3, run.policies / "v000003")
+    run.publish_policy(3, run.policies / "v000003", step=12)
     run.read_policy_pointer()                  # (3, Path(".../policy/v000003"))
+    run.read_published_policy()                # PublishedPolicy(version=3, path=..., step=12)
     run.admin_key()                            # the secret of the policy service's admin routes
 
 Exported policies go to ``policy/`` whether the online training loop or the offline
@@ -46,6 +47,16 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 @dataclass(frozen=True)
+class PublishedPolicy:
+    """What :data:`POLICY_POINTER` says: the newest policy version, where it is, and the training
+    step it was exported at (None in a pointer written before the step was recorded)."""
+
+    version: int
+    path: Path
+    step: int | None = None
+
+
+@dataclass(frozen=True)
 class RunDir:
     """The layout of one run's ``log_dir``."""
 
@@ -73,17 +84,28 @@ class RunDir:
 
     def read_policy_pointer(self) -> tuple[int, Path] | None:
         """The newest published policy ``(version, path)``, or None before the first publication."""
+        published = self.read_published_policy()
+        return None if published is None else (published.version, published.path)
+
+    def read_published_policy(self) -> PublishedPolicy | None:
+        """The newest published policy with its training step, or None before the first publication.
+        A pointer without ``step`` (written by an older version) reads with ``step = None``."""
         pointer = self.policies / POLICY_POINTER
         if not pointer.is_file():
             return None
         data = json.loads(pointer.read_text(encoding="utf-8"))
-        return int(data["version"]), Path(data["path"])
+        step = data.get("step")
+        return PublishedPolicy(int(data["version"]), Path(data["path"]), None if step is None else int(step))
 
-    def publish_policy(self, version: int, path: Path) -> None:
-        """Point :data:`POLICY_POINTER` at ``path`` (atomic: serving never reads half a pointer)."""
+    def publish_policy(self, version: int, path: Path, step: int | None = None) -> None:
+        """Point :data:`POLICY_POINTER` at ``path`` (atomic: serving never reads half a pointer);
+        ``step``: the training step the policy was exported at (the live evaluator spaces its
+        evaluations by it)."""
         self.policies.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.policies / POLICY_POINTER,
-                          json.dumps({"version": version, "path": str(path)}))
+        data: dict[str, object] = {"version": version, "path": str(path)}
+        if step is not None:
+            data["step"] = step
+        atomic_write_text(self.policies / POLICY_POINTER, json.dumps(data))
 
     @property
     def admin_key_file(self) -> Path:

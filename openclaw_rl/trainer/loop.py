@@ -154,7 +154,7 @@ class TrainingLoop:
         """Export a new policy version, repoint ``latest``, tell serving without waiting on it."""
         self.version += 1
         path = self.trainer.export_policy(self.run_dir.policies, self.version)
-        self.run_dir.publish_policy(self.version, path)
+        self.run_dir.publish_policy(self.version, path, step=self.trainer.step)
         print(f"[async] published policy version={self.version} at step={self.trainer.step}", flush=True)
         if self.policy_url:
             if self._swap_thread is not None:

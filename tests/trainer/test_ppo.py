@@ -3,9 +3,8 @@ checkpoints and exports."""
 
 from __future__ import annotations
 
-import math
-
 import json
+import math
 
 import pytest
 import torch
