@@ -1,0 +1,67 @@
+"""``progress_line`` / ``openclaw-rl status``: the counters, and the live eval score once there is one."""
+
+from __future__ import annotations
+
+import threading
+
+from openclaw_rl.config import build_config
+from openclaw_rl.launcher.status import progress_line, run_progress_line, status_command
+from openclaw_rl.runtime.metrics import MetricsWriter
+from openclaw_rl.runtime.rundir import RunDir
+from openclaw_rl.runtime.store import Counters, Store
+
+
+def _cfg(tmp_path, **training):
+    return build_config({"global": {"log_dir": str(tmp_path / "logs")}, "training": training}, environ={})
+
+
+def test_progress_line_without_and_with_an_evaluation():
+    c = Counters(turns=0, open=0, waiting=0, judged=0, failed=0, samples_ready=0, samples_claimed=0,
+                 samples_trained=0, samples_dropped=0, reward_mean=None, policy_version=0, trainer_step=0,
+                 trainer_updates=0)
+    plain = progress_line(c)
+    assert plain.startswith("[progress] turns=0 ") and "eval=" not in plain
+    assert progress_line(c, None) == plain
+    line = progress_line(c, {"score": 0.4712, "base_score": 0.3351, "policy_version": 3, "step": 8})
+    assert line == plain + " eval=0.47 (base 0.34)"
+    assert progress_line(c, {"score": 0.5, "base_score": None}).endswith(" eval=0.50 (base n/a)")
+    assert progress_line(c, {"policy_version": 3, "error": "broken"}) == plain  # a failed evaluation shows nothing
+
+
+def test_status_prints_the_same_line_as_the_launcher(tmp_path, capsys):
+    cfg = _cfg(tmp_path, eval_interval=4)
+    store = Store(RunDir.of(cfg).store)
+    writer = MetricsWriter(cfg.log_dir, tensorboard=False)
+    writer.write(1, {"loss": 0.5, "kl": 0.01, "clip_frac": 0.0})
+    writer.write(0, {"policy_version": 0, "score": 0.34, "base_score": 0.34}, kind="eval")
+    writer.write(4, {"policy_version": 1, "score": 0.47, "base_score": 0.34}, kind="eval")
+    expected = run_progress_line(cfg, store)
+    store.close()
+    assert expected.endswith(" eval=0.47 (base 0.34)")
+    assert status_command(cfg) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == expected
+    assert out[1].startswith("[train] last update step=1 loss=0.5")
+
+
+def test_the_launcher_waits_for_the_final_evaluation(tmp_path, capsys):
+    """At max_steps the launcher lets a running evaluator score what is still due, then goes on."""
+    import sys
+
+    from openclaw_rl.launcher.wiring import Child, _await_final_eval
+
+    cfg = _cfg(tmp_path, eval_interval=4)
+    evaluator = Child("evaluator", [sys.executable, "-c", "import time; time.sleep(120)"])
+    evaluator.start()
+    writer = MetricsWriter(cfg.log_dir, tensorboard=False)
+    done = threading.Timer(0.5, lambda: writer.write(0, {"policy_version": 0, "score": 0.3}, kind="eval"))
+    try:
+        done.start()  # the base is due until this row lands
+        _await_final_eval(cfg, evaluator, lambda: False)
+        assert "waiting up to" in capsys.readouterr().out
+        _await_final_eval(cfg, evaluator, lambda: False)  # nothing due now: no wait, no line
+        assert capsys.readouterr().out == ""
+    finally:
+        done.cancel()
+        evaluator.stop(timeout=10)
+    assert not evaluator.alive()
