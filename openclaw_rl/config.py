@@ -98,6 +98,8 @@ class PolicyServiceConfig(_Section):
     non_blocking: bool = True
     api_key: SecretStr | None = Field(None, description="bearer key clients must send; None = open")
     engine_url: str | None = Field(None, description="external engine root for sglang / vllm")
+    engine_api_key: SecretStr | None = Field(None, description="bearer key the sglang / vllm engine expects "
+                                             "(its --api-key); sent on every forwarded request and weight load")
     launch: bool = False
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"

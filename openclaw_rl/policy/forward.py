@@ -73,7 +73,7 @@ class ForwardEngine(Engine):
         else:
             root = pcfg.engine_root
             self.v1 = root if root.endswith("/v1") else f"{root}/v1"
-            key = ""
+            key = pcfg.engine_api_key.get_secret_value() if pcfg.engine_api_key is not None else ""
         self.root = self.v1.removesuffix("/v1")
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.serve_model = pcfg.model

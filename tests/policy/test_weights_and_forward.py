@@ -116,9 +116,17 @@ def test_non_blocking_swap_applies_mid_batch_and_fails_nothing(start_service, ti
         assert turn.policy_version == 0 and len(turn.response_ids) == len(turn.response_logprobs) == 400
 
 
-def test_forwarding_backends_record_the_engine_ids(start_service, tiny_model_dir, weight_dirs):
+def test_forwarding_backends_record_the_engine_ids(start_service, tiny_model_dir, weight_dirs, tmp_path):
+    # The stand-in engine is this service, whose weight routes take its admin secret and load from
+    # its export folder; the forwarding side sends engine_api_key, as it would to a keyed vLLM.
+    engine_run = RunDir(tmp_path / "engine")
+    engine_run.root.mkdir(parents=True)
+    engine_run.admin_key_file.write_text("engine-secret")
+    adapter = shutil.copytree(weight_dirs["adapter"], engine_run.policies / "v000007")
+    full = shutil.copytree(weight_dirs["full"], engine_run.policies / "v000008")
     engine, engine_url = start_service(tiny_model_dir, "engine")
-    fwd, url = start_service(tiny_model_dir, "fwd", backend="vllm", engine_url=engine_url)
+    key = {"engine_api_key": "engine-secret"}
+    fwd, url = start_service(tiny_model_dir, "fwd", backend="vllm", engine_url=engine_url, **key)
     r = httpx.post(url + "/v1/chat/completions", timeout=60, json={
         "messages": USER, "max_tokens": 5, "logprobs": True, "top_logprobs": 2, "temperature": 0.7, "seed": 1,
         "session_id": "fw"})
@@ -141,10 +149,10 @@ def test_forwarding_backends_record_the_engine_ids(start_service, tiny_model_dir
     # bad input is answered by our layer before reaching the engine
     assert httpx.post(url + "/v1/chat/completions", json={"messages": []}).status_code == 400
     # weight sync: vLLM's LoRA route, then SGLang's disk route, both answered by the engine instance
-    fwd.swap_weights(weight_dirs["adapter"], 7)
+    fwd.swap_weights(adapter, 7)
     assert engine.policy_version == 1 and fwd.policy_version == 7 and fwd.engine.serve_model == "policy-v7"
-    sg, sg_url = start_service(tiny_model_dir, "sg", backend="sglang", engine_url=engine_url)
-    sg.swap_weights(weight_dirs["full"], 8)
+    sg, sg_url = start_service(tiny_model_dir, "sg", backend="sglang", engine_url=engine_url, **key)
+    sg.swap_weights(full, 8)
     assert engine.policy_version == 2 and sg.policy_version == 8
     r = httpx.post(sg_url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 2, "session_id": "sg"},
                    timeout=60)
