@@ -125,6 +125,20 @@ class PolicyServiceConfig(_Section):
     engine_num_gpus: float = Field(0, ge=0, description="cluster mode: GPUs each engine replica reserves")
 
     @property
+    def connect_host(self) -> str:
+        """Where a client on this machine reaches the service: loopback when it binds every address."""
+        if self.host in ("0.0.0.0", ""):
+            return "127.0.0.1"
+        if self.host == "::":
+            return "[::1]"
+        return f"[{self.host}]" if ":" in self.host else self.host
+
+    @property
+    def local_url(self) -> str:
+        """``http://<connect_host>:<port>``: the service's root for the run's own loops and clients."""
+        return f"http://{self.connect_host}:{self.port}"
+
+    @property
     def engine_root(self) -> str:
         """Where an sglang / vllm engine is: ``engine_url``, else this service's port + 1 on loopback."""
         return (self.engine_url or f"http://127.0.0.1:{self.port + 1}").rstrip("/")

@@ -188,8 +188,7 @@ class EnvLoop:
                              "chat, terminal, gui, tool_call")
         self.cfg = cfg
         pol = cfg.policy_service
-        host = "127.0.0.1" if pol.host in ("0.0.0.0", "") else pol.host
-        self.base_url = base_url or f"http://{host}:{pol.port}"
+        self.base_url = base_url or pol.local_url
         self.callbacks: list[Callable[[EpisodeStats], None]] = [on_episode] if on_episode else []
         self.episodes: queue.Queue[EpisodeStats] = queue.Queue()
         self.max_episodes = max_episodes

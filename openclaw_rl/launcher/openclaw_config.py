@@ -36,10 +36,7 @@ LARGE_WINDOW = 32_768
 
 def provider_url(cfg: Config) -> str:
     """The URL OpenClaw should call: the service's port on loopback when it binds every address."""
-    host = cfg.policy_service.host
-    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    host = f"[{host}]" if ":" in host else host
-    return f"http://{host}:{cfg.policy_service.port}/v1"
+    return f"{cfg.policy_service.local_url}/v1"
 
 
 def openclaw_fragment(cfg: Config) -> dict:

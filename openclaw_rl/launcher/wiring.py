@@ -65,7 +65,6 @@ def stop_with_launcher(launcher_pid: int) -> None:
         os._exit(1)
 
 
-
 @dataclass
 class Child:
     """One loop process the launcher started (and therefore must stop)."""
@@ -99,9 +98,7 @@ class Child:
 
 
 def policy_url(cfg: Config) -> str:
-    host = cfg.policy_service.host
-    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    return f"http://{host}:{cfg.policy_service.port}"
+    return cfg.policy_service.local_url
 
 
 def wait_healthy(url: str, child: Child, timeout: float = HEALTH_TIMEOUT_S) -> bool:

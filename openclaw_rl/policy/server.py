@@ -81,8 +81,7 @@ class PolicyService:
         self._sock = sock
         port = sock.getsockname()[1]
         host = self.pcfg.host
-        connect = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
-        self.url = f"http://{connect}:{port}"
+        self.url = f"http://{self.pcfg.connect_host}:{port}"
         config = uvicorn.Config(app, log_level="warning", access_log=False,
                                 timeout_graceful_shutdown=int(self.pcfg.request_timeout_sec), lifespan="on")
         server = uvicorn.Server(config)
