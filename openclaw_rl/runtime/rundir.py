@@ -35,11 +35,13 @@ from openclaw_rl.config import Config
 POLICY_POINTER = "latest.json"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
     """Write ``text`` to ``path`` so a reader sees the old file or the new one, never half of one
-    (write a sibling temporary file, then ``os.replace``, which is atomic on POSIX)."""
+    (write a sibling temporary file, then ``os.replace``, which is atomic on POSIX). ``mode`` is set
+    when the temporary file is created, so a secret is never readable by others, even briefly."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with tmp.open("w", encoding="utf-8") as fh:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())  # the bytes are on disk before the name points at them
@@ -116,11 +118,7 @@ class RunDir:
         """Make a fresh admin secret for this run (the launcher does, before it starts any loop)."""
         self.root.mkdir(parents=True, exist_ok=True)
         key = secrets.token_urlsafe(32)
-        tmp = self.admin_key_file.with_name(f".admin.key.tmp{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(key)
-        os.replace(tmp, self.admin_key_file)
+        atomic_write_text(self.admin_key_file, key, mode=0o600)
         return key
 
     def admin_key(self) -> str:
