@@ -159,6 +159,14 @@ class EnvServiceConfig(_Section):
     eval_size: int = Field(50, ge=1, description="held-out problems, never trained on")
     temperature: float = Field(0.7, ge=0, le=2, description="sampling temperature of environment rollouts")
     top_p: float = Field(0.9, gt=0, le=1, description="nucleus cut of environment rollouts")
+    group_size: int = Field(1, ge=1, le=64, description="episodes played on the same task at once (a group); "
+                            "advantages are taken relative to the group's mean. Episodes in flight = "
+                            "num_envs x group_size")
+    reward: Literal["judge", "outcome", "both"] = Field(
+        "judge", description="what terminal / tool_call / gui episodes train on: the judge's per-turn "
+        "scores, the environment's verified outcome (every turn of the episode), or both (judge per turn, "
+        "outcome added at the last turn). Chat personas are always judged: in real use the user's reply is "
+        "the only signal")
 
 
 class PrmServiceConfig(_Section):
@@ -221,6 +229,12 @@ class TrainingConfig(_Section):
                                "and on each published policy at least this many updates after the last "
                                "evaluated one; 0 = off")
     eval_size: int = Field(8, ge=1, description="held-out chat problems per persona in each live evaluation")
+    advantage_baseline: Literal["mean", "none"] = Field(
+        "mean", description="mean: a reward is taken relative to its group's mean (environment groups) or to "
+        "a running mean per turn kind (single responses, e.g. personal-agent traffic); none: the raw reward")
+    group_std_normalize: bool = Field(False, description="also divide a group's advantages by its reward "
+                                      "spread (GRPO); off by default, see docs/training.md")
+    baseline_momentum: float = Field(0.9, ge=0, lt=1, description="running baseline: b <- m*b + (1-m)*r")
     logprob_chunk_size: int = Field(256, ge=1)
     device: str = "cpu"
     num_processes: int = Field(1, ge=1, description="backend fsdp: training processes (one per GPU)")

@@ -94,13 +94,28 @@ class JudgeResult(BaseModel):
         return self.error is None
 
 
+class EpisodeTag(BaseModel):
+    """What an environment says about the episode a session is: its group and, at the end, its outcome.
+
+    Sent as ``X-Episode-Group`` / ``X-Episode-Group-Size`` on an episode's requests and
+    ``X-Episode-Outcome`` on its closing one; kept on the session in the store.
+    """
+
+    group_id: str = Field(min_length=1, max_length=256)
+    group_size: int = Field(1, ge=1, le=64)
+    outcome: float | None = Field(None, ge=-1, le=1)
+
+
 class Sample(BaseModel):
     """One training sample: a line of ``samples.jsonl`` and a row of the store.
 
     Lengths: ``rollout_logprobs``, ``loss_mask`` and (when present) ``teacher_logprobs`` have one
     entry per response token; ``teacher_topk_ids`` / ``teacher_topk_logprobs`` are
-    ``[len(response_ids)][K]``. ``reward`` is the majority-vote score (None: no RL part);
-    ``teacher_logprobs`` None means no OPD part. ``weight`` scales the sample's loss (staleness).
+    ``[len(response_ids)][K]``. ``reward`` is the raw reward (the majority-vote score, an episode
+    outcome, or both; None: no RL part) and ``advantage`` what the loss uses for it: the reward minus
+    its baseline (group mean or running mean; None: the raw reward). ``group_id`` names the group of
+    episodes the sample was compared within. ``teacher_logprobs`` None means no OPD part. ``weight``
+    scales the sample's loss (staleness).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -114,6 +129,8 @@ class Sample(BaseModel):
     rollout_logprobs: list[float]
     loss_mask: list[int]
     reward: float | None = None
+    advantage: float | None = None
+    group_id: str | None = None
     teacher_logprobs: list[float] | None = None
     teacher_topk_ids: list[list[int]] | None = None
     teacher_topk_logprobs: list[list[float]] | None = None
@@ -136,3 +153,8 @@ class Sample(BaseModel):
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.response_ids)
+
+    @property
+    def rl_signal(self) -> float | None:
+        """The scalar the policy-gradient term uses (eq. 5): the advantage, else the raw reward."""
+        return self.advantage if self.advantage is not None else self.reward

@@ -7,7 +7,17 @@ real ``POST /v1/chat/completions`` with the session headers:
 * ``X-Session-Id`` — one id per episode, so every turn of the episode lands in one session;
 * ``X-Turn-Type: main`` — environment turns are main-line turns;
 * ``X-Session-Done: true`` — on the episode's last request;
-* ``Authorization: Bearer <key>`` — when ``[policy_service] api_key`` is set.
+* ``Authorization: Bearer <key>`` — when ``[policy_service] api_key`` is set;
+* ``X-Episode-Group`` / ``X-Episode-Group-Size`` — the group the episode is played in (below);
+* ``X-Episode-Outcome`` — on the closing request of a terminal / tool_call / gui episode when
+  ``[env_service] reward`` is ``outcome`` or ``both``: +1 solved, -1 not (or the environment's own
+  ``info["outcome"]`` in [-1, 1]).
+
+Groups: with ``group_size = G`` a worker draws a task (type, persona, seed) and plays it G times at
+once, one thread and one environment instance per member, all reset with the same seed; the judge
+loop then takes each member's rewards relative to the group's (``judge/sample_rules.py``). Episodes
+in flight = ``num_envs x group_size``. Episodes played alone (G = 1) in judge mode carry no group
+header: their turns are compared with a running baseline instead.
 
 An episode: reset the environment, then repeatedly send the conversation, apply the reply to the
 environment, and append the environment's next state (user / tool / terminal message). When the
@@ -37,6 +47,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -106,7 +117,8 @@ class PolicyClient:
 
     def complete(self, messages: list[dict[str, Any]], session_id: str, done: bool,
                  tools: list[dict[str, Any]] | None = None, max_tokens: int | None = None,
-                 temperature: float | None = None, top_p: float | None = None) -> dict[str, Any] | None:
+                 temperature: float | None = None, top_p: float | None = None,
+                 extra_headers: dict[str, str] | None = None) -> dict[str, Any] | None:
         """The assistant message of one completion; None when the service is stopping.
 
         Unreachable / 429 / 5xx: wait and retry (backoff up to ``backoff_max_sec``) until it answers
@@ -121,7 +133,7 @@ class PolicyClient:
             body["temperature"] = temperature
         if top_p is not None:
             body["top_p"] = top_p
-        headers = {"X-Session-Id": session_id, "X-Session-Done": "true" if done else "false"}
+        headers = {"X-Session-Id": session_id, "X-Session-Done": "true" if done else "false", **(extra_headers or {})}
         delay = 0.5
         warned = False
         while not self.stop_event.is_set():
@@ -264,12 +276,14 @@ class EnvLoop:
 
     # ---- workers ----
 
-    def _claim_episode(self) -> bool:
+    def _claim_episodes(self, n: int) -> int:
+        """Claim up to ``n`` episodes of the ``max_episodes`` budget; returns how many."""
         with self._count_lock:
-            if self.max_episodes is not None and self.started_episodes >= self.max_episodes:
-                return False
-            self.started_episodes += 1
-            return True
+            if self.max_episodes is not None:
+                n = min(n, self.max_episodes - self.started_episodes)
+            n = max(n, 0)
+            self.started_episodes += n
+            return n
 
     def _make_env(self, itype: str, seed: int, persona: str | None = None) -> Env | None:
         kw = env_kwargs_for(self.cfg, itype)
@@ -293,35 +307,57 @@ class EnvLoop:
 
     def _worker(self, index: int, client: PolicyClient) -> None:
         rng = random.Random(self.cfg.global_.seed * 1000 + index)
-        envs: dict[str, Env] = {}
+        group_size = self.cfg.env_service.group_size
+        # One env per (type, persona, group member), kept and reused; members share the worker's
+        # client (httpx clients are thread-safe) and run on a small pool of threads.
+        envs: dict[tuple[str, int], Env] = {}
+        pool = ThreadPoolExecutor(group_size, thread_name_prefix=f"env-worker-{index}-member") if group_size > 1 else None
         try:
             while not self.stop_event.is_set():
                 types = [t for t in self.cfg.env_service.interaction_types if t not in self.disabled_types]
                 if not types:
                     log.error("[env_service] worker %d: no interaction type is available; stopping", index)
                     return
-                if not self._claim_episode():
+                size = self._claim_episodes(group_size)
+                if not size:
                     return
                 itype = rng.choice(types)
-                # chat: the persona is drawn per episode; one env per (type, persona) is kept and reused
+                # chat: the persona is drawn per group
                 persona = rng.choice(self.cfg.env_service.personas) if itype == "chat" else None
                 key = f"{itype}:{persona}" if persona else itype
-                env = envs.get(key)
-                if env is None:
-                    env = self._make_env(itype, rng.randrange(1 << 30), persona)
+                members: list[Env] = []
+                for j in range(size):
+                    env = envs.get((key, j))
                     if env is None:
-                        with self._count_lock:
-                            self.started_episodes -= 1
+                        env = self._make_env(itype, rng.randrange(1 << 30), persona)
+                        if env is None:
+                            break
+                        envs[(key, j)] = env
+                    members.append(env)
+                if len(members) < size:
+                    with self._count_lock:
+                        self.started_episodes -= size
+                    continue
+                seed = rng.randrange(1 << 30)  # the same task for every member of the group
+                group = group_headers(self.cfg, itype, index, size)
+                if pool is None:
+                    outcomes = [self._episode(index, itype, members[0], client, seed, group=group)]
+                else:
+                    futures = [pool.submit(self._episode, index, itype, env, client, seed, group=group)
+                               for env in members]
+                    outcomes = [f.result() for f in futures]
+                for j, stats in enumerate(outcomes):
+                    if stats is None:
                         continue
-                    envs[key] = env
-                stats = self._episode(index, itype, env, client, rng.randrange(1 << 30))
-                if stats is None:  # stopping mid-episode
+                    if stats.error and stats.details.get("env_failed"):
+                        members[j].close()
+                        envs.pop((key, j), None)
+                    self._report(stats)
+                if any(stats is None for stats in outcomes):  # stopping mid-episode
                     return
-                if stats.error and stats.details.get("env_failed"):
-                    env.close()
-                    envs.pop(key, None)
-                self._report(stats)
         finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
             for env in envs.values():
                 try:
                     env.close()
@@ -339,7 +375,7 @@ class EnvLoop:
                 log.exception("[env_service] on_episode callback failed")
 
     def _episode(self, index: int, itype: str, env: Env, client: PolicyClient, seed: int,
-                 session_id: str | None = None) -> EpisodeStats | None:
+                 session_id: str | None = None, group: dict[str, str] | None = None) -> EpisodeStats | None:
         session_id = session_id or f"env-{itype}-w{index}-{uuid.uuid4().hex[:12]}"
         capture = self.cfg.env_service.state_capture
         start = time.monotonic()
@@ -349,6 +385,8 @@ class EnvLoop:
 
         def stats(success: bool, error: str | None = None, **details: Any) -> EpisodeStats:
             keep = {k: info[k] for k in ("task", "persona", "kind", "score", "preferences") if k in info}
+            if group:
+                keep["group"] = group["X-Episode-Group"]
             return EpisodeStats(index, itype, session_id, success, reward, turns, time.monotonic() - start,
                                 error, {**keep, **details})
 
@@ -362,7 +400,8 @@ class EnvLoop:
         while True:
             try:
                 reply = client.complete(messages, session_id, done=not capture, tools=tools,
-                                        max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p)
+                                        max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
+                                        extra_headers=group)
             except PolicyRequestError as exc:
                 log.warning("[env_service] worker %d: %s", index, exc)
                 return stats(False, str(exc))
@@ -381,14 +420,40 @@ class EnvLoop:
                 return stats(bool(info.get("success")), None, state_captured=False)
             messages.extend(info.get("messages", []))
             if terminated or truncated:
+                closing_headers = dict(group or {})
+                if group and reports_outcome(self.cfg, itype):
+                    closing_headers["X-Episode-Outcome"] = str(episode_outcome(info))
                 try:
                     closing = client.complete(messages, session_id, done=True, tools=tools,
-                                              max_tokens=self.final_max_tokens, temperature=self.temperature, top_p=self.top_p)
+                                              max_tokens=self.final_max_tokens, temperature=self.temperature,
+                                              top_p=self.top_p, extra_headers=closing_headers)
                 except PolicyRequestError as exc:
                     return stats(bool(info.get("success")), f"closing request refused: {exc}")
                 if closing is None:
                     return None
                 return stats(bool(info.get("success")), None, truncated=truncated)
+
+
+def reports_outcome(cfg: Config, itype: str) -> bool:
+    """Whether episodes of ``itype`` send their verified outcome (chat never has one)."""
+    return itype != "chat" and cfg.env_service.reward != "judge" and cfg.env_service.state_capture
+
+
+def group_headers(cfg: Config, itype: str, worker: int, size: int) -> dict[str, str] | None:
+    """The headers of a new group of ``size`` episodes, or None when its episode is played alone
+    and judged turn by turn (no outcome, nobody to compare with)."""
+    if size < 2 and not reports_outcome(cfg, itype):
+        return None
+    return {"X-Episode-Group": f"grp-{itype}-w{worker}-{uuid.uuid4().hex[:12]}", "X-Episode-Group-Size": str(size)}
+
+
+def episode_outcome(info: dict[str, Any]) -> float:
+    """An episode's verified outcome in [-1, 1]: the environment's own ``info["outcome"]`` when it
+    gives one, else +1 for ``info["success"]`` and -1 without it."""
+    value = info.get("outcome")
+    if isinstance(value, int | float) and not isinstance(value, bool) and -1 <= value <= 1:
+        return float(value)
+    return 1.0 if info.get("success") else -1.0
 
 
 def main(argv: list[str] | None = None) -> int:

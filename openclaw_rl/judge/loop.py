@@ -3,8 +3,15 @@
 The policy service only *records* turns; this loop polls the durable store for turns whose next
 state has arrived, leases up to ``num_workers`` of them (``store.claim_turns(worker_id, ...)``),
 judges them concurrently, and saves each judgement next to its turn together with the samples its
-rules derive from it (:func:`openclaw_rl.judge.sample_rules.build_samples`) in one commit. Done sessions whose
-judged turns produced nothing get their at-least-one sample (:func:`guarantee_sample`).
+rules derive from it (:func:`openclaw_rl.judge.sample_rules.build_samples`, advantages against the
+running baseline it keeps in the store) in one commit. Done sessions whose judged turns produced
+nothing get their at-least-one sample (:func:`guarantee_sample`). Turns of an environment's episode
+group are judged the same way but their samples wait for the group: once every member is done and
+judged, :func:`group_samples` makes them with group-relative advantages.
+
+Signal health goes to the store's ``signal`` counters (judged turns, turns with a usable hint,
+groups, groups whose advantages were all zero, sums of group reward means and spreads); the
+training loop turns them into metrics.
 
 Several services may judge one store at once (several processes, or the Ray judge actors of cluster
 mode), each under its own stable ``worker_id``: the store's per-turn lease gives every turn to one
@@ -32,10 +39,16 @@ import threading
 from openclaw_rl.config import Config
 from openclaw_rl.judge import make_judge
 from openclaw_rl.judge.base import Judge
-from openclaw_rl.judge.sample_rules import build_samples, guarantee_sample
+from openclaw_rl.judge.sample_rules import (
+    Episode,
+    RunningBaseline,
+    build_samples,
+    group_samples,
+    guarantee_sample,
+)
 from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
 from openclaw_rl.runtime.rundir import RunDir
-from openclaw_rl.runtime.store import Store
+from openclaw_rl.runtime.store import BASELINE_META, GROUP_QUIET_S, SIGNAL_META, Store
 from openclaw_rl.types import JudgeResult, Turn
 
 log = logging.getLogger("openclaw_rl.judge")
@@ -66,10 +79,11 @@ class JudgeLoop:
     """Polls the store and judges turns; never on the request path."""
 
     def __init__(self, cfg: Config, store: Store, judge: Judge | None = None, worker_id: str = "judge-0",
-                 lease_s: float | None = None):
+                 lease_s: float | None = None, group_quiet_s: float = GROUP_QUIET_S):
         """``worker_id`` names this judge in the store's leases; it must be unique among the judges
         running at one time and stable across restarts of the same judge (its old leases are freed
-        at start). ``lease_s`` defaults to :func:`lease_seconds`."""
+        at start). ``lease_s`` defaults to :func:`lease_seconds`. ``group_quiet_s``: how long a group
+        with unfinished members waits before it is made from the members that finished."""
         if not worker_id or not worker_id.strip():
             raise ValueError("JudgeLoop: worker_id must be a non-empty name, e.g. 'judge-0'")
         self.cfg = cfg
@@ -86,6 +100,8 @@ class JudgeLoop:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
+        self.group_quiet_s = group_quiet_s
+        self.baseline = RunningBaseline.from_dict(store.get_meta(BASELINE_META), cfg.training.baseline_momentum)
 
     @property
     def judge(self) -> Judge:
@@ -106,12 +122,17 @@ class JudgeLoop:
         except Exception as exc:  # a bug or bad turn must not kill the loop; the turn is retried
             log.exception("[prm_service] judging turn %s raised", turn.key)
             result = JudgeResult(error=f"judge raised {type(exc).__name__}: {exc}")
-        if result.ok:
-            samples = build_samples(turn, result, self.cfg.training)
-        else:
-            samples = []
+        grouped = await asyncio.to_thread(self.store.session_group, turn.session_id) is not None
+        samples = []
+        if result.ok and not grouped:  # a group's samples are made when the whole group is judged
+            samples = build_samples(turn, result, self.cfg.training, self.baseline)
         applied = await asyncio.to_thread(self.store.save_judgement, turn, result, samples,
                                           self.cfg.prm_service.retry_interval_sec, self.worker_id)
+        if applied and result.ok:
+            hinted = int(result.hint is not None and result.teacher_logprobs is not None)
+            await asyncio.to_thread(self.store.add_to_meta, SIGNAL_META, {"judged": 1, "hinted": hinted})
+            if samples and not grouped:
+                await asyncio.to_thread(self.store.set_meta, BASELINE_META, self.baseline.to_dict())
         if not applied:
             # Our lease ran out and another judge took the turn (or already saved it): its result
             # stands, ours is dropped so that the turn is judged — and trained on — once.
@@ -149,6 +170,30 @@ class JudgeLoop:
                 log.info("[prm_service] session %s: at-least-one sample kept (turn %d)", sid, sample.turn_index)
         return done
 
+    def _groups(self) -> int:
+        """Make the samples of every group whose members are all done and judged."""
+        done = 0
+        for group_id in self.store.groups_ready(self.group_quiet_s):
+            episodes = []
+            for sid, outcome in self.store.group_episodes(group_id):
+                turns = [t for t in self.store.session_turns(sid) if t.turn_type == "main"
+                         and self.store.turn_status(sid, t.turn_index) == "judged"]
+                results = {t.turn_index: j for t in turns
+                           if (j := self.store.judgement(sid, t.turn_index)) is not None and j.ok}
+                episodes.append(Episode(sid, turns, results, outcome))
+            samples, stats = group_samples(group_id, episodes, self.cfg.training, self.cfg.env_service.reward,
+                                           self.baseline)
+            if not self.store.apply_group(group_id, samples):
+                continue  # another judge made them first
+            done += 1
+            self.store.add_to_meta(SIGNAL_META, {
+                "groups": 1, "groups_zero_advantage": int(stats.zero_advantage),
+                "group_reward_mean_sum": stats.reward_mean, "group_reward_spread_sum": stats.reward_spread})
+            log.info("[prm_service] group %s: %d episodes, reward mean=%.3f spread=%.3f, %d samples%s", group_id,
+                     stats.episodes, stats.reward_mean, stats.reward_spread, len(samples),
+                     " (all advantages zero)" if stats.zero_advantage else "")
+        return done
+
     def release_stale_claims(self) -> int:
         """Free the leases an earlier run under this ``worker_id`` left (done once, at start)."""
         freed = self.store.release_claims(self.worker_id)
@@ -168,6 +213,7 @@ class JudgeLoop:
                                         self.cfg.prm_service.num_workers, self.lease_s)
         results = list(await asyncio.gather(*(self._judge_one(t) for t in turns))) if turns else []
         await asyncio.to_thread(self._guarantees)
+        await asyncio.to_thread(self._groups)
         return results
 
     # ------------------------------------------------------------------ the loop

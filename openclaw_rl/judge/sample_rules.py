@@ -1,29 +1,205 @@
-"""The rules for turning a judged turn into training samples, in one place.
+"""The rules for turning judged turns into training samples, and their advantages, in one place.
 
 * a judged turn with score ±1 yields an RL part (``reward`` = score, every response token masked in);
+  its ``advantage`` is the score minus a running mean of the scores of its turn kind (the role of
+  its next state: a user's reply, a tool's output, a terminal's result), so that an agent that
+  mostly fails is not pushed away from everything it samples (``[training] advantage_baseline``);
 * a positive hint with teacher log-probs yields an OPD part (``teacher_logprobs``), whatever the score;
 * both parts of one turn travel in one :class:`Sample` (the combined loss adds them), a missing part
   is ``None`` and contributes zero;
 * a score-0 turn with no hint yields nothing (loss mask 0 everywhere is the same as no sample);
 * a session whose judged turns all scored 0 still contributes one turn (the at-least-one
-  guarantee): :func:`guarantee_sample` picks it once the session is done.
+  guarantee): :func:`guarantee_sample` picks it once the session is done;
+* episodes played as a group (``[env_service] group_size``) wait until the whole group is judged;
+  then :func:`group_samples` takes every reward relative to the group (below).
+
+Group-relative advantages. The G episodes of a group play the same task under (nearly) the same
+policy, so the group's mean reward is an estimate of the task's value and ``r - mean`` says whether
+*this* attempt did better or worse than the policy usually does. A group whose rewards are all equal
+(every attempt failed, or every one succeeded) says nothing about which behaviour to prefer, and
+its advantages are exactly 0: it gives no policy-gradient push. The advantages are mean-centred
+only, by default: dividing by the group's spread (GRPO's choice, ``group_std_normalize``) turns a
+group of nearly equal rewards into full-size pushes and weights easy and hard tasks alike, which
+with ±1 judge scores mostly amplifies judge noise.
+
+What a group trains on (``[env_service] reward``) when its environment reports outcomes:
+
+* ``judge``: each turn's score, relative to the scores of the group's turns at the same position;
+* ``outcome``: the episode's verified outcome, relative to the group's outcomes, on every turn;
+* ``both``: the judge's per-turn advantage, plus the outcome's at the episode's last turn.
+
+Chat episodes have no verified outcome, so they are always judged.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
+
 from openclaw_rl.config import TrainingConfig
 from openclaw_rl.types import JudgeResult, Sample, Turn
 
+#: Advantages smaller than this are zero: no policy-gradient part.
+ZERO = 1e-9
 
-def build_samples(turn: Turn, result: JudgeResult, training: TrainingConfig) -> list[Sample]:
-    """Samples for one successfully judged main turn (empty when it carries no signal)."""
+
+@dataclass
+class RunningBaseline:
+    """A running mean of rewards per kind: the baseline of responses with no group to compare to.
+
+    An exponential mean with bias correction (as Adam's moments): ``S <- m S + (1 - m) r``,
+    ``W <- m W + (1 - m)``, ``b = S / W``; before the first reward of a kind ``b = 0``. Usage::
+
+        baseline = RunningBaseline(momentum=0.9)
+        a = baseline.advantage("user", -1.0)   # -1.0: nothing seen yet
+        a = baseline.advantage("user", -1.0)   #  0.0: failing is what this kind usually does
+        a = baseline.advantage("user", +1.0)   # +2.0
+    """
+
+    momentum: float = 0.9
+    sums: dict[str, float] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)
+
+    def mean(self, kind: str) -> float:
+        w = self.weights.get(kind, 0.0)
+        return self.sums.get(kind, 0.0) / w if w > 0 else 0.0
+
+    def advantage(self, kind: str, reward: float) -> float:
+        """``reward - b(kind)``, then fold ``reward`` into ``b(kind)``."""
+        adv = reward - self.mean(kind)
+        m = self.momentum
+        self.sums[kind] = m * self.sums.get(kind, 0.0) + (1 - m) * reward
+        self.weights[kind] = m * self.weights.get(kind, 0.0) + (1 - m)
+        return adv
+
+    def to_dict(self) -> dict[str, dict[str, float]]:
+        return {"sums": dict(self.sums), "weights": dict(self.weights)}
+
+    @classmethod
+    def from_dict(cls, data: object, momentum: float) -> RunningBaseline:
+        """From :meth:`to_dict`'s output (as kept in the store); anything else starts afresh."""
+        if isinstance(data, dict) and isinstance(data.get("sums"), dict) and isinstance(data.get("weights"), dict):
+            return cls(momentum, {str(k): float(v) for k, v in data["sums"].items()},
+                       {str(k): float(v) for k, v in data["weights"].items()})
+        return cls(momentum)
+
+
+def turn_kind(turn: Turn) -> str:
+    """What kind of next state judged this turn: ``user``, ``tool``, ``environment`` (or ``none``)."""
+    return turn.next_state.role if turn.next_state is not None else "none"
+
+
+def build_samples(turn: Turn, result: JudgeResult, training: TrainingConfig,
+                  baseline: RunningBaseline | None = None) -> list[Sample]:
+    """Samples for one successfully judged main turn (empty when it carries no signal).
+
+    With ``baseline`` (and ``advantage_baseline = "mean"``) the RL part's advantage is the score
+    minus the running mean of its turn kind, and the score is folded into that mean."""
     if not result.ok or not turn.response_ids:
         return []
     reward = float(result.score) if result.score != 0 and training.binary_rl_weight > 0 else None
+    advantage = None
+    if reward is not None and baseline is not None and training.advantage_baseline == "mean":
+        advantage = baseline.advantage(turn_kind(turn), reward)
     has_opd = training.opd_enabled and result.teacher_logprobs is not None and result.hint is not None
     if reward is None and not has_opd:
         return []
-    return [_sample(turn, reward, result if has_opd else None, training)]
+    return [_sample(turn, reward, result if has_opd else None, training, advantage=advantage)]
+
+
+@dataclass
+class Episode:
+    """One finished member of a group, as the judge loop hands it to :func:`group_samples`."""
+
+    session_id: str
+    turns: list[Turn]                 # its judged main turns, in order
+    results: dict[int, JudgeResult]   # turn_index -> successful judgement
+    outcome: float | None = None      # the environment's verified outcome, when it reported one
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """Signal health of one group: episode rewards' mean and spread, and whether it said nothing."""
+
+    episodes: int
+    reward_mean: float
+    reward_spread: float
+    zero_advantage: bool
+
+
+def _relative(values: list[float], std_normalize: bool) -> list[float]:
+    """``v - mean`` (divided by the spread when ``std_normalize`` and the spread is not 0)."""
+    mean = sum(values) / len(values)
+    out = [v - mean for v in values]
+    if std_normalize:
+        spread = math.sqrt(sum(d * d for d in out) / len(out))
+        if spread > ZERO:
+            out = [d / spread for d in out]
+    return out
+
+
+def group_samples(group_id: str, episodes: list[Episode], training: TrainingConfig, reward_mode: str,
+                  baseline: RunningBaseline | None = None) -> tuple[list[Sample], GroupStats]:
+    """The samples of one finished group, with group-relative advantages (see the module docstring).
+
+    ``reward_mode`` is ``[env_service] reward``; an episode without an outcome is judged whatever it
+    says. A group of one episode has nobody to compare with and falls back to ``baseline``."""
+    rl = training.binary_rl_weight > 0
+    use_outcome = reward_mode in ("outcome", "both") and all(e.outcome is not None for e in episodes)
+    use_judge = reward_mode in ("judge", "both") or not use_outcome
+    turns = [[t for t in e.turns if t.turn_index in e.results and t.response_ids] for e in episodes]
+    score = {(i, p): float(e.results[t.turn_index].score)
+             for i, e in enumerate(episodes) for p, t in enumerate(turns[i])}
+    adv: dict[tuple[int, int], float] = dict.fromkeys(score, 0.0)
+    reward: dict[tuple[int, int], float] = dict.fromkeys(score, 0.0)
+    alone = len(episodes) < 2 or training.advantage_baseline == "none"
+    if use_judge:
+        for p in {p for _, p in score}:
+            keys = [k for k in score if k[1] == p]
+            values = [score[k] for k in keys]
+            if training.advantage_baseline == "none":
+                rel = values
+            elif alone or len(keys) < 2:
+                # Nobody at this position to compare with: the running mean of the turn's kind.
+                rel = [baseline.advantage(turn_kind(turns[i][q]), score[(i, q)]) if baseline else score[(i, q)]
+                       for i, q in keys]
+            else:
+                rel = _relative(values, training.group_std_normalize)
+            for k, v, a in zip(keys, values, rel, strict=True):
+                reward[k] += v
+                adv[k] += a
+    returns = [sum(score[(i, p)] for p in range(len(turns[i]))) / max(1, len(turns[i])) if use_judge else 0.0
+               for i in range(len(episodes))]
+    if use_outcome:
+        outcomes = [float(e.outcome) for e in episodes]  # type: ignore[arg-type]
+        if training.advantage_baseline == "none":
+            rel_o = outcomes
+        elif alone:
+            rel_o = [baseline.advantage("outcome", o) if baseline else o for o in outcomes]
+        else:
+            rel_o = _relative(outcomes, training.group_std_normalize)
+        for i, (o, a) in enumerate(zip(outcomes, rel_o, strict=True)):
+            returns[i] += o
+            # outcome only: every turn of the episode shares it; both: it lands on the last turn
+            positions = range(len(turns[i])) if reward_mode == "outcome" else range(len(turns[i]) - 1, len(turns[i]))
+            for p in positions:
+                if p >= 0:
+                    reward[(i, p)] += o
+                    adv[(i, p)] += a
+    samples: list[Sample] = []
+    for (i, p), a in sorted(adv.items()):
+        turn = turns[i][p]
+        result = episodes[i].results[turn.turn_index]
+        has_opd = training.opd_enabled and result.teacher_logprobs is not None and result.hint is not None
+        has_rl = rl and abs(a) > ZERO
+        if not has_rl and not has_opd:
+            continue
+        samples.append(_sample(turn, reward[(i, p)] if has_rl else None, result if has_opd else None, training,
+                               advantage=a if has_rl else None, group_id=group_id))
+    mean = sum(returns) / len(returns) if returns else 0.0
+    spread = math.sqrt(sum((r - mean) ** 2 for r in returns) / len(returns)) if returns else 0.0
+    stats = GroupStats(len(episodes), mean, spread, zero_advantage=all(abs(a) <= ZERO for a in adv.values()))
+    return samples, stats
 
 
 def guarantee_sample(turns: list[Turn], results: dict[int, JudgeResult], training: TrainingConfig) -> Sample | None:
@@ -39,7 +215,7 @@ def guarantee_sample(turns: list[Turn], results: dict[int, JudgeResult], trainin
 
 
 def _sample(turn: Turn, reward: float | None, opd: JudgeResult | None, training: TrainingConfig,
-            suffix: str = "") -> Sample:
+            suffix: str = "", advantage: float | None = None, group_id: str | None = None) -> Sample:
     use_topk = training.topk_distill and opd is not None and opd.teacher_topk_ids is not None
     return Sample(
         sample_id=f"{turn.session_id}:{turn.turn_index}{':' + suffix if suffix else ''}",
@@ -51,6 +227,8 @@ def _sample(turn: Turn, reward: float | None, opd: JudgeResult | None, training:
         rollout_logprobs=turn.response_logprobs,
         loss_mask=[1] * len(turn.response_ids),
         reward=reward,
+        advantage=advantage,
+        group_id=group_id,
         teacher_logprobs=opd.teacher_logprobs if opd is not None else None,
         teacher_topk_ids=opd.teacher_topk_ids if use_topk else None,
         teacher_topk_logprobs=opd.teacher_topk_logprobs if use_topk else None,

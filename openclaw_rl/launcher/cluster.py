@@ -82,6 +82,7 @@ class EpisodeSpec:
     seed: int
     persona: str | None = None
     session_id: str = ""  # this attempt's session; a retry gets a new one
+    group: dict[str, str] | None = None  # the episode-group headers its members share (same seed)
 
 
 class EnvWorker:
@@ -113,7 +114,7 @@ class EnvWorker:
                 raise RuntimeError(f"interaction type {spec.interaction_type!r} is unavailable on this node")
             self.envs[key] = env
         stats = self.service._episode(self.index, spec.interaction_type, env, self.client, spec.seed,
-                                      spec.session_id or None)
+                                      spec.session_id or None, group=spec.group)
         if stats is None:
             raise RuntimeError("the environment worker is stopping")
         if stats.error and stats.details.get("env_failed"):
@@ -260,16 +261,26 @@ class ClusterEnvRunner:
         self.policy_url = policy_url
         self.rng = random.Random(cfg.global_.seed)
         self._next_index = 0
+        self._pending: list[tuple[str, int, str | None, dict[str, str] | None]] = []  # rest of a group
 
     def placement(self, timeout: float = 120.0) -> list[str]:
         """The node id of each worker (waits until every worker is up)."""
         return self.ray.get([w.node_id.remote() for w in self.workers], timeout=timeout)
 
     def _spec(self) -> EpisodeSpec:
+        """The next episode: the next member of the current group, or the first of a new group of
+        ``group_size`` episodes of one task (same type, persona and seed)."""
         es = self.cfg.env_service
-        itype = self.rng.choice(es.interaction_types)
-        persona = self.rng.choice(es.personas) if itype == "chat" else None
-        spec = EpisodeSpec(self._next_index, itype, self.rng.randrange(1 << 30), persona)
+        if not self._pending:
+            itype = self.rng.choice(es.interaction_types)
+            persona = self.rng.choice(es.personas) if itype == "chat" else None
+            seed = self.rng.randrange(1 << 30)
+            from openclaw_rl.envs.loop import group_headers  # envs is loaded only where episodes run
+
+            group = group_headers(self.cfg, itype, self._next_index, es.group_size)
+            self._pending = [(itype, seed, persona, group)] * es.group_size
+        itype, seed, persona, group = self._pending.pop()
+        spec = EpisodeSpec(self._next_index, itype, seed, persona, group=group)
         self._next_index += 1
         return spec
 

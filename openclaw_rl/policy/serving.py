@@ -45,7 +45,7 @@ from openclaw_rl.policy.protocol import (
 from openclaw_rl.policy.sessions import Assignment, SessionManager
 from openclaw_rl.policy.tools import OPEN, parse_tool_calls
 from openclaw_rl.runtime.store import Store
-from openclaw_rl.types import Turn
+from openclaw_rl.types import EpisodeTag, Turn
 
 log = logging.getLogger("openclaw_rl.policy")
 TRUE = {"1", "true", "yes", "on"}
@@ -78,6 +78,36 @@ def _bool_header(value: str | None, name: str) -> bool | None:
     if v in FALSE:
         return False
     raise APIError(400, f"header {name}: expected true or false, got {escape_for_log(value, 40)!r}", param=name)
+
+
+def _episode_headers(headers: dict[str, str]) -> EpisodeTag | None:
+    """``X-Episode-Group`` / ``X-Episode-Group-Size`` / ``X-Episode-Outcome``: an environment's word on
+    which group of episodes this session belongs to and, on its closing request, how it ended."""
+    group = headers.get("x-episode-group")
+    size, outcome = headers.get("x-episode-group-size"), headers.get("x-episode-outcome")
+    if group is None:
+        if size is not None or outcome is not None:
+            name = "X-Episode-Group-Size" if size is not None else "X-Episode-Outcome"
+            raise APIError(400, f"header {name} needs X-Episode-Group (the group the episode belongs to)",
+                           param=name)
+        return None
+    fields: dict[str, Any] = {"group_id": group.strip()}
+    for name, raw, key, kind in (("X-Episode-Group-Size", size, "group_size", int),
+                                 ("X-Episode-Outcome", outcome, "outcome", float)):
+        if raw is None:
+            continue
+        try:
+            fields[key] = kind(raw.strip())
+        except ValueError:
+            raise APIError(400, f"header {name}: expected {'an integer' if kind is int else 'a number'}, "
+                           f"got {escape_for_log(raw, 40)!r}", param=name) from None
+    try:
+        return EpisodeTag(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = {"group_id": "X-Episode-Group", "group_size": "X-Episode-Group-Size",
+                "outcome": "X-Episode-Outcome"}[str(err["loc"][0])]
+        raise APIError(400, f"header {name}: {err['msg']}", param=name) from None
 
 
 def _logprob_entry(token: str, lp: float, top: list[tuple[str, float]] | None) -> dict[str, Any]:
@@ -224,7 +254,9 @@ class Serving:
                 log.debug("[policy_service] %s served as a side turn", chore)
             done_h = _bool_header(headers.get("x-session-done"), "X-Session-Done")
             done = done_h if done_h is not None else bool(req.session_done)
+            episode = _episode_headers(headers)
             assign = self.sessions.assign(req.messages, sid, ttype, done)  # type: ignore[arg-type]
+            assign.episode = episode
             if assign.next_state is not None and assign.next_state.role == "user" and rules:
                 assign.next_state.content = clean_user_text(assign.next_state.content, rules)
             gen.session_id = assign.session_id
@@ -280,7 +312,8 @@ class Serving:
         )
         main = a.turn_type == "main"
         key = self.sessions.prefix_key(job.req.messages, job.content, job.tool_calls) if main else None
-        self.store.record_turn(turn, next_state_for_previous=a.next_state if main else None, prefix_digest=key)
+        self.store.record_turn(turn, next_state_for_previous=a.next_state if main else None, prefix_digest=key,
+                               episode=a.episode)
         if main:
             self.sessions.remember_key(key, a.session_id)
         if a.done:
@@ -293,6 +326,8 @@ class Serving:
 
     def _record_state_only(self, job: _Job) -> None:
         a = job.assign
+        if a.episode is not None:
+            self.store.tag_session(a.session_id, a.episode)
         if a.turn_type == "main" and a.next_state is not None:
             self.store.attach_next_state(a.session_id, a.next_state)
         if a.done:

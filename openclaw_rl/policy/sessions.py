@@ -30,7 +30,7 @@ from typing import Any
 
 from openclaw_rl.policy.protocol import ChatMessage
 from openclaw_rl.runtime.store import Store
-from openclaw_rl.types import NextState, TurnType
+from openclaw_rl.types import EpisodeTag, NextState, TurnType
 
 STATE_ROLES = ("user", "tool", "environment")
 #: Remembered prefixes between two prunings of the store's prefix table.
@@ -47,6 +47,7 @@ class Assignment:
     next_state: NextState | None
     done: bool
     stitched: bool  # True when the session was found by conversation prefix
+    episode: EpisodeTag | None = None  # the environment's group / outcome headers, when sent
 
 
 def _canon_calls(calls: list[Any] | None) -> list[tuple[str, str]]:

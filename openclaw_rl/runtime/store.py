@@ -51,14 +51,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from openclaw_rl.types import JudgeResult, NextState, Sample, Turn
+from openclaw_rl.types import EpisodeTag, JudgeResult, NextState, Sample, Turn
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
     session_id   TEXT PRIMARY KEY,
     created_at   REAL NOT NULL,
     done         INTEGER NOT NULL DEFAULT 0,
-    guaranteed   INTEGER NOT NULL DEFAULT 0
+    guaranteed   INTEGER NOT NULL DEFAULT 0,
+    group_id     TEXT,
+    group_size   INTEGER,
+    outcome      REAL,
+    grouped      INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS turns (
     session_id     TEXT NOT NULL,
@@ -97,9 +101,23 @@ CREATE TABLE IF NOT EXISTS prefixes (
 );
 """
 
-#: Columns added to ``turns`` after the first release: a store file written by an older version
-#: gets them on open (``ALTER TABLE ... ADD COLUMN``), so a run can resume on its old store.
-TURN_COLUMNS_ADDED = {"claimed_by": "TEXT", "lease_until": "REAL"}
+#: Columns added after the first release: a store file written by an older version gets them on open
+#: (``ALTER TABLE ... ADD COLUMN``), so a run can resume on its old store.
+COLUMNS_ADDED = {
+    "turns": {"claimed_by": "TEXT", "lease_until": "REAL"},
+    "sessions": {"group_id": "TEXT", "group_size": "INTEGER", "outcome": "REAL",
+                 "grouped": "INTEGER NOT NULL DEFAULT 0"},
+}
+
+#: Meta keys: the judge's running reward baseline, and its signal-health counters (judged / hinted
+#: turns, groups, zero-advantage groups, sums of group reward means and spreads) that the training
+#: loop turns into metrics.
+BASELINE_META = "baseline"
+SIGNAL_META = "signal"
+
+#: A group whose members have not all finished is judged with the members it has once it has been
+#: quiet this long (seconds): an episode that died mid-way must not hold its group's samples forever.
+GROUP_QUIET_S = 600.0
 
 #: Due turns at ``now`` (bound twice): a next state attached and not judged (failed ones once their
 #: retry is due), and no live lease by a judge; oldest first.
@@ -150,10 +168,11 @@ class Store:
         try the ALTER (the second would fail with "duplicate column name").
         """
         with self._tx() as db:
-            have = {row[1] for row in db.execute("PRAGMA table_info(turns)").fetchall()}
-            for name, sql_type in TURN_COLUMNS_ADDED.items():
-                if name not in have:
-                    db.execute(f"ALTER TABLE turns ADD COLUMN {name} {sql_type}")
+            for table, columns in COLUMNS_ADDED.items():
+                have = {row[1] for row in db.execute(f"PRAGMA table_info({table})").fetchall()}
+                for name, sql_type in columns.items():
+                    if name not in have:
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}")
 
     def close(self) -> None:
         with self._lock:
@@ -173,10 +192,11 @@ class Store:
 
     # ---------------------------------------------------------------- serving side
     def record_turn(self, turn: Turn, next_state_for_previous: NextState | None = None,
-                    prefix_digest: str | None = None) -> None:
+                    prefix_digest: str | None = None, episode: EpisodeTag | None = None) -> None:
         """Store a served turn and, in the same commit, attach ``next_state_for_previous`` to the
-        session's newest open main turn (it becomes ``ready`` for the judge) and remember
-        ``prefix_digest`` (the conversation so far, reply included) as leading to this session."""
+        session's newest open main turn (it becomes ``ready`` for the judge), remember
+        ``prefix_digest`` (the conversation so far, reply included) as leading to this session, and
+        tag the session with its episode group / outcome."""
         now = time.time()
         with self._tx() as db:
             if prefix_digest is not None:
@@ -184,6 +204,8 @@ class Store:
                            (prefix_digest, turn.session_id, now))
             db.execute("INSERT OR IGNORE INTO sessions(session_id, created_at) VALUES (?, ?)",
                        (turn.session_id, now))
+            if episode is not None:
+                self._tag(db, turn.session_id, episode)
             if next_state_for_previous is not None and turn.turn_type == "main":
                 self._attach(db, turn.session_id, next_state_for_previous, now)
             status = "open" if turn.turn_type == "main" else "side"
@@ -192,6 +214,23 @@ class Store:
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 (turn.session_id, turn.turn_index, turn.turn_type, status, turn.model_dump_json(), now),
             )
+
+    def tag_session(self, session_id: str, episode: EpisodeTag) -> None:
+        """Put a session in its episode group and record its outcome (when ``episode`` has one)."""
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO sessions(session_id, created_at) VALUES (?, ?)",
+                       (session_id, time.time()))
+            self._tag(db, session_id, episode)
+
+    @staticmethod
+    def _tag(db: sqlite3.Connection, session_id: str, episode: EpisodeTag) -> None:
+        db.execute("UPDATE sessions SET group_id=?, group_size=?, outcome=COALESCE(?, outcome) WHERE session_id=?",
+                   (episode.group_id, episode.group_size, episode.outcome, session_id))
+
+    def session_group(self, session_id: str) -> str | None:
+        """The episode group a session belongs to (None: a session on its own, e.g. personal traffic)."""
+        row = self._db.execute("SELECT group_id FROM sessions WHERE session_id=?", (session_id,)).fetchone()
+        return None if row is None else row[0]
 
     def attach_next_state(self, session_id: str, next_state: NextState) -> bool:
         """Attach a next state to the newest open main turn; False when there is none."""
@@ -336,11 +375,59 @@ class Store:
     def sessions_needing_guarantee(self) -> list[str]:
         """Done sessions, fully judged, with no sample yet and no guarantee applied."""
         rows = self._db.execute(
-            "SELECT s.session_id FROM sessions s WHERE s.done=1 AND s.guaranteed=0 "
+            "SELECT s.session_id FROM sessions s WHERE s.done=1 AND s.guaranteed=0 AND s.group_id IS NULL "
             "AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.session_id=s.session_id "
             "                AND t.status IN ('open','ready','failed')) "
             "AND NOT EXISTS (SELECT 1 FROM samples x WHERE x.session_id=s.session_id)").fetchall()
         return [r[0] for r in rows]
+
+    def groups_ready(self, quiet_s: float = GROUP_QUIET_S) -> list[str]:
+        """Episode groups whose samples can be made: not done yet, no member turn waiting for the
+        judge, and either every member finished (``group_size`` done sessions) or the group has been
+        quiet for ``quiet_s`` with at least one finished member."""
+        now = time.time()
+        rows = self._db.execute(
+            "SELECT s.group_id, MAX(s.group_size), SUM(s.done), "
+            "       (SELECT MAX(t.updated_at) FROM turns t JOIN sessions u ON u.session_id=t.session_id "
+            "        WHERE u.group_id=s.group_id) "
+            "FROM sessions s WHERE s.group_id IS NOT NULL AND s.grouped=0 GROUP BY s.group_id").fetchall()
+        ready = []
+        for group_id, size, done, last in rows:
+            if not done or (done < (size or 1) and now - (last or now) < quiet_s):
+                continue
+            waiting = self._db.execute(
+                "SELECT 1 FROM turns t JOIN sessions s ON s.session_id=t.session_id "
+                "WHERE s.group_id=? AND s.done=1 AND t.status IN ('ready','failed') LIMIT 1", (group_id,)).fetchone()
+            if waiting is None:
+                ready.append(group_id)
+        return ready
+
+    def group_episodes(self, group_id: str) -> list[tuple[str, float | None]]:
+        """(session id, outcome) of a group's finished members, oldest first."""
+        return [(r[0], r[1]) for r in self._db.execute(
+            "SELECT session_id, outcome FROM sessions WHERE group_id=? AND done=1 ORDER BY created_at, session_id",
+            (group_id,)).fetchall()]
+
+    def apply_group(self, group_id: str, samples: list[Sample]) -> bool:
+        """Insert a group's samples and mark every member as done with (so it is made once, even
+        with several judges racing). Returns whether this call was the one that applied it."""
+        now = time.time()
+        with self._tx() as db:
+            cur = db.execute("UPDATE sessions SET grouped=1 WHERE group_id=? AND grouped=0", (group_id,))
+            if cur.rowcount == 0:
+                return False
+            for s in samples:
+                self._insert_sample(db, s, now)
+            return True
+
+    def add_to_meta(self, key: str, counts: dict[str, float]) -> None:
+        """Add ``counts`` to the numbers kept under ``key`` (one atomic read-modify-write)."""
+        with self._tx() as db:
+            row = db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+            have: dict[str, float] = json.loads(row[0]) if row else {}
+            for k, v in counts.items():
+                have[k] = have.get(k, 0) + v
+            self._set_meta(db, key, have)
 
     def apply_guarantee(self, session_id: str, sample: Sample | None) -> bool:
         """Mark the session's at-least-one rule as applied and insert its sample (if any).

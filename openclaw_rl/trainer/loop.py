@@ -34,8 +34,48 @@ from openclaw_rl.policy.admin import request_pause, request_swap
 from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
 from openclaw_rl.runtime.metrics import MetricsWriter
 from openclaw_rl.runtime.rundir import RunDir
-from openclaw_rl.runtime.store import Store
+from openclaw_rl.runtime.store import SIGNAL_META, Store
 from openclaw_rl.trainer.ppo import Trainer
+from openclaw_rl.types import Sample
+
+
+def signal_health(batch: list[Sample], signal: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    """Is the learning signal worth training on? Metrics of one update.
+
+    From the batch:
+
+    * ``adv_abs_mean``: mean |advantage| of the samples with an RL part (0: nothing to push);
+    * ``teacher_minus_rollout``: mean (teacher - rollout) log-prob over the hinted samples' tokens;
+      about 0 means the hinted teacher prefers nothing the rollout did not, and OPD adds only noise.
+
+    From the judge's ``signal`` counters, over what was judged since the previous update
+    (``before``: the counters then):
+
+    * ``hint_rate``: judged turns with a usable hint (teacher log-probs) / judged turns;
+    * ``group_reward_mean`` / ``group_reward_spread``: the mean over the groups finished since of
+      each group's episode-reward mean and spread;
+    * ``zero_adv_group_frac``: the fraction of those groups whose rewards were all equal (no push).
+    """
+    out: dict[str, float] = {}
+    advs = [abs(s.rl_signal) for s in batch if s.rl_signal is not None]
+    if advs:
+        out["adv_abs_mean"] = sum(advs) / len(advs)
+    gaps = [t - r for s in batch if s.teacher_logprobs is not None
+            for t, r, m in zip(s.teacher_logprobs, s.rollout_logprobs, s.loss_mask, strict=True) if m]
+    if gaps:
+        out["teacher_minus_rollout"] = sum(gaps) / len(gaps)
+
+    def delta(key: str) -> float:
+        return float(signal.get(key, 0)) - float(before.get(key, 0))
+
+    if delta("judged") > 0:
+        out["hint_rate"] = delta("hinted") / delta("judged")
+    groups = delta("groups")
+    if groups > 0:
+        out["group_reward_mean"] = delta("group_reward_mean_sum") / groups
+        out["group_reward_spread"] = delta("group_reward_spread_sum") / groups
+        out["zero_adv_group_frac"] = delta("groups_zero_advantage") / groups
+    return out
 
 
 class TrainingLoop:
@@ -55,6 +95,7 @@ class TrainingLoop:
         self._stop = threading.Event()
         self._swap_thread: threading.Thread | None = None
         self._paused = False
+        self._last_signal: dict[str, float] = {}
 
     def start(self) -> None:
         tc = self.cfg.training
@@ -136,6 +177,9 @@ class TrainingLoop:
         metrics = trainer.train_update(batch)
         rewards = [s.reward for s in batch if s.reward is not None]
         metrics["reward_mean"] = sum(rewards) / len(rewards) if rewards else 0.0
+        signal = self.store.get_meta(SIGNAL_META, {})
+        metrics.update(signal_health(batch, signal if isinstance(signal, dict) else {}, self._last_signal))
+        self._last_signal = signal if isinstance(signal, dict) else {}
         metrics["staleness_mean"] = sum(self.version - s.policy_version for s in batch) / len(batch)
         metrics["samples_dropped"] = float(self.store.counters().samples_dropped)
         self.metrics.write(trainer.step, metrics)

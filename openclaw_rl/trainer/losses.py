@@ -12,7 +12,7 @@ Every function works on right-padded ``[B, R]`` tensors of response tokens with 
                 rho_t = exp(logp_new_t - logp_prox_t),
                 w_t = min(exp(logp_prox_t - logp_behav_t), C)                           (eq. 2')
 
-    Binary RL:  A_t = r                                                            (eq. 5)
+    Binary RL:  A_t = r - b   (b: the group's mean reward, or a running mean)     (eq. 5)
     OPD:        A_t = clip(logp_teacher_t - logp_old_t, -c, c)                     (eq. 6)
     Combined:   A_t = w_rl * r + w_opd * (logp_teacher_t - logp_old_t)             (eq. 7)
     Top-K:      KL(q || p) over K+1 bins, bin K+1 = tail mass 1 - sum_k p_k          (eq. 8)
@@ -67,10 +67,11 @@ def compute_advantages(rewards: Tensor, has_reward: Tensor, teacher_logprobs: Te
                        opd_adv_clip: float | None = None) -> Tensor:
     """Per-token advantages ``[B, R]`` of the combined method (eq. 7).
 
-    ``rewards`` / ``has_reward``: ``[B]`` scalar score and whether the sample has an RL part.
+    ``rewards`` / ``has_reward``: ``[B]`` the RL scalar ``r - b`` of eq. 5 (a sample's advantage, or
+    its raw score without a baseline) and whether the sample has an RL part.
     ``teacher_logprobs`` / ``has_teacher``: ``[B, R]`` and ``[B]``: the OPD part. A missing part
     contributes zero, so pure Binary RL (eq. 5) is ``has_teacher = 0`` and pure OPD (eq. 6)
-    ``has_reward = 0``. No reward normalisation.
+    ``has_reward = 0``. The baseline is subtracted where samples are made (judge/sample_rules.py).
     ``opd_adv_clip`` clips the per-token OPD term to ``±c`` so one surprising token cannot dominate.
     """
     rl = (binary_rl_weight * rewards * has_reward.to(rewards.dtype)).unsqueeze(-1)  # [B, 1]

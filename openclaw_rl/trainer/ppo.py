@@ -236,8 +236,9 @@ class Trainer:
                                   gather_ids=gather, pad_id=self.pad_id)
         rollout = pad([s.rollout_logprobs for s in batch])
         mask = pad([s.loss_mask for s in batch]) * stats.mask
-        rewards = torch.tensor([s.reward or 0.0 for s in batch], dtype=torch.float32, device=dev)
-        has_reward = torch.tensor([s.reward is not None and self.tc.binary_rl_weight > 0 for s in batch],
+        # The RL scalar: the advantage (reward minus its group / running baseline) or the raw reward.
+        rewards = torch.tensor([s.rl_signal or 0.0 for s in batch], dtype=torch.float32, device=dev)
+        has_reward = torch.tensor([s.rl_signal is not None and self.tc.binary_rl_weight > 0 for s in batch],
                                   device=dev)
         # The per-token OPD advantage applies to samples with teacher log-probs that are not trained
         # by top-K distillation instead (the top-K loss is that sample's OPD part).

@@ -203,3 +203,37 @@ def test_chat_episodes_carry_the_users_feedback(tmp_path, gsm8k_path):
     assert feedback["role"] == "user" and "**" not in feedback["content"] and len(feedback["content"]) > 20
     assert reqs[-1]["headers"]["x-session-done"] == "true"
     assert all(r["headers"]["x-session-done"] == "false" for r in reqs[:-1])
+
+
+def test_a_group_plays_one_task_several_times_and_reports_its_outcome(tmp_path):
+    with ChatServer(_terminal_agent) as srv:
+        cfg = _cfg(tmp_path, srv.port, num_envs=1, group_size=3, reward="outcome")
+        svc = EnvLoop(cfg, max_episodes=6)
+        svc.start()
+        stats = svc.wait_episodes(6, timeout=120)
+        svc.stop()
+    assert len(stats) == 6 and all(s.error is None for s in stats)
+    success = {s.session_id: s.success for s in stats}
+    groups: dict[str, list[list[dict[str, Any]]]] = {}
+    for reqs in _by_session(srv.requests).values():
+        groups.setdefault(reqs[0]["headers"]["x-episode-group"], []).append(reqs)
+    assert len(groups) == 2 and all(len(members) == 3 for members in groups.values())
+    for members in groups.values():
+        # the same task for every member, the group named on every request, the outcome on the last
+        assert len({m[0]["body"]["messages"][-1]["content"] for m in members}) == 1
+        for reqs in members:
+            assert all(r["headers"]["x-episode-group-size"] == "3" for r in reqs)
+            won = success[reqs[0]["headers"]["x-session-id"]]
+            assert [r["headers"].get("x-episode-outcome") for r in reqs] == \
+                [None] * (len(reqs) - 1) + ["1.0" if won else "-1.0"]
+    assert {s.details["group"] for s in stats} == set(groups)
+
+
+def test_judged_episodes_played_alone_carry_no_group(tmp_path):
+    with ChatServer(_terminal_agent) as srv:
+        svc = EnvLoop(_cfg(tmp_path, srv.port, num_envs=1), max_episodes=1,
+                      env_overrides={"terminal": {"task": "count_lines"}})
+        svc.start()
+        svc.wait_episodes(1, timeout=60)
+        svc.stop()
+    assert srv.requests and not any("x-episode-group" in r["headers"] for r in srv.requests)

@@ -12,7 +12,7 @@ from openclaw_rl.judge import make_judge
 from openclaw_rl.judge.loop import JudgeLoop
 from openclaw_rl.judge.teacher import LocalTeacher, template_ids
 from openclaw_rl.runtime.store import Store
-from openclaw_rl.types import NextState, Turn
+from openclaw_rl.types import EpisodeTag, NextState, Turn
 
 from .conftest import api_config
 
@@ -238,3 +238,51 @@ def test_a_restarted_judge_frees_its_own_stale_leases(remote, tiny, tmp_path):
     with pytest.raises(ValueError, match="worker_id"):
         JudgeLoop(cfg, store, worker_id=" ")
     store.close()
+
+
+def test_a_groups_samples_wait_for_the_whole_group_and_are_relative_to_it(remote, tiny, tmp_path):
+    _, tok = tiny
+    cfg = api_config(remote, extract_instruction=False)
+    store = Store(tmp_path / "store.sqlite")
+    service = JudgeLoop(cfg, store)
+    tag = EpisodeTag(group_id="g1", group_size=3)
+
+    def play(sid: str, reply: str) -> None:
+        remote.eval_reply = reply
+        record(store, tok, sid, 0, "what is 6 * 7?")
+        store.tag_session(sid, tag)
+        record(store, tok, sid, 1, "that's right", previous_next_state="that's right")  # the closing turn
+        store.close_session(sid)
+        asyncio.run(service.run_once())
+
+    play("m0", "SCORE: +1")
+    play("m1", "SCORE: -1")
+    assert store.turn_status("m1", 0) == "judged" and store.ready_count() == 0  # waiting for m2
+    assert store.sessions_needing_guarantee() == []  # a group member gets no at-least-one sample
+    play("m2", "SCORE: -1")
+    samples = {s.session_id: s for s in store.claim_samples(10, step=1, current_version=0)}
+    assert set(samples) == {"m0", "m1", "m2"}
+    assert samples["m0"].advantage == pytest.approx(1 + 1 / 3) and samples["m0"].reward == 1.0
+    assert samples["m1"].advantage == pytest.approx(-1 + 1 / 3) and samples["m1"].group_id == "g1"
+    signal = store.get_meta("signal")
+    assert signal["judged"] == 3 and signal["groups"] == 1 and signal["groups_zero_advantage"] == 0
+    assert asyncio.run(service.run_once()) == [] and store.ready_count() == 0  # made once
+
+
+def test_a_group_with_a_dead_member_is_made_once_it_has_been_quiet(remote, tiny, tmp_path):
+    _, tok = tiny
+    cfg = api_config(remote, extract_instruction=False)
+    store = Store(tmp_path / "store.sqlite")
+    tag = EpisodeTag(group_id="g2", group_size=2)
+    for sid in ("done", "dead"):
+        record(store, tok, sid, 0, "q")
+        store.tag_session(sid, tag)
+        record(store, tok, sid, 1, "ok", previous_next_state="ok")
+    store.close_session("done")  # "dead" never finishes (its environment crashed)
+    service = JudgeLoop(cfg, store)
+    asyncio.run(service.run_once())
+    assert store.groups_ready() == [] and store.ready_count() == 0
+    assert store.groups_ready(quiet_s=0.0) == ["g2"]
+    asyncio.run(JudgeLoop(cfg, store, group_quiet_s=0.0).run_once())
+    # One finished member: nobody to compare with, so the running baseline (empty: 0) is used.
+    assert [(s.session_id, s.advantage) for s in store.claim_samples(10, step=1, current_version=0)] == [("done", 1.0)]

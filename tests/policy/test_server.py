@@ -370,3 +370,27 @@ def test_a_prompt_that_cannot_fit_gets_openais_overflow_error(start_service, tin
     err = exc.value.body
     assert err["code"] == "context_length_exceeded" and err["type"] == "invalid_request_error"
     assert err["param"] == "messages" and "maximum context length is 32 tokens" in err["message"]
+
+
+def test_episode_group_and_outcome_headers_are_kept_on_the_session(tiny_service, client):
+    svc, _ = tiny_service
+    group = {"X-Session-Id": "ep-1", "X-Episode-Group": "grp-7", "X-Episode-Group-Size": "2"}
+    r0 = client.post("/v1/chat/completions", headers=group, json={"messages": USER, "max_tokens": 3})
+    assert r0.status_code == 200
+    assert svc.store.session_group("ep-1") == "grp-7"
+    msgs = USER + [r0.json()["choices"][0]["message"], {"role": "user", "content": "exit code: 0"}]
+    r1 = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 2},
+                     headers={**group, "X-Session-Done": "true", "X-Episode-Outcome": "1"})
+    assert r1.status_code == 200
+    assert svc.store.group_episodes("grp-7") == [("ep-1", 1.0)]
+    for headers, names in (({"X-Episode-Group-Size": "2"}, "X-Episode-Group-Size needs X-Episode-Group"),
+                           ({"X-Episode-Group": "g", "X-Episode-Group-Size": "two"}, "X-Episode-Group-Size"),
+                           ({"X-Episode-Group": "g", "X-Episode-Group-Size": "0"}, "X-Episode-Group-Size"),
+                           ({"X-Episode-Group": "g", "X-Episode-Outcome": "7"}, "X-Episode-Outcome"),
+                           ({"X-Episode-Group": "g", "X-Episode-Outcome": "nan"}, "X-Episode-Outcome")):
+        r = client.post("/v1/chat/completions", headers={"X-Session-Id": "bad-ep", **headers},
+                        json={"messages": USER, "max_tokens": 2})
+        assert r.status_code == 400, headers
+        assert names in r.json()["error"]["message"] and r.json()["error"]["param"] in names
+    assert svc.store.session_turns("bad-ep") == []  # refused before anything was recorded
+    assert client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 2}).status_code == 200

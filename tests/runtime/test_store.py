@@ -243,6 +243,9 @@ CREATE TABLE turns (
     data TEXT NOT NULL, judge TEXT, score INTEGER, judge_attempts INTEGER NOT NULL DEFAULT 0,
     retry_at REAL NOT NULL DEFAULT 0, error TEXT, updated_at REAL NOT NULL,
     PRIMARY KEY (session_id, turn_index));
+CREATE TABLE sessions (session_id TEXT PRIMARY KEY, created_at REAL NOT NULL,
+    done INTEGER NOT NULL DEFAULT 0, guaranteed INTEGER NOT NULL DEFAULT 0);
+INSERT INTO sessions VALUES ('old', 0, 1, 0);
 """
 
 
@@ -261,6 +264,9 @@ def test_store_file_from_an_older_version_is_migrated_on_open(tmp_path):
     s = Store(path)
     cols = {r[1] for r in s._db.execute("PRAGMA table_info(turns)").fetchall()}
     assert {"claimed_by", "lease_until"} <= cols
+    cols = {r[1] for r in s._db.execute("PRAGMA table_info(sessions)").fetchall()}
+    assert {"group_id", "group_size", "outcome", "grouped"} <= cols
+    assert s.session_group("old") is None and s.groups_ready() == []
     [claimed] = s.claim_turns("judge-0", limit=5, lease_s=600)  # the old ready turn is judged as before
     assert claimed.key == "old:0" and claimed.next_state.content == "thanks"
     s.close()

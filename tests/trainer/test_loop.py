@@ -96,3 +96,25 @@ def test_kill_9_mid_run_resumes_without_loss_or_double_training(make_cfg, tmp_pa
     # 6 updates of 2 samples in the surviving lineage: every sample trained exactly once, none lost.
     assert after.trainer_step == 6
     assert (after.samples_trained, after.samples_ready, after.samples_claimed) == (12, 0, 0)
+
+
+def test_signal_health_reports_what_the_learning_signal_is_worth():
+    from openclaw_rl.trainer.loop import signal_health
+    from openclaw_rl.types import Sample
+
+    def sample(sid, advantage=None, reward=None, teacher=None):
+        return Sample(sample_id=sid, session_id=sid, turn_index=0, prompt_ids=[1], response_ids=[2, 3],
+                      rollout_logprobs=[-2.0, -1.0], loss_mask=[1, 1], reward=reward, advantage=advantage,
+                      teacher_logprobs=teacher)
+
+    batch = [sample("a", advantage=1.5, reward=1.0), sample("b", advantage=-0.5, reward=-1.0),
+             sample("c", teacher=[-1.0, -1.0])]
+    before = {"judged": 10, "hinted": 2, "groups": 1, "groups_zero_advantage": 1,
+              "group_reward_mean_sum": -1.0, "group_reward_spread_sum": 0.0}
+    now = {"judged": 14, "hinted": 3, "groups": 3, "groups_zero_advantage": 2,
+           "group_reward_mean_sum": -1.5, "group_reward_spread_sum": 0.8}
+    got = signal_health(batch, now, before)
+    assert got == pytest.approx({"adv_abs_mean": 1.0, "teacher_minus_rollout": 0.5, "hint_rate": 0.25,
+                                 "group_reward_mean": -0.25, "group_reward_spread": 0.4,
+                                 "zero_adv_group_frac": 0.5})
+    assert signal_health([sample("d")], now, now) == {}  # nothing new judged, no RL or OPD part

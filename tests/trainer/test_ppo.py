@@ -247,3 +247,16 @@ def test_non_finite_step_is_skipped_not_applied(make_cfg, capsys):
     assert "optimiser step skipped" in capsys.readouterr().out
     for a, b in zip(w0, _weights(t), strict=True):
         assert torch.equal(a.nan_to_num(), b.nan_to_num())
+
+
+def test_a_group_of_identical_rewards_gives_no_policy_gradient(make_cfg):
+    """Four attempts that all failed: as raw rewards they push every sampled token down; as
+    group-relative advantages (all 0) they give no gradient at all."""
+    cfg = make_cfg(kl_coef=0.0, entropy_coef=0.0, batch_size=4, mini_batch_size=4)
+    trainer = Trainer(cfg, cfg.policy_service.model)
+    responses = [RESPONSE, RESPONSE[:4], RESPONSE[1:], RESPONSE[::-1]]
+    grouped = [_sample(trainer, f"g{i}", response=r, reward=-1.0, advantage=0.0) for i, r in enumerate(responses)]
+    metrics = trainer.train_update(grouped)
+    assert metrics["grad_norm"] == 0.0 and metrics["pg_loss"] == 0.0
+    raw = [_sample(trainer, f"r{i}", response=r, reward=-1.0) for i, r in enumerate(responses)]
+    assert trainer.train_update(raw)["grad_norm"] > 0
