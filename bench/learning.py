@@ -6,9 +6,13 @@ swaps — from the base model for a fixed number of updates, then scores the fin
 GSM8K problems (never used for training) with the persona's fixed scorer. The base score
 is measured once, by the same scorer on the same problems, in the same invocation.
 
-    .venv/bin/python bench/learning.py [--updates 8] [--batch 4] [--chat-n 8] [--methods combined,binary,opd]
+    .venv/bin/python bench/learning.py [--updates 16] [--batch 8] [--chat-n 32] \
+        [--runs combined:42,combined:7,binary:42,opd:42,combined-lockstep:42]
 
-Prints a table: method, base score, trained score, change, wall time, samples trained.
+A run is ``method:seed``; ``<method>-lockstep`` runs the same method with ``async_mode = false``
+(serving paused while the trainer trains), the baseline the asynchronous run with
+``max_staleness = 2 x weight_sync_interval`` is compared with. Prints a table: run, base score,
+trained score, change, wall time, samples trained, trained samples per hour.
 """
 
 from __future__ import annotations
@@ -39,14 +43,19 @@ METHODS = {
 }
 
 
-def write_config(work: Path, method: str, args: argparse.Namespace) -> Path:
+def write_config(work: Path, run: str, args: argparse.Namespace) -> Path:
+    """The config of one run, ``method[-lockstep]:seed``."""
+    name, seed = run.split(":")
+    method = name.removesuffix("-lockstep")
     m = METHODS[method]
     data = args.data if args.data in PACKAGED_DATA else Path(args.data).resolve()
-    path = work / f"{method}.toml"
+    label = f"{name}-s{seed}"
+    path = work / f"{label}.toml"
     path.write_text(f"""
 [global]
-seed = {args.seed}
-log_dir = "{work / method}"
+seed = {seed}
+log_dir = "{work / label}"
+async_mode = {str(not name.endswith("-lockstep")).lower()}
 [policy_service]
 model = "{args.model}"
 port = {free_port()}
@@ -55,6 +64,7 @@ weight_sync_interval = {args.sync}
 max_tokens_default = {args.max_tokens}
 [env_service]
 num_envs = {args.num_envs}
+group_size = {args.group_size}
 interaction_types = ["chat"]
 personas = ["student"]
 max_turns = 3
@@ -66,6 +76,7 @@ vote_count = 3
 lr = {args.lr}
 batch_size = {args.batch}
 mini_batch_size = {max(1, args.batch // 2)}
+micro_batch_tokens = 1024
 checkpoint_interval = {args.updates}
 max_steps = {args.updates}
 max_staleness = {2 * args.sync}
@@ -87,7 +98,10 @@ def score(config: Path, checkpoint: Path | None, n: int, max_tokens: int) -> flo
         url = service.start()
         if checkpoint is not None:
             service.swap_weights(checkpoint, 1)
-        summary = evaluate(ecfg, url, EvalSizes(chat=n, terminal=0, tool_call=0, max_tokens=max_tokens))
+        # Problems are sent 8 at a time (the engine batches them); greedy, so the score does not
+        # depend on the order.
+        summary = evaluate(ecfg, url, EvalSizes(chat=n, terminal=0, tool_call=0, max_tokens=max_tokens),
+                           concurrency=8)
     finally:
         service.stop()
         shutil.rmtree(ecfg.global_.log_dir, ignore_errors=True)
@@ -117,46 +131,51 @@ def final_policy(config: Path) -> Path:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--methods", default="combined,binary,opd")
-    ap.add_argument("--updates", type=int, default=8)
-    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--runs", default="combined:42,combined:7,binary:42,opd:42,combined-lockstep:42",
+                    help="comma-separated method:seed (method: combined, binary, opd, or one of them + -lockstep)")
+    ap.add_argument("--updates", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--sync", type=int, default=4, help="weight_sync_interval")
     ap.add_argument("--lr", type=float, default=2e-4)
-    ap.add_argument("--num-envs", type=int, default=4)
-    ap.add_argument("--chat-n", type=int, default=8, help="held-out problems scored")
+    ap.add_argument("--num-envs", type=int, default=2)
+    ap.add_argument("--group-size", type=int, default=4, help="episodes per task (group-relative advantages)")
+    ap.add_argument("--chat-n", type=int, default=32, help="held-out problems scored")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--data", default="gsm8k", help="packaged data set name or JSON file")
-    ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--keep", help="keep run directories here instead of a temp dir")
     args = ap.parse_args()
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = set(methods) - set(METHODS)
-    if unknown:
-        raise SystemExit(f"unknown method(s) {sorted(unknown)}; choose from {sorted(METHODS)}")
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    for r in runs:
+        name, _, seed = r.partition(":")
+        if name.removesuffix("-lockstep") not in METHODS or not seed.isdigit():
+            raise SystemExit(f"bad run {r!r}: write method:seed with method one of {sorted(METHODS)} "
+                             f"(optionally + -lockstep), e.g. combined:42")
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="ocl-learning-"))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    base_cfg = write_config(work, methods[0], args)
+    base_cfg = write_config(work, runs[0], args)
     base = score(base_cfg, None, args.chat_n, args.max_tokens)
     print(f"base model: held-out student personalisation = {base:.3f} (n={args.chat_n})", flush=True)
     rows = []
-    for method in methods:
-        conf = write_config(work, method, args)
-        wall, trained = train(conf, work / f"{method}.log")
+    for run in runs:
+        conf = write_config(work, run, args)
+        wall, trained = train(conf, conf.with_suffix(".log"))
         after = score(conf, final_policy(conf), args.chat_n, args.max_tokens)
-        rows.append((method, after, wall, trained))
-        print(f"{method}: {base:.3f} -> {after:.3f} after {args.updates} updates "
+        rows.append((run, after, wall, trained))
+        print(f"{run}: {base:.3f} -> {after:.3f} after {args.updates} updates "
               f"({trained} samples, {wall / 60:.1f} min)", flush=True)
+        (work / "learning.json").write_text(json.dumps(
+            {"base": base, "updates": args.updates, "batch": args.batch, "n": args.chat_n, "rows": [
+                {"run": r, "trained": a, "wall_s": w, "samples": s} for r, a, w, s in rows]}, indent=2))
     print()
-    print(f"{'method':<10}{'base':>8}{'trained':>9}{'change':>8}{'minutes':>9}{'samples':>9}")
-    for method, after, wall, trained in rows:
-        print(f"{method:<10}{base:>8.3f}{after:>9.3f}{after - base:>+8.3f}{wall / 60:>9.1f}{trained:>9}")
-    print(f"\ntotal {(time.monotonic() - t0) / 60:.1f} min on {os.cpu_count()} cores; runs in {work}")
-    (work / "learning.json").write_text(json.dumps(
-        {"base": base, "updates": args.updates, "rows": [
-            {"method": m, "trained": a, "wall_s": w, "samples": s} for m, a, w, s in rows]}, indent=2))
+    print(f"{'run':<22}{'base':>7}{'trained':>9}{'change':>8}{'minutes':>9}{'samples':>9}{'per hour':>10}")
+    for run, after, wall, trained in rows:
+        print(f"{run:<22}{base:>7.3f}{after:>9.3f}{after - base:>+8.3f}{wall / 60:>9.1f}{trained:>9}"
+              f"{trained / wall * 3600:>10.0f}")
+    print(f"\n(n={args.chat_n} held-out problems; one problem moves a score by {1 / args.chat_n:.3f} at most)")
+    print(f"total {(time.monotonic() - t0) / 60:.1f} min on {os.cpu_count()} cores; runs in {work}")
     return 0
 
 

@@ -2,10 +2,11 @@
 
 One :meth:`Trainer.train_update` call is one PPO update:
 
-1. a no-grad pass scores every sample under the current policy (for the ``logprob_gap`` metric:
-   how far the trainer's log-probs are from the serving engine's) and, when ``kl_coef > 0``, under
-   the reference policy — with LoRA the *same* model with its adapter disabled (no extra weights),
-   for full training a frozen copy of the initial weights;
+1. a no-grad pass scores the samples under the current (proximal) policy — except those of the first
+   mini-batch, whose training forward runs on exactly these weights and gives their proximal
+   log-probs for free — and, when ``kl_coef > 0``, every sample under the reference policy — with
+   LoRA the *same* model with its adapter disabled (no extra weights), for full training a frozen
+   copy of the initial weights;
 2. the batch is split into mini-batches of ``mini_batch_size`` samples, one optimiser step each;
 3. inside a mini-batch, samples are packed into micro-batches whose padded size stays under
    ``micro_batch_tokens``; gradients accumulate with the mini-batch's token count as the common
@@ -212,9 +213,12 @@ class Trainer:
 
     # ------------------------------------------------------------------ the update
 
-    def _micro_step(self, batch: Sequence[Sample], old_lp: Sequence[Tensor], ref_lp: Sequence[Tensor] | None,
+    def _micro_step(self, batch: Sequence[Sample], old_lp: Sequence[Tensor | None], ref_lp: Sequence[Tensor] | None,
                     denom: float) -> tuple[Tensor, dict[str, float], int]:
-        """Forward + loss of one micro-batch (backward is the caller's); returns loss, metrics, tokens."""
+        """Forward + loss of one micro-batch (backward is the caller's); returns loss, metrics, tokens.
+
+        ``old_lp`` None for a row: the weights have not moved since the update began, so this very
+        forward gives the row's proximal log-probs (detached)."""
         dev = next(self.model.parameters()).device
         bsz = len(batch)
         max_r = max(len(s.response_ids) for s in batch)
@@ -235,6 +239,8 @@ class Trainer:
                                   chunk_size=self.tc.logprob_chunk_size, with_entropy=True,
                                   gather_ids=gather, pad_id=self.pad_id)
         rollout = pad([s.rollout_logprobs for s in batch])
+        old_lp = [o if o is not None else stats.logprobs[i, : len(s.response_ids)].detach()
+                  for i, (o, s) in enumerate(zip(old_lp, batch, strict=True))]
         mask = pad([s.loss_mask for s in batch]) * stats.mask
         # The RL scalar: the advantage (reward minus its group / running baseline) or the raw reward.
         rewards = torch.tensor([s.rl_signal or 0.0 for s in batch], dtype=torch.float32, device=dev)
@@ -304,9 +310,9 @@ class Trainer:
         skipped = 0
         grad_norms: list[float] = []
         if active:
-            old_lp, ref_lp = self._score_old_and_ref(active)
-            lengths = [s.num_tokens for s in active]
             mb = self.tc.mini_batch_size
+            old_lp, ref_lp = self._score_old_and_ref(active, first_mini_batch=min(mb, len(active)))
+            lengths = [s.num_tokens for s in active]
             for start in range(0, len(active), mb):
                 idx = list(range(start, min(start + mb, len(active))))
                 # The whole mini-batch's trained tokens: every process divides by the same number.
@@ -383,10 +389,15 @@ class Trainer:
         self._validate(samples)
         return [s for s in samples if any(s.loss_mask)]
 
-    def _score_old_and_ref(self, active: list[Sample]) -> tuple[list[Tensor], list[Tensor] | None]:
-        """No-grad log-probs under the current and (when kl_coef > 0) the reference policy, then
-        switch the model to training mode."""
-        old_lp = self._score(self.model, active)
+    def _score_old_and_ref(self, active: list[Sample], first_mini_batch: int = 0
+                           ) -> tuple[list[Tensor | None], list[Tensor] | None]:
+        """No-grad log-probs under the current (proximal) and, when kl_coef > 0, the reference
+        policy, then switch the model to training mode. The first ``first_mini_batch`` samples are
+        not scored (None): their optimiser step starts from the proximal weights, so its own
+        forward gives their proximal log-probs (one pass fewer for them: the same numbers)."""
+        rest = active[first_mini_batch:]
+        old_lp: list[Tensor | None] = [None] * first_mini_batch
+        old_lp += self._score(self.model, rest) if rest else []
         ref_lp: list[Tensor] | None = None
         if self.tc.kl_coef > 0:
             with self._reference() as ref:

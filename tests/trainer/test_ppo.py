@@ -260,3 +260,29 @@ def test_a_group_of_identical_rewards_gives_no_policy_gradient(make_cfg):
     assert metrics["grad_norm"] == 0.0 and metrics["pg_loss"] == 0.0
     raw = [_sample(trainer, f"r{i}", response=r, reward=-1.0) for i, r in enumerate(responses)]
     assert trainer.train_update(raw)["grad_norm"] > 0
+
+
+def test_the_first_mini_batch_takes_its_proximal_logprobs_from_its_own_forward(make_cfg):
+    """One scoring pass fewer, same update: the weights after it equal those of a trainer that scores
+    every sample first (stale rollout log-probs, so the decoupled weights are not all 1)."""
+    cfg = make_cfg(kl_coef=0.0, batch_size=4, mini_batch_size=2)
+    fast, full = Trainer(cfg, cfg.policy_service.model), Trainer(cfg, cfg.policy_service.model)
+    start = _weights(fast)
+    real = full._score_old_and_ref
+    full._score_old_and_ref = lambda active, first_mini_batch=0: real(active, 0)
+    scored: list[int] = []
+    real_score = fast._score
+    fast._score = lambda model, samples: scored.append(len(samples)) or real_score(model, samples)
+    responses = [RESPONSE, RESPONSE[:4], RESPONSE[1:], RESPONSE[::-1]]
+    for t in (fast, full):
+        batch = []
+        for i, r in enumerate(responses):
+            s = _sample(t, f"s{i}", response=r, reward=1.0 if i % 2 else -1.0)
+            s.rollout_logprobs = [lp - 0.3 for lp in s.rollout_logprobs]  # as if sampled by an older policy
+            batch.append(s)
+        metrics = t.train_update(batch)
+        assert metrics["behaviour_weight_mean"] > 1.2
+    assert scored == [2]  # only the second mini-batch was scored before the first step
+    moved = max(float((a - b).abs().max()) for a, b in zip(_weights(fast), start, strict=True))
+    apart = max(float((a - b).abs().max()) for a, b in zip(_weights(fast), _weights(full), strict=True))
+    assert moved > 1e-3 and apart < moved / 100, (moved, apart)  # float noise through AdamW, no more
