@@ -10,15 +10,18 @@ In lock-step the loops take turns, so one update's wall time is the sum of its s
 5. **sync**: exporting the policy and swapping it into the serving engine.
 
 All of it runs in this one process on the real parts (``PolicyService``, ``EnvLoop``, ``JudgeLoop``,
-``Trainer``), so the stages are timed exactly; the asynchronous run overlaps them (see
-``bench/learning.py`` and ``--compare-async`` below for samples per hour of the real launcher).
+``Trainer``), so the stages are timed exactly; the asynchronous run overlaps them
+(``bench/learning.py`` reports trained samples per hour of the real launcher, async and lock-step).
+
+The train stage was the biggest part; two changes cut it, and each batch is trained twice here, side by
+side, to measure them: by a trainer as it was (``micro_batch_tokens = 4096``, every sample scored
+by the proximal no-grad pass) and by one as it is (``micro_batch_tokens = 1024``: micro-batches of
+similar lengths waste less padding on CPU; the first mini-batch's proximal log-probs come from its
+own forward). The second one's weights are the ones served.
 
     .venv/bin/python bench/update_profile.py [--updates 4] [--batch 8] [--group-size 4] [--num-envs 2]
-    .venv/bin/python bench/update_profile.py --compare-async [--minutes 10]
 
-Prints seconds per update per stage and each stage's share of the wall time. With
-``--compare-async`` it instead runs the real launcher twice on the same workload for a fixed wall
-time, ``async_mode = true`` then ``false``, and prints trained samples per hour of each.
+Prints seconds per update per stage, each stage's share, and the update time before / after.
 """
 
 from __future__ import annotations
@@ -27,8 +30,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,15 +43,16 @@ from openclaw_rl.runtime.ports import free_port  # noqa: E402
 from openclaw_rl.runtime.store import Store  # noqa: E402
 
 STAGES = ("rollout", "judge", "teacher", "train", "sync")
+#: How the trainer ran before the profiling work, for the side-by-side train stage.
+BEFORE_MICRO_BATCH_TOKENS = 4096
 
 
-def write_config(work: Path, args: argparse.Namespace, async_mode: bool = False) -> Path:
-    path = work / f"profile-{'async' if async_mode else 'lockstep'}.toml"
+def write_config(work: Path, args: argparse.Namespace) -> Path:
+    path = work / "profile.toml"
     path.write_text(f"""
 [global]
 seed = {args.seed}
-log_dir = "{work / ('async' if async_mode else 'lockstep')}"
-async_mode = {str(async_mode).lower()}
+log_dir = "{work / 'profile'}"
 [policy_service]
 model = "smollm2-135m-instruct"
 port = {free_port()}
@@ -70,6 +72,7 @@ vote_count = 3
 lr = 2e-4
 batch_size = {args.batch}
 mini_batch_size = {max(1, args.batch // 2)}
+micro_batch_tokens = 1024
 checkpoint_interval = 1000
 max_staleness = 8
 """)
@@ -100,7 +103,14 @@ def profile(args: argparse.Namespace, work: Path) -> None:
 
     judge._add_teacher = timed_add  # type: ignore[method-assign]
     trainer = Trainer(cfg, cfg.policy_service.model)
+    before_cfg = cfg.model_copy(deep=True)
+    before_cfg.training.micro_batch_tokens = BEFORE_MICRO_BATCH_TOKENS
+    before_cfg.global_.log_dir = str(work / "before")
+    before = Trainer(before_cfg, cfg.policy_service.model)
+    score_all = before._score_old_and_ref
+    before._score_old_and_ref = lambda active, first_mini_batch=0: score_all(active, 0)  # type: ignore[method-assign]
     totals = dict.fromkeys(STAGES, 0.0)
+    train_before = 0.0
     per_round = args.num_envs * args.group_size
     samples = 0
     wall0 = time.perf_counter()
@@ -117,6 +127,9 @@ def profile(args: argparse.Namespace, work: Path) -> None:
                 totals["teacher"] += teacher_s[0] - before
             batch = store.claim_samples(args.batch, update + 1, trainer.policy_version)
             t0 = time.perf_counter()
+            before.train_update([s.model_copy(deep=True) for s in batch])
+            train_before += time.perf_counter() - t0
+            t0 = time.perf_counter()
             trainer.train_update(batch)
             totals["train"] += time.perf_counter() - t0
             t0 = time.perf_counter()
@@ -124,45 +137,22 @@ def profile(args: argparse.Namespace, work: Path) -> None:
             service.swap_weights(path, trainer.policy_version)
             totals["sync"] += time.perf_counter() - t0
             samples += len(batch)
-            print(f"update {update + 1}: " + ", ".join(f"{k} {v:.0f}s" for k, v in totals.items()), flush=True)
+            print(f"update {update + 1}: " + ", ".join(f"{k} {v:.0f}s" for k, v in totals.items())
+                  + f" (train as before: {train_before:.0f}s)", flush=True)
     finally:
         service.stop()
         store.close()
-    wall = time.perf_counter() - wall0
+    wall = time.perf_counter() - wall0 - train_before  # the side-by-side trainer is not part of an update
     n = args.updates
     print(f"\nper update (batch {args.batch}, group_size {args.group_size}, num_envs {args.num_envs}, "
           f"max_tokens {args.max_tokens}; {os.cpu_count()} cores):")
     for k in STAGES:
         print(f"  {k:<8}{totals[k] / n:>8.1f} s  {totals[k] / wall:>6.1%}")
     print(f"  {'wall':<8}{wall / n:>8.1f} s   {samples / wall * 3600:.0f} trained samples/hour")
-
-
-def compare_async(args: argparse.Namespace, work: Path) -> None:
-    rows = []
-    for async_mode in (True, False):
-        conf = write_config(work, args, async_mode)
-        cfg = load_config(conf)
-        log = work / f"{'async' if async_mode else 'lockstep'}.log"
-        with log.open("w") as fh:
-            proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.launcher", "--config", str(conf)], cwd=ROOT,
-                                    stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            t0 = time.monotonic()
-            time.sleep(args.minutes * 60)
-            proc.send_signal(signal.SIGINT)  # Ctrl-C: final checkpoint, claimed samples become trained
-            proc.wait(timeout=300)
-        wall = time.monotonic() - t0
-        store = Store(cfg.log_dir / "store.sqlite")
-        c = store.counters()
-        store.close()
-        rows.append(("async" if async_mode else "lock-step", c.trainer_step, c.samples_trained, wall))
-        print(f"{rows[-1][0]}: {c.trainer_step} updates, {c.samples_trained} samples trained in {wall / 60:.1f} min",
-              flush=True)
-    print(f"\n{'mode':<10}{'updates':>8}{'samples':>9}{'samples/hour':>14}")
-    for name, steps, trained, wall in rows:
-        print(f"{name:<10}{steps:>8}{trained:>9}{trained / wall * 3600:>14.0f}")
-    a, lock = rows[0], rows[1]
-    if lock[2]:
-        print(f"async / lock-step: x{(a[2] / a[3]) / (lock[2] / lock[3]):.2f}")
+    old = wall + train_before - totals["train"]
+    print(f"\ntrain stage, before / after on the same batches: {train_before / n:.1f} s / {totals['train'] / n:.1f} s "
+          f"(x{totals['train'] / train_before:.2f})")
+    print(f"time per update, before / after: {old / n:.1f} s / {wall / n:.1f} s (x{wall / old:.2f})")
 
 
 def main() -> int:
@@ -173,14 +163,12 @@ def main() -> int:
     ap.add_argument("--num-envs", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--compare-async", action="store_true", help="samples/hour of the real launcher, async vs lock-step")
-    ap.add_argument("--minutes", type=float, default=10.0, help="--compare-async: wall time of each run")
     ap.add_argument("--keep", help="keep run directories here")
     args = ap.parse_args()
     work = Path(args.keep or tempfile.mkdtemp(prefix="ocl-profile-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        compare_async(args, work) if args.compare_async else profile(args, work)
+        profile(args, work)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -479,6 +479,12 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
     if not env.state_capture:
         warnings.append("[env_service] state_capture = false: the judge gets no next state, every reward "
                         "is 0 and nothing is learned")
+    if env.reward != "judge" and env.enabled and env.num_envs and set(env.interaction_types) <= {"chat"}:
+        warnings.append(f"[env_service] reward = \"{env.reward}\" has no effect: only chat episodes are played, "
+                        "and chat has no verified outcome (it is always judged)")
+    if env.group_size > 1 and tr.advantage_baseline == "none":
+        warnings.append(f"[env_service] group_size = {env.group_size} with [training] advantage_baseline = "
+                        "\"none\": the group's attempts are played but never compared")
     if tr.mini_batch_size > tr.batch_size:
         errors.append(f"[training] mini_batch_size = {tr.mini_batch_size} is larger than batch_size = "
                       f"{tr.batch_size}")

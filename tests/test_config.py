@@ -123,3 +123,19 @@ def test_rules_a_loop_would_hit_at_start_are_config_errors(section, message):
 def test_no_environments_needs_no_interaction_types():
     cfg = build_config({"env_service": {"num_envs": 0, "interaction_types": []}}, environ={})
     assert cfg.env_service.interaction_types == []
+
+
+def test_groups_and_outcome_rewards_are_checked():
+    cfg = build_config({"env_service": {"interaction_types": ["chat"], "reward": "outcome", "group_size": 4},
+                        "training": {"advantage_baseline": "none"}}, environ={})
+    text = "\n".join(cfg.warnings)
+    assert 'reward = "outcome" has no effect' in text and "never compared" in text
+    clean = build_config({"env_service": {"interaction_types": ["terminal"], "reward": "both", "group_size": 4}},
+                         environ={})
+    assert clean.warnings == [] and clean.env_service.group_size == 4
+    with pytest.raises(ConfigError) as err:
+        build_config({"env_service": {"group_size": 0, "reward": "win"},
+                      "training": {"baseline_momentum": 1.0}}, environ={})
+    message = str(err.value)
+    for needle in ("[env_service] group_size", "[env_service] reward", "[training] baseline_momentum"):
+        assert needle in message, message
