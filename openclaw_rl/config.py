@@ -162,6 +162,10 @@ class EnvServiceConfig(_Section):
     group_size: int = Field(1, ge=1, le=64, description="episodes played on the same task at once (a group); "
                             "advantages are taken relative to the group's mean. Episodes in flight = "
                             "num_envs x group_size")
+    max_ready_samples: int | None = Field(
+        None, ge=0, description="workers start no new episode while this many samples wait for the trainer "
+        "(default 2 x [training] batch_size; 0 = no limit): rollouts far ahead of training only go stale, "
+        "and on a shared CPU they slow the trainer down")
     reward: Literal["judge", "outcome", "both"] = Field(
         "judge", description="what terminal / tool_call / gui episodes train on: the judge's per-turn "
         "scores, the environment's verified outcome (every turn of the episode), or both (judge per turn, "

@@ -29,6 +29,11 @@ to the closing request itself is the session's last turn and is never trained on
 the environment's next state is never sent back, so no turn gets a next state and nothing is
 learned (config validation warns about it).
 
+Back-pressure: before a worker starts a new episode (or group) it asks ``backlog()`` how many
+samples wait for the trainer, and waits while that is ``max_ready_samples`` or more (default twice
+the training batch). Rollouts far ahead of the trainer would only go stale and be dropped, and on a
+shared CPU they take the cores the trainer needs. The launcher's env loop reads the run's store.
+
 Faults: a policy service that is down, overloaded (429) or failing (5xx) makes the worker wait with
 exponential backoff and retry the same request — workers never die of it. A request the service
 refuses (other 4xx) ends that episode with an error in its stats. An exception inside an
@@ -55,6 +60,8 @@ import httpx
 
 from openclaw_rl.config import Config
 from openclaw_rl.envs.base import Env, make
+from openclaw_rl.runtime.rundir import RunDir
+from openclaw_rl.runtime.store import Store
 
 log = logging.getLogger("openclaw_rl.env_service")
 
@@ -191,7 +198,8 @@ class EnvLoop:
     def __init__(self, cfg: Config, base_url: str | None = None,
                  on_episode: Callable[[EpisodeStats], None] | None = None, max_episodes: int | None = None,
                  max_tokens: int | None = None, final_max_tokens: int = 8, temperature: float | None = None,
-                 env_overrides: dict[str, dict[str, Any]] | None = None, backoff_max_sec: float = 10.0):
+                 env_overrides: dict[str, dict[str, Any]] | None = None, backoff_max_sec: float = 10.0,
+                 backlog: Callable[[], int] | None = None):
         es = cfg.env_service
         if es.mode != "local":
             raise ValueError(f"[env_service] mode = {es.mode!r}: only \"local\" is built; the cluster mode is not")
@@ -219,6 +227,11 @@ class EnvLoop:
         self.started_episodes = 0
         self.finished_episodes = 0
         self.disabled_types: set[str] = set()
+        self.backlog = backlog
+        limit = es.max_ready_samples
+        self.max_backlog = 2 * cfg.training.batch_size if limit is None else limit
+        self._backlog_lock = threading.Lock()
+        self.backlog_waits = 0
 
     @property
     def start_line(self) -> str:
@@ -318,6 +331,8 @@ class EnvLoop:
                 if not types:
                     log.error("[env_service] worker %d: no interaction type is available; stopping", index)
                     return
+                if not self._wait_for_trainer():
+                    return
                 size = self._claim_episodes(group_size)
                 if not size:
                     return
@@ -363,6 +378,25 @@ class EnvLoop:
                     env.close()
                 except Exception:  # noqa: BLE001 - closing is best effort; log and go on
                     log.exception("[env_service] worker %d: closing an environment failed", index)
+
+    def _wait_for_trainer(self) -> bool:
+        """Wait while ``max_ready_samples`` or more samples wait for the trainer; False if stopping."""
+        if self.backlog is None or self.max_backlog <= 0:
+            return not self.stop_event.is_set()
+        said = False
+        while not self.stop_event.is_set():
+            with self._backlog_lock:  # one store handle shared by the workers
+                waiting = self.backlog()
+            if waiting < self.max_backlog:
+                return True
+            if not said:
+                with self._count_lock:
+                    self.backlog_waits += 1
+                log.debug("[env_service] %d samples wait for the trainer (limit %d); new episodes wait",
+                          waiting, self.max_backlog)
+                said = True
+            self.stop_event.wait(1.0)
+        return False
 
     def _report(self, stats: EpisodeStats) -> None:
         with self._count_lock:
@@ -473,10 +507,14 @@ def main(argv: list[str] | None = None) -> int:
     cfg = loop_config(args.config)
 
     def body() -> int:
-        service = EnvLoop(cfg, base_url=args.policy_url)
+        store = Store(RunDir.of(cfg).store)  # the run's store: how many samples wait for the trainer
+        service = EnvLoop(cfg, base_url=args.policy_url, backlog=store.ready_count)
         # SIGTERM from the launcher: finish the request in flight, then exit.
         signal.signal(signal.SIGTERM, lambda *_: service.stop_event.set())
-        service.run()
+        try:
+            service.run()
+        finally:
+            store.close()
         return 0
 
     return run_loop_body("env_service", body, cfg.log_dir)

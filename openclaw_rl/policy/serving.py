@@ -12,7 +12,9 @@ One request goes through, in order:
    from that task;
 6. recording: a main turn is written with ``store.record_turn`` together with the next state it
    carries for the previous main turn (one commit); a side turn is written with ``turn_type = "side"``
-   and never judged; ``session_done`` closes the session after the turn is stored. A request that
+   and never judged; ``session_done`` closes the session after the turn is stored; the
+   ``X-Episode-*`` headers of an environment's episode (group, group size, outcome) are kept on the
+   session, validated before anything is recorded. A request that
    fails to generate still delivers its next state (``attach_next_state``) so that no signal is lost.
 
 Logged user text is escaped (CR, LF and other control characters become ``\\n``-style escapes) so it

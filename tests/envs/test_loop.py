@@ -237,3 +237,22 @@ def test_judged_episodes_played_alone_carry_no_group(tmp_path):
         svc.wait_episodes(1, timeout=60)
         svc.stop()
     assert srv.requests and not any("x-episode-group" in r["headers"] for r in srv.requests)
+
+
+def test_workers_wait_while_the_trainer_has_enough_samples(tmp_path):
+    waiting = {"n": 100}
+    with ChatServer(_terminal_agent) as srv:
+        cfg = _cfg(tmp_path, srv.port, num_envs=2, max_ready_samples=8)
+        svc = EnvLoop(cfg, max_episodes=2, backlog=lambda: waiting["n"],
+                      env_overrides={"terminal": {"task": "count_lines"}})
+        svc.start()
+        time.sleep(1.5)
+        assert srv.requests == [] and svc.started_episodes == 0  # 100 samples wait: no new episode
+        waiting["n"] = 7
+        stats = svc.wait_episodes(2, timeout=60)
+        svc.stop()
+    assert len(stats) == 2 and all(s.error is None for s in stats) and svc.backlog_waits == 2
+    unlimited = EnvLoop(_cfg(tmp_path, 1, max_ready_samples=0), backlog=lambda: 10**6)
+    assert unlimited._wait_for_trainer()
+    default = EnvLoop(_cfg(tmp_path, 1), backlog=lambda: 0)
+    assert default.max_backlog == 2 * default.cfg.training.batch_size

@@ -51,7 +51,7 @@ def _drive(url: str, stop: threading.Event, seen: dict) -> None:
                          ids=["async", "lock-step", "env-workers"])
 def test_main_job_trains_swaps_and_keeps_serving(tiny_model_dir, tmp_path, gsm8k_path, async_mode, env_workers):
     """Traffic comes from scripted sessions (a person, in personal-agent mode) or from the
-    launcher's own environment workers playing the student persona."""
+    launcher's own environment workers playing the student persona in groups of two attempts."""
     port = free_port()
     log_dir = tmp_path / "logs"
     conf = tmp_path / "run.toml"
@@ -64,8 +64,10 @@ async_mode = {str(async_mode).lower()}
 model = "{tiny_model_dir}"
 port = {port}
 weight_sync_interval = 2
+max_tokens_default = 48
 [env_service]
 num_envs = {2 if env_workers else 0}
+group_size = 2
 interaction_types = ["chat"]
 personas = ["student"]
 max_turns = 2
@@ -107,7 +109,12 @@ max_steps = 3
         assert seen["max_version"] >= 1, "no response was served by the new policy version"
     store = Store(log_dir / "store.sqlite")
     c = store.counters()
+    grouped = store._db.execute("SELECT COUNT(*) FROM samples WHERE data LIKE '%\"group_id\":\"grp-chat-%'").fetchone()[0]
+    signal = store.get_meta("signal", {})
     store.close()
+    # environment episodes are compared within their group; a person's turns against a running baseline
+    assert (grouped > 0) == env_workers and (signal.get("groups", 0) > 0) == env_workers
+    assert signal["judged"] >= 6
     assert c.trainer_step == 3 and c.samples_trained == 6 and c.judged >= 6
     assert c.trainer_updates == 3 and "step=3 checkpointed=3" in out  # the final [progress] line
     assert (log_dir / "checkpoints" / "latest").read_text().strip() == "step_00000003"
