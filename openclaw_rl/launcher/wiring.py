@@ -74,11 +74,14 @@ class Child:
     proc: subprocess.Popen | None = None
     restarts: int = 0
     finished: bool = field(default=False)
+    threads: int | None = None  # torch's intra-op threads (OMP_NUM_THREADS), see thread_shares
 
     def start(self) -> None:
         # A new process group per child: Ctrl-C in the terminal reaches the launcher, which then
         # stops each child in order, instead of every process at once.
         env = {**os.environ, CHILD_ENV: "1", "PYTHONUNBUFFERED": "1"}
+        if self.threads is not None and "OMP_NUM_THREADS" not in os.environ:  # the user's own setting wins
+            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(self.threads)
         self.proc = subprocess.Popen(self.argv, start_new_session=True, env=env,
                                      preexec_fn=functools.partial(stop_with_launcher, os.getpid()))
 
@@ -120,6 +123,22 @@ def trainer_module(cfg: Config) -> str:
     return "openclaw_rl.trainer.fsdp" if cfg.training.backend == "fsdp" else "openclaw_rl.trainer.loop"
 
 
+def thread_shares(cores: int) -> dict[str, int]:
+    """Torch threads per loop process, so that together they do not ask for more cores than there are.
+
+    Why: torch's intra-op threads wait for each other at the end of every operation, spinning. When
+    the serving engine and the trainer each run a thread on every core, a thread of one is often
+    descheduled in favour of the other's, and its partner spins until it comes back: on 2 cores a
+    PPO update took 60-100 s next to a generating engine with 2 threads each, 21-30 s with 1 each
+    (bench/update_profile.py has the whole story). The engine and the trainer get half the cores
+    each; the judge (a small classifier and a teacher pass now and then) and the environment workers
+    get a quarter and one; the evaluator, at low priority, half (as it sets itself).
+    """
+    half = max(1, cores // 2)
+    small = max(1, cores // 4)
+    return {"policy_service": half, "training": half, "prm_service": small, "env_service": 1, "evaluator": half}
+
+
 def build_children(cfg: Config, config_path: str) -> dict[str, Child]:
     py, conf, url = sys.executable, str(Path(config_path)), policy_url(cfg)
     children = {
@@ -132,6 +151,9 @@ def build_children(cfg: Config, config_path: str) -> dict[str, Child]:
                                                         "--policy-url", url])
     if live_eval_problem(cfg) is None:
         children["evaluator"] = Child("evaluator", [py, "-m", "openclaw_rl.envs.eval_loop", "--config", conf])
+    shares = thread_shares(len(os.sched_getaffinity(0)))
+    for name, child in children.items():
+        child.threads = shares.get(name)
     return children
 
 
