@@ -69,3 +69,28 @@ def test_a_restarted_run_serves_its_newest_published_policy(tmp_path, tiny_model
         assert httpx.get(f"{policy_url(cfg)}/healthz", timeout=10).json()["policy_version"] == 3
     finally:
         server.stop(timeout=30)
+
+
+def test_each_loop_process_gets_its_share_of_threads(tmp_path, monkeypatch):
+    from openclaw_rl.config import build_config
+    from openclaw_rl.launcher.wiring import Child, build_children, thread_shares
+
+    assert thread_shares(2) == {"policy_service": 1, "training": 1, "prm_service": 1, "env_service": 1, "evaluator": 1}
+    assert thread_shares(16)["policy_service"] == 8 and thread_shares(16)["training"] == 8
+    cfg = build_config({"global": {"log_dir": str(tmp_path)}}, environ={})
+    children = build_children(cfg, str(tmp_path / "c.toml"))
+    assert all(c.threads is not None and c.threads >= 1 for c in children.values())
+
+    def threads_in_child(out: Path) -> str:
+        """What torch in a started child really uses (it reads OMP_NUM_THREADS), and that variable."""
+        code = (f"import os, torch; open({str(out)!r}, 'w').write("
+                "f'{torch.get_num_threads()} {os.environ.get(\"OMP_NUM_THREADS\")}')")
+        child = Child("probe", [sys.executable, "-c", code], threads=1)
+        child.start()
+        child.proc.wait(timeout=120)
+        return out.read_text()
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert threads_in_child(tmp_path / "a") == "1 1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")  # a user's own setting wins
+    assert threads_in_child(tmp_path / "b").endswith(" 5")
