@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import threading
 
 from openclaw_rl.config import Config
@@ -250,6 +251,10 @@ class JudgeLoop:
                                         daemon=True)
         self._thread.start()
 
+    def stop_soon(self) -> None:
+        """Ask the loop to finish its current round and return (safe from a signal handler)."""
+        self._stop.set()
+
     def stop(self, timeout: float = 30.0) -> None:
         """Ask the loop to finish its current round and wait for it."""
         self._stop.set()
@@ -265,8 +270,13 @@ def main(config_path: str, worker_id: str = "judge-0") -> int:
 
     def body() -> int:
         store = Store(RunDir.of(cfg).store)
+        loop = JudgeLoop(cfg, store, worker_id=worker_id)
+        # Ctrl-C / SIGTERM end the loop after its current round, like the other loops: a
+        # KeyboardInterrupt raised mid-round would cancel it while store calls run on threads.
+        signal.signal(signal.SIGINT, lambda *_: loop.stop_soon())
+        signal.signal(signal.SIGTERM, lambda *_: loop.stop_soon())
         try:
-            asyncio.run(JudgeLoop(cfg, store, worker_id=worker_id).run())
+            asyncio.run(loop.run())
         finally:
             store.close()
         return 0
