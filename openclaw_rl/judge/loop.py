@@ -157,12 +157,7 @@ class JudgeLoop:
     def _guarantees(self) -> int:
         done = 0
         for sid in self.store.sessions_needing_guarantee():
-            turns = self.store.session_turns(sid)
-            results = {}
-            for t in turns:
-                j = self.store.judgement(sid, t.turn_index)
-                if j is not None and j.ok and self.store.turn_status(sid, t.turn_index) == "judged":
-                    results[t.turn_index] = j
+            turns, results = self.store.judged_turns(sid)
             sample = guarantee_sample(turns, results, self.cfg.training)
             if not self.store.apply_guarantee(sid, sample):
                 continue  # another judge applied it first
@@ -177,11 +172,8 @@ class JudgeLoop:
         for group_id in self.store.groups_ready(self.group_quiet_s):
             episodes = []
             for sid, outcome in self.store.group_episodes(group_id):
-                turns = [t for t in self.store.session_turns(sid) if t.turn_type == "main"
-                         and self.store.turn_status(sid, t.turn_index) == "judged"]
-                results = {t.turn_index: j for t in turns
-                           if (j := self.store.judgement(sid, t.turn_index)) is not None and j.ok}
-                episodes.append(Episode(sid, turns, results, outcome))
+                turns, results = self.store.judged_turns(sid)
+                episodes.append(Episode(sid, [t for t in turns if t.turn_index in results], results, outcome))
             samples, stats = group_samples(group_id, episodes, self.cfg.training, self.cfg.env_service.reward,
                                            self.baseline)
             if not self.store.apply_group(group_id, samples):

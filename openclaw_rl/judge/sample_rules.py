@@ -101,7 +101,7 @@ def build_samples(turn: Turn, result: JudgeResult, training: TrainingConfig,
     advantage = None
     if reward is not None and baseline is not None and training.advantage_baseline == "mean":
         advantage = baseline.advantage(turn_kind(turn), reward)
-    has_opd = training.opd_enabled and result.teacher_logprobs is not None and result.hint is not None
+    has_opd = _has_opd(result, training)
     if reward is None and not has_opd:
         return []
     return [_sample(turn, reward, result if has_opd else None, training, advantage=advantage)]
@@ -190,7 +190,7 @@ def group_samples(group_id: str, episodes: list[Episode], training: TrainingConf
     for (i, p), a in sorted(adv.items()):
         turn = turns[i][p]
         result = episodes[i].results[turn.turn_index]
-        has_opd = training.opd_enabled and result.teacher_logprobs is not None and result.hint is not None
+        has_opd = _has_opd(result, training)
         has_rl = rl and abs(a) > ZERO
         if not has_rl and not has_opd:
             continue
@@ -210,8 +210,13 @@ def guarantee_sample(turns: list[Turn], results: dict[int, JudgeResult], trainin
         return None
     turn = judged[-1]
     result = results[turn.turn_index]
-    has_opd = training.opd_enabled and result.teacher_logprobs is not None and result.hint is not None
+    has_opd = _has_opd(result, training)
     return _sample(turn, 0.0, result if has_opd else None, training, suffix="guarantee")
+
+
+def _has_opd(result: JudgeResult, training: TrainingConfig) -> bool:
+    """Whether a judgement carries an OPD part: a kept hint and the teacher's log-probs under it."""
+    return training.opd_enabled and result.teacher_logprobs is not None and result.hint is not None
 
 
 def _sample(turn: Turn, reward: float | None, opd: JudgeResult | None, training: TrainingConfig,

@@ -372,6 +372,20 @@ class Store:
                                (session_id, turn_index)).fetchone()
         return None if row is None or row[0] is None else JudgeResult.model_validate_json(row[0])
 
+    def judged_turns(self, session_id: str) -> tuple[list[Turn], dict[int, JudgeResult]]:
+        """A session's turns, and the successful judgements of those judged, in one query."""
+        rows = self._db.execute("SELECT data, status, judge FROM turns WHERE session_id=? ORDER BY turn_index",
+                                (session_id,)).fetchall()
+        turns, results = [], {}
+        for data, status, judge in rows:
+            turn = Turn.model_validate_json(data)
+            turns.append(turn)
+            if status == "judged" and judge is not None:
+                result = JudgeResult.model_validate_json(judge)
+                if result.ok:
+                    results[turn.turn_index] = result
+        return turns, results
+
     def sessions_needing_guarantee(self) -> list[str]:
         """Done sessions, fully judged, with no sample yet and no guarantee applied."""
         rows = self._db.execute(
