@@ -57,51 +57,139 @@ ROLES = ("user", "tool", "environment", "system")
 # The old held-out set: (style, role, response, next_state, expected score)
 CASES: list[tuple[str, str, str, str, int]] = [
     # ---------------------------------------------------------------- chat: positive
-    ("chat", "user", "Natalia sold 48 clips in April and half as many in May, so 72 in total.",
-     "Yes, 72 is what I got too. Can we do the next one?", 1),
-    ("chat", "user", "Here is a friendlier version of your email to the landlord.",
-     "This is great, I'm sending it now. Thanks a lot!", 1),
-    ("chat", "user", "The function now handles empty lists by returning 0.",
-     "works now, appreciate it. could you also add type hints?", 1),
-    ("chat", "user", "Your meeting is scheduled for Tuesday at 10am.",
-     "perfect, and put a reminder the day before please", 1),
-    ("chat", "user", "Photosynthesis turns light, water and CO2 into sugar and oxygen.",
-     "oh that makes sense now. what about respiration?", 1),
-    ("chat", "user", "I've drafted the cover letter in a warm, plain style.",
-     "that reads like me, nice. ok now the thank-you note", 1),
-    ("chat", "user", "Half of 350 is 175, minus 40 leaves 135 dollars.",
-     "right on. I'll move to question 5", 1),
-    ("chat", "user", "Sure — the train takes 2.5 hours, so you arrive at 4:30pm.",
-     "great thanks, that helps me plan", 1),
-    ("chat", "user", "Renamed the variables to snake_case throughout.",
-     "looks clean. thanks, can you commit it?", 1),
-    ("chat", "user", "Here's the recipe scaled to 6 servings.",
-     "exactly what I wanted, cheers!", 1),
+    (
+        "chat",
+        "user",
+        "Natalia sold 48 clips in April and half as many in May, so 72 in total.",
+        "Yes, 72 is what I got too. Can we do the next one?",
+        1,
+    ),
+    (
+        "chat",
+        "user",
+        "Here is a friendlier version of your email to the landlord.",
+        "This is great, I'm sending it now. Thanks a lot!",
+        1,
+    ),
+    (
+        "chat",
+        "user",
+        "The function now handles empty lists by returning 0.",
+        "works now, appreciate it. could you also add type hints?",
+        1,
+    ),
+    (
+        "chat",
+        "user",
+        "Your meeting is scheduled for Tuesday at 10am.",
+        "perfect, and put a reminder the day before please",
+        1,
+    ),
+    (
+        "chat",
+        "user",
+        "Photosynthesis turns light, water and CO2 into sugar and oxygen.",
+        "oh that makes sense now. what about respiration?",
+        1,
+    ),
+    (
+        "chat",
+        "user",
+        "I've drafted the cover letter in a warm, plain style.",
+        "that reads like me, nice. ok now the thank-you note",
+        1,
+    ),
+    (
+        "chat",
+        "user",
+        "Half of 350 is 175, minus 40 leaves 135 dollars.",
+        "right on. I'll move to question 5",
+        1,
+    ),
+    (
+        "chat",
+        "user",
+        "Sure — the train takes 2.5 hours, so you arrive at 4:30pm.",
+        "great thanks, that helps me plan",
+        1,
+    ),
+    (
+        "chat",
+        "user",
+        "Renamed the variables to snake_case throughout.",
+        "looks clean. thanks, can you commit it?",
+        1,
+    ),
+    ("chat", "user", "Here's the recipe scaled to 6 servings.", "exactly what I wanted, cheers!", 1),
     ("chat", "user", "The answer is 9 pencils left.", "correct, well done! next question please", 1),
-    ("chat", "user", "I summarised the article in two short paragraphs.",
-     "much clearer than the original, thank you", 1),
+    (
+        "chat",
+        "user",
+        "I summarised the article in two short paragraphs.",
+        "much clearer than the original, thank you",
+        1,
+    ),
     # ---------------------------------------------------------------- chat: negative
-    ("chat", "user", "**Step 1:** Multiply 12 by 4.\n**Step 2:** Add 7.\n**Answer: 55**",
-     "you sound like a textbook. drop the bold and the numbered steps, just talk to me", -1),
-    ("chat", "user", "1. Open the app\n2. Tap settings\n3. Choose privacy",
-     "ugh lists again. can you write this as normal sentences?", -1),
+    (
+        "chat",
+        "user",
+        "**Step 1:** Multiply 12 by 4.\n**Step 2:** Add 7.\n**Answer: 55**",
+        "you sound like a textbook. drop the bold and the numbered steps, just talk to me",
+        -1,
+    ),
+    (
+        "chat",
+        "user",
+        "1. Open the app\n2. Tap settings\n3. Choose privacy",
+        "ugh lists again. can you write this as normal sentences?",
+        -1,
+    ),
     ("chat", "user", "The total cost is $45.", "no, that's off — you forgot the tax, it should be more", -1),
-    ("chat", "user", "Here's a 600-word overview of the French Revolution...",
-     "way too much, I need like two sentences", -1),
-    ("chat", "user", "Dear Sir or Madam, I hereby wish to inform you...",
-     "too stiff. sound like a normal person please", -1),
-    ("chat", "user", "She has 14 marbles left.",
-     "that's not it. re-read it: she gives away a third, not 3", -1),
+    (
+        "chat",
+        "user",
+        "Here's a 600-word overview of the French Revolution...",
+        "way too much, I need like two sentences",
+        -1,
+    ),
+    (
+        "chat",
+        "user",
+        "Dear Sir or Madam, I hereby wish to inform you...",
+        "too stiff. sound like a normal person please",
+        -1,
+    ),
+    (
+        "chat",
+        "user",
+        "She has 14 marbles left.",
+        "that's not it. re-read it: she gives away a third, not 3",
+        -1,
+    ),
     ("chat", "user", "Sure! 😊 Here you go! 🎉", "please cut the emojis", -1),
-    ("chat", "user", "In JavaScript you can use Array.map for that.",
-     "I'm writing Rust though, not JS", -1),
+    ("chat", "user", "In JavaScript you can use Array.map for that.", "I'm writing Rust though, not JS", -1),
     ("chat", "user", "The capital of Australia is Sydney.", "wrong. it's Canberra", -1),
-    ("chat", "user", "Here is the table of results you asked for.",
-     "let me say it differently: I want just the biggest number, nothing else", -1),
-    ("chat", "user", "I apologize for the confusion! Let me try again. I apologize...",
-     "enough apologising, just fix the answer", -1),
-    ("chat", "user", "# Summary\n## Key points\n- point one",
-     "no headings, it's a text message to my mom", -1),
+    (
+        "chat",
+        "user",
+        "Here is the table of results you asked for.",
+        "let me say it differently: I want just the biggest number, nothing else",
+        -1,
+    ),
+    (
+        "chat",
+        "user",
+        "I apologize for the confusion! Let me try again. I apologize...",
+        "enough apologising, just fix the answer",
+        -1,
+    ),
+    (
+        "chat",
+        "user",
+        "# Summary\n## Key points\n- point one",
+        "no headings, it's a text message to my mom",
+        -1,
+    ),
     ("chat", "user", "The recipe needs 3 cups of flour.", "that doesn't match what I asked. do it again", -1),
     ("chat", "user", "Here's the code in Java.", "I said Go. redo it in Go", -1),
     # ---------------------------------------------------------------- chat: neutral
@@ -112,47 +200,147 @@ CASES: list[tuple[str, str, str, str, int]] = [
     ("chat", "user", "Here is the schedule.", "hang on, someone's at the door", 0),
     ("chat", "user", "The sum is 12.", "random question — is a tomato a fruit?", 0),
     # ---------------------------------------------------------------- terminal: positive
-    ("terminal", "tool", "ls -la /var/log", "total 48\ndrwxr-xr-x  2 root root 4096 syslog\n[exit code 0]", 1),
+    (
+        "terminal",
+        "tool",
+        "ls -la /var/log",
+        "total 48\ndrwxr-xr-x  2 root root 4096 syslog\n[exit code 0]",
+        1,
+    ),
     ("terminal", "tool", "python3 solve.py", "answer: 156\n[exit code 0]", 1),
-    ("terminal", "tool", "pytest tests/test_io.py",
-     "===== 14 passed in 1.02s =====\n[exit code 0]", 1),
-    ("terminal", "tool", "git status", "On branch main\nnothing to commit, working tree clean\n[exit code 0]", 1),
+    ("terminal", "tool", "pytest tests/test_io.py", "===== 14 passed in 1.02s =====\n[exit code 0]", 1),
+    (
+        "terminal",
+        "tool",
+        "git status",
+        "On branch main\nnothing to commit, working tree clean\n[exit code 0]",
+        1,
+    ),
     ("terminal", "tool", "du -sh data", "1.3G\tdata\n[exit code 0]", 1),
     ("terminal", "tool", "node build.js", "Build complete: dist/app.js (42 kB)\n[exit code 0]", 1),
     ("terminal", "tool", "head -n 2 users.csv", "id,name\n1,Ana\n[exit code 0]", 1),
     ("terminal", "tool", "cp a.txt b.txt && echo copied", "copied\n[exit code 0]", 1),
     # ---------------------------------------------------------------- terminal: negative
     ("terminal", "tool", "pyton3 solve.py", "bash: pyton3: command not found\n[exit code 127]", -1),
-    ("terminal", "tool", "python3 solve.py",
-     "Traceback (most recent call last):\n  File \"solve.py\", line 9\nNameError: name 'totl' is not defined\n[exit code 1]", -1),
-    ("terminal", "tool", "pytest", "E   AssertionError: expected 5, got 4\n===== 1 failed, 9 passed =====\n[exit code 1]", -1),
+    (
+        "terminal",
+        "tool",
+        "python3 solve.py",
+        "Traceback (most recent call last):\n  File \"solve.py\", line 9\nNameError: name 'totl' is not defined\n[exit code 1]",
+        -1,
+    ),
+    (
+        "terminal",
+        "tool",
+        "pytest",
+        "E   AssertionError: expected 5, got 4\n===== 1 failed, 9 passed =====\n[exit code 1]",
+        -1,
+    ),
     ("terminal", "tool", "cat config.yml", "cat: config.yml: No such file or directory\n[exit code 1]", -1),
     ("terminal", "tool", "gcc main.c", "main.c:12:5: error: unknown type name 'strin'\n[exit code 1]", -1),
-    ("terminal", "tool", "chmod 777 /root", "chmod: changing permissions of '/root': Operation not permitted\n[exit code 1]", -1),
-    ("terminal", "tool", "ssh build@host", "ssh: connect to host host port 22: Connection timed out\n[exit code 255]", -1),
-    ("terminal", "tool", "pip install nump", "ERROR: No matching distribution found for nump\n[exit code 1]", -1),
-    ("terminal", "tool", "tar xf backup.tar", "tar: backup.tar: Cannot open: No such file or directory\n[exit code 2]", -1),
+    (
+        "terminal",
+        "tool",
+        "chmod 777 /root",
+        "chmod: changing permissions of '/root': Operation not permitted\n[exit code 1]",
+        -1,
+    ),
+    (
+        "terminal",
+        "tool",
+        "ssh build@host",
+        "ssh: connect to host host port 22: Connection timed out\n[exit code 255]",
+        -1,
+    ),
+    (
+        "terminal",
+        "tool",
+        "pip install nump",
+        "ERROR: No matching distribution found for nump\n[exit code 1]",
+        -1,
+    ),
+    (
+        "terminal",
+        "tool",
+        "tar xf backup.tar",
+        "tar: backup.tar: Cannot open: No such file or directory\n[exit code 2]",
+        -1,
+    ),
     # ---------------------------------------------------------------- terminal: neutral
     # A silent success: relabelled 0 -> +1 (empty output with exit 0 is progress; docs/judge.md).
     ("terminal", "tool", "sleep 2", "[exit code 0]", 1),
     # ---------------------------------------------------------------- tool calls: positive
     ("tool_call", "tool", "get_weather(city='Oslo')", '{"city": "Oslo", "temp_c": -3, "sky": "snow"}', 1),
     ("tool_call", "tool", "calculator(expression='17*23')", '{"value": 391}', 1),
-    ("tool_call", "tool", "send_message(to='tom', text='running late')", '{"delivered": true, "id": "m_771"}', 1),
-    ("tool_call", "tool", "create_event(title='Dentist', date='2025-03-04')", '{"event_id": 5521, "status": "created"}', 1),
+    (
+        "tool_call",
+        "tool",
+        "send_message(to='tom', text='running late')",
+        '{"delivered": true, "id": "m_771"}',
+        1,
+    ),
+    (
+        "tool_call",
+        "tool",
+        "create_event(title='Dentist', date='2025-03-04')",
+        '{"event_id": 5521, "status": "created"}',
+        1,
+    ),
     ("tool_call", "tool", "read_file(path='notes.md')", '"# Notes\\n- buy milk\\n- call Ana"', 1),
-    ("tool_call", "tool", "search_flights(from='LIS', to='BER')", '{"flights": [{"no": "TP540", "price": 129}]}', 1),
-    ("tool_call", "tool", "write_file(path='out.txt', content='hi')", 'wrote 2 bytes to out.txt', 1),
-    ("tool_call", "tool", "convert_currency(amount=10, to='JPY')", '{"amount": 1612.4, "currency": "JPY"}', 1),
+    (
+        "tool_call",
+        "tool",
+        "search_flights(from='LIS', to='BER')",
+        '{"flights": [{"no": "TP540", "price": 129}]}',
+        1,
+    ),
+    ("tool_call", "tool", "write_file(path='out.txt', content='hi')", "wrote 2 bytes to out.txt", 1),
+    (
+        "tool_call",
+        "tool",
+        "convert_currency(amount=10, to='JPY')",
+        '{"amount": 1612.4, "currency": "JPY"}',
+        1,
+    ),
     # ---------------------------------------------------------------- tool calls: negative
     ("tool_call", "tool", "get_weather(town='Oslo')", 'Error: unexpected keyword argument "town"', -1),
-    ("tool_call", "tool", "calculator(expression='17*/23')", 'SyntaxError: invalid syntax at position 3', -1),
-    ("tool_call", "tool", "read_file(path='/secret/keys')", 'PermissionError: access to /secret/keys is not allowed', -1),
+    ("tool_call", "tool", "calculator(expression='17*/23')", "SyntaxError: invalid syntax at position 3", -1),
+    (
+        "tool_call",
+        "tool",
+        "read_file(path='/secret/keys')",
+        "PermissionError: access to /secret/keys is not allowed",
+        -1,
+    ),
     ("tool_call", "tool", "send_mesage(to='tom')", '{"error": "no such tool: send_mesage"}', -1),
-    ("tool_call", "tool", "create_event(date='next tuesday')", '{"error": "date: expected ISO 8601 format"}', -1),
-    ("tool_call", "tool", "fetch_url(url='http://intranet/x')", 'ConnectionError: Max retries exceeded with url: /x', -1),
-    ("tool_call", "tool", "db_query(sql='SELEC * FROM t')", 'sqlite3.OperationalError: near "SELEC": syntax error', -1),
-    ("tool_call", "tool", "divide(a=4, b=0)", 'Traceback (most recent call last):\nZeroDivisionError: float division by zero', -1),
+    (
+        "tool_call",
+        "tool",
+        "create_event(date='next tuesday')",
+        '{"error": "date: expected ISO 8601 format"}',
+        -1,
+    ),
+    (
+        "tool_call",
+        "tool",
+        "fetch_url(url='http://intranet/x')",
+        "ConnectionError: Max retries exceeded with url: /x",
+        -1,
+    ),
+    (
+        "tool_call",
+        "tool",
+        "db_query(sql='SELEC * FROM t')",
+        'sqlite3.OperationalError: near "SELEC": syntax error',
+        -1,
+    ),
+    (
+        "tool_call",
+        "tool",
+        "divide(a=4, b=0)",
+        "Traceback (most recent call last):\nZeroDivisionError: float division by zero",
+        -1,
+    ),
     # ---------------------------------------------------------------- tool calls: neutral
     ("tool_call", "tool", "start_export(table='orders')", '{"job": "exp-12", "state": "queued"}', 0),
 ]
@@ -162,7 +350,12 @@ def load_new_set(path: Path = NEW_SET) -> list[dict]:
     """The new held-out set: ``{"role", "next_state", "label", "kind", "style"}`` per line."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     for n, r in enumerate(rows, 1):
-        if r.get("role") not in ROLES or r.get("label") not in (1, -1, 0) or not r.get("next_state") or not r.get("kind"):
+        if (
+            r.get("role") not in ROLES
+            or r.get("label") not in (1, -1, 0)
+            or not r.get("next_state")
+            or not r.get("kind")
+        ):
             raise SystemExit(f"{path}:{n}: needs role, next_state, label (1/-1/0) and kind")
     return rows
 
@@ -192,8 +385,9 @@ def check_held_out(sets: dict[str, list[dict]]) -> None:
 
 # ------------------------------------------------------------------------------ the "before" judge
 def _git_show(path: str) -> str:
-    return subprocess.run(["git", "show", f"{BEFORE_COMMIT}:{path}"], cwd=ROOT, check=True,
-                          capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", "show", f"{BEFORE_COMMIT}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def before_factory() -> Callable[[Config], object] | None:
@@ -201,8 +395,13 @@ def before_factory() -> Callable[[Config], object] | None:
     None when git or the commit is not available."""
     try:
         source = _git_show("openclaw_rl/judge/minilm.py")
-        names = subprocess.run(["git", "ls-tree", "--name-only", BEFORE_COMMIT, "openclaw_rl/judge/data/"],
-                               cwd=ROOT, check=True, capture_output=True, text=True).stdout.split()
+        names = subprocess.run(
+            ["git", "ls-tree", "--name-only", BEFORE_COMMIT, "openclaw_rl/judge/data/"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
         tmp = Path(tempfile.mkdtemp(prefix="judge_before_"))
         paths = []
         for name in names:
@@ -228,19 +427,26 @@ def after_factory(cfg: Config) -> object:
 
 
 # ------------------------------------------------------------------------------ running
-async def run_judge(make: Callable[[Config], object], cfg: Config, votes: int, cases: list[dict],
-                    seed: int = 42) -> tuple[list[int | None], float, int]:
+async def run_judge(
+    make: Callable[[Config], object], cfg: Config, votes: int, cases: list[dict], seed: int = 42
+) -> tuple[list[int | None], float, int]:
     """Judge every case with ``votes`` votes: (scores, seconds, hints kept)."""
-    cfg = cfg.model_copy(update={"prm_service": cfg.prm_service.model_copy(update={"vote_count": votes}),
-                                 "global_": cfg.global_.model_copy(update={"seed": seed})})
+    cfg = cfg.model_copy(
+        update={
+            "prm_service": cfg.prm_service.model_copy(update={"vote_count": votes}),
+            "global_": cfg.global_.model_copy(update={"seed": seed}),
+        }
+    )
     judge = make(cfg)
     await judge.score("warm-up", NextState(role="user", content="warm-up"))
     start = time.perf_counter()
     scores: list[int | None] = []
     hints = 0
     for c in cases:
-        result = await judge.score(c.get("response", "(previous assistant action)"),
-                                   NextState(role=c["role"], content=c["next_state"]))
+        result = await judge.score(
+            c.get("response", "(previous assistant action)"),
+            NextState(role=c["role"], content=c["next_state"]),
+        )
         scores.append(None if result.error else result.score)
         hints += result.hint is not None
     elapsed = time.perf_counter() - start
@@ -248,7 +454,9 @@ async def run_judge(make: Callable[[Config], object], cfg: Config, votes: int, c
     return scores, elapsed, hints
 
 
-def accuracy(scores: list[int | None], cases: list[dict], key: str | None = None, value: str | None = None) -> float | None:
+def accuracy(
+    scores: list[int | None], cases: list[dict], key: str | None = None, value: str | None = None
+) -> float | None:
     pairs = [(s, c["label"]) for s, c in zip(scores, cases, strict=True) if key is None or c[key] == value]
     return sum(s == e for s, e in pairs) / len(pairs) if pairs else None
 
@@ -283,11 +491,17 @@ def near_duplicates(sets: dict[str, list[dict]], threshold: float = 0.9) -> dict
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--local", action="store_true", help="also run the local LLM judge (slow on a CPU)")
-    ap.add_argument("--skip-local", action="store_true", help=argparse.SUPPRESS)  # the old default; now a no-op
+    ap.add_argument(
+        "--skip-local", action="store_true", help=argparse.SUPPRESS
+    )  # the old default; now a no-op
     ap.add_argument("--local-model", default="smollm2-135m-instruct", help="model for the local backend")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=5,
-                    help="runs per figure with different vote-sampling seeds; figures are their mean")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="runs per figure with different vote-sampling seeds; figures are their mean",
+    )
     ap.add_argument("--json", type=Path, help="also write the figures to this file")
     args = ap.parse_args()
 
@@ -301,8 +515,10 @@ def main() -> int:
         labels = Counter(c["label"] for c in cases)
         roles = Counter(c["role"] for c in cases)
         base = max(labels.values()) / len(cases)
-        print(f"held-out {name}: {len(cases)} cases, roles {dict(roles)}, labels {dict(labels)}, "
-              f"majority-class rate {base:.2f}")
+        print(
+            f"held-out {name}: {len(cases)} cases, roles {dict(roles)}, labels {dict(labels)}, "
+            f"majority-class rate {base:.2f}"
+        )
         figures[f"{name}_cases"] = len(cases)
     print(f"training lines: {len(load_examples())} now; no held-out case shares a line with them")
     dups = near_duplicates(sets)
@@ -319,17 +535,33 @@ def main() -> int:
     if before is None:
         print(f"before: commit {BEFORE_COMMIT[:7]} not available (no git history); skipped")
     else:
-        rows.append((f"before ({BEFORE_COMMIT[:7]})", before, Config(prm_service=PrmServiceConfig(backend="minilm"))))
+        rows.append(
+            (f"before ({BEFORE_COMMIT[:7]})", before, Config(prm_service=PrmServiceConfig(backend="minilm")))
+        )
     rows.append(("after", after_factory, Config(prm_service=PrmServiceConfig(backend="minilm"))))
     if args.local:
         # Evaluative accuracy only: generating hints with an LLM on a CPU would dominate the run.
-        rows.append(("local LLM", after_factory, Config(prm_service=PrmServiceConfig(
-            backend="local", model=args.local_model, extract_instruction=False))))
+        rows.append(
+            (
+                "local LLM",
+                after_factory,
+                Config(
+                    prm_service=PrmServiceConfig(
+                        backend="local", model=args.local_model, extract_instruction=False
+                    )
+                ),
+            )
+        )
 
-    print(f"accuracy per role; each figure is the mean of {args.repeats} runs with different vote-sampling "
-          f"seeds (range of 'all' in brackets); sign errors = +1 for a -1 case or the reverse, mean per run")
-    header = f"{'judge':18s} {'votes':>5s} | {'set':4s} {'all':>5s} {'(range)':>11s} " \
-        + " ".join(f"{r[:5]:>5s}" for r in ROLES) + f" {'sign-errors':>11s} {'turns/s':>8s}"
+    print(
+        f"accuracy per role; each figure is the mean of {args.repeats} runs with different vote-sampling "
+        f"seeds (range of 'all' in brackets); sign errors = +1 for a -1 case or the reverse, mean per run"
+    )
+    header = (
+        f"{'judge':18s} {'votes':>5s} | {'set':4s} {'all':>5s} {'(range)':>11s} "
+        + " ".join(f"{r[:5]:>5s}" for r in ROLES)
+        + f" {'sign-errors':>11s} {'turns/s':>8s}"
+    )
     print(header)
     print("-" * len(header))
     per_kind: dict[str, dict[str, float | None]] = defaultdict(dict)
@@ -337,29 +569,46 @@ def main() -> int:
         t0 = time.perf_counter()
         for votes in (1, 3):
             for name, cases in sets.items():
-                runs = [asyncio.run(run_judge(make, cfg, votes, cases, seed=42 + k)) for k in range(args.repeats)]
+                runs = [
+                    asyncio.run(run_judge(make, cfg, votes, cases, seed=42 + k)) for k in range(args.repeats)
+                ]
                 accs = [accuracy(r[0], cases) for r in runs]
                 acc = mean(accs)
                 roles = {r: mean([accuracy(run[0], cases, "role", r) for run in runs]) for r in ROLES}
                 signs = mean([sign_errors(r[0], cases) for r in runs])
                 rate = len(cases) * len(runs) / sum(r[1] for r in runs)
                 spread = f"({min(accs):.2f}-{max(accs):.2f})"
-                print(f"{label:18s} {votes:5d} | {name:4s} {fmt(acc)} {spread:>11s} "
-                      + " ".join(fmt(roles[r]) for r in ROLES) + f" {signs:11.1f} {rate:8.1f}", flush=True)
-                figures[f"{label}_v{votes}_{name}"] = {"accuracy": acc, "accuracy_runs": accs, "per_role": roles,
-                                                        "turns_per_s": rate, "sign_errors": signs,
-                                                        "hints": mean([r[2] for r in runs])}
+                print(
+                    f"{label:18s} {votes:5d} | {name:4s} {fmt(acc)} {spread:>11s} "
+                    + " ".join(fmt(roles[r]) for r in ROLES)
+                    + f" {signs:11.1f} {rate:8.1f}",
+                    flush=True,
+                )
+                figures[f"{label}_v{votes}_{name}"] = {
+                    "accuracy": acc,
+                    "accuracy_runs": accs,
+                    "per_role": roles,
+                    "turns_per_s": rate,
+                    "sign_errors": signs,
+                    "hints": mean([r[2] for r in runs]),
+                }
                 if name == "new" and votes == 3:
                     for kind in sorted({c["kind"] for c in cases}):
                         per_kind[kind][label] = mean([accuracy(r[0], cases, "kind", kind) for r in runs])
-        print(f"{label:18s} wall time incl. model load / head set-up: {time.perf_counter() - t0:.1f}s", flush=True)
+        print(
+            f"{label:18s} wall time incl. model load / head set-up: {time.perf_counter() - t0:.1f}s",
+            flush=True,
+        )
 
     print(f"\nnew held-out set, accuracy per kind (vote_count 3, mean of {args.repeats} runs):")
     labels = [r[0] for r in rows]
     counts = Counter(c["kind"] for c in sets["new"])
     print(f"{'kind':18s} {'n':>3s} " + " ".join(f"{lab[:18]:>18s}" for lab in labels))
     for kind in sorted(per_kind):
-        print(f"{kind:18s} {counts[kind]:3d} " + " ".join(f"{fmt(per_kind[kind].get(lab)):>18s}" for lab in labels))
+        print(
+            f"{kind:18s} {counts[kind]:3d} "
+            + " ".join(f"{fmt(per_kind[kind].get(lab)):>18s}" for lab in labels)
+        )
     figures["per_kind_new_v3"] = per_kind
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))

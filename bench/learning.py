@@ -80,9 +80,9 @@ micro_batch_tokens = 1024
 checkpoint_interval = {args.updates}
 max_steps = {args.updates}
 max_staleness = {2 * args.sync}
-opd_enabled = {m['opd_enabled']}
-binary_rl_weight = {m['binary_rl_weight']}
-opd_weight = {m['opd_weight']}
+opd_enabled = {m["opd_enabled"]}
+binary_rl_weight = {m["binary_rl_weight"]}
+opd_weight = {m["opd_weight"]}
 """)
     return path
 
@@ -100,8 +100,9 @@ def score(config: Path, checkpoint: Path | None, n: int, max_tokens: int) -> flo
             service.swap_weights(checkpoint, 1)
         # Problems are sent 8 at a time (the engine batches them); greedy, so the score does not
         # depend on the order.
-        summary = evaluate(ecfg, url, EvalSizes(chat=n, terminal=0, tool_call=0, max_tokens=max_tokens),
-                           concurrency=8)
+        summary = evaluate(
+            ecfg, url, EvalSizes(chat=n, terminal=0, tool_call=0, max_tokens=max_tokens), concurrency=8
+        )
     finally:
         service.stop()
         shutil.rmtree(ecfg.global_.log_dir, ignore_errors=True)
@@ -112,8 +113,13 @@ def train(config: Path, log_file: Path) -> tuple[float, int]:
     """Run the main job to max_steps; returns (wall seconds, samples trained)."""
     start = time.monotonic()
     with log_file.open("w") as fh:
-        proc = subprocess.run([sys.executable, "-m", "openclaw_rl.launcher", "--config", str(config)], cwd=ROOT,
-                              stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.run(
+            [sys.executable, "-m", "openclaw_rl.launcher", "--config", str(config)],
+            cwd=ROOT,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
     if proc.returncode != 0:
         raise SystemExit(f"training run failed (exit {proc.returncode}); see {log_file}")
     cfg = load_config(config)
@@ -131,8 +137,11 @@ def final_policy(config: Path) -> Path:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", default="combined:42,combined:7,binary:42,opd:42,combined-lockstep:42",
-                    help="comma-separated method:seed (method: combined, binary, opd, or one of them + -lockstep)")
+    ap.add_argument(
+        "--runs",
+        default="combined:42,combined:7,binary:42,opd:42,combined-lockstep:42",
+        help="comma-separated method:seed (method: combined, binary, opd, or one of them + -lockstep)",
+    )
     ap.add_argument("--updates", type=int, default=16)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--sync", type=int, default=4, help="weight_sync_interval")
@@ -149,8 +158,10 @@ def main() -> int:
     for r in runs:
         name, _, seed = r.partition(":")
         if name.removesuffix("-lockstep") not in METHODS or not seed.isdigit():
-            raise SystemExit(f"bad run {r!r}: write method:seed with method one of {sorted(METHODS)} "
-                             f"(optionally + -lockstep), e.g. combined:42")
+            raise SystemExit(
+                f"bad run {r!r}: write method:seed with method one of {sorted(METHODS)} "
+                f"(optionally + -lockstep), e.g. combined:42"
+            )
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="ocl-learning-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -164,17 +175,33 @@ def main() -> int:
         wall, trained = train(conf, conf.with_suffix(".log"))
         after = score(conf, final_policy(conf), args.chat_n, args.max_tokens)
         rows.append((run, after, wall, trained))
-        print(f"{run}: {base:.3f} -> {after:.3f} after {args.updates} updates "
-              f"({trained} samples, {wall / 60:.1f} min)", flush=True)
-        (work / "learning.json").write_text(json.dumps(
-            {"base": base, "updates": args.updates, "batch": args.batch, "n": args.chat_n, "rows": [
-                {"run": r, "trained": a, "wall_s": w, "samples": s} for r, a, w, s in rows]}, indent=2))
+        print(
+            f"{run}: {base:.3f} -> {after:.3f} after {args.updates} updates "
+            f"({trained} samples, {wall / 60:.1f} min)",
+            flush=True,
+        )
+        (work / "learning.json").write_text(
+            json.dumps(
+                {
+                    "base": base,
+                    "updates": args.updates,
+                    "batch": args.batch,
+                    "n": args.chat_n,
+                    "rows": [{"run": r, "trained": a, "wall_s": w, "samples": s} for r, a, w, s in rows],
+                },
+                indent=2,
+            )
+        )
     print()
     print(f"{'run':<22}{'base':>7}{'trained':>9}{'change':>8}{'minutes':>9}{'samples':>9}{'per hour':>10}")
     for run, after, wall, trained in rows:
-        print(f"{run:<22}{base:>7.3f}{after:>9.3f}{after - base:>+8.3f}{wall / 60:>9.1f}{trained:>9}"
-              f"{trained / wall * 3600:>10.0f}")
-    print(f"\n(n={args.chat_n} held-out problems; one problem moves a score by {1 / args.chat_n:.3f} at most)")
+        print(
+            f"{run:<22}{base:>7.3f}{after:>9.3f}{after - base:>+8.3f}{wall / 60:>9.1f}{trained:>9}"
+            f"{trained / wall * 3600:>10.0f}"
+        )
+    print(
+        f"\n(n={args.chat_n} held-out problems; one problem moves a score by {1 / args.chat_n:.3f} at most)"
+    )
     print(f"total {(time.monotonic() - t0) / 60:.1f} min on {os.cpu_count()} cores; runs in {work}")
     return 0
 

@@ -39,15 +39,20 @@ from openclaw_rl.runtime.ports import free_port  # noqa: E402
 from openclaw_rl.runtime.store import Store  # noqa: E402
 from openclaw_rl.types import Sample  # noqa: E402
 
-PROMPTS = ["What is 12 times 7?", "Name three colours.", "Write one sentence about the sea.",
-           "How many days are in a week?", "Say hello in French."]
+PROMPTS = [
+    "What is 12 times 7?",
+    "Name three colours.",
+    "Write one sentence about the sea.",
+    "How many days are in a week?",
+    "Say hello in French.",
+]
 
 
 def write_config(directory: Path, model: str, port: int, sync: int) -> Path:
     path = directory / "bench.toml"
     path.write_text(f"""
 [global]
-log_dir = "{directory / 'logs'}"
+log_dir = "{directory / "logs"}"
 [policy_service]
 model = "{model}"
 port = {port}
@@ -74,25 +79,45 @@ def fill_samples(cfg, n: int) -> None:
     store = Store(cfg.log_dir / "store.sqlite")
     samples = []
     for i in range(n):
-        prompt = tok.apply_chat_template([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
-                                          add_generation_prompt=True, tokenize=True)
+        prompt = tok.apply_chat_template(
+            [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
+            add_generation_prompt=True,
+            tokenize=True,
+        )
         if isinstance(prompt, dict) or hasattr(prompt, "input_ids"):
             prompt = list(prompt["input_ids"])
         response = tok.encode(" Sure, here is a short answer to that question." * 4)
-        samples.append(Sample(sample_id=f"bench{i}", session_id=f"b{i}", turn_index=0, prompt_ids=list(prompt),
-                              response_ids=response, rollout_logprobs=[-1.0] * len(response),
-                              loss_mask=[1] * len(response), reward=1.0 if i % 2 else -1.0))
+        samples.append(
+            Sample(
+                sample_id=f"bench{i}",
+                session_id=f"b{i}",
+                turn_index=0,
+                prompt_ids=list(prompt),
+                response_ids=response,
+                rollout_logprobs=[-1.0] * len(response),
+                loss_mask=[1] * len(response),
+                reward=1.0 if i % 2 else -1.0,
+            )
+        )
     store.add_samples(samples)
     store.close()
 
 
 def one_request(url: str, i: int) -> tuple[float, str | None]:
-    body = {"model": "policy", "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
-            "max_tokens": 32, "temperature": 0.7}
+    body = {
+        "model": "policy",
+        "messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
+        "max_tokens": 32,
+        "temperature": 0.7,
+    }
     start = time.perf_counter()
     try:
-        r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120,
-                       headers={"X-Session-Id": f"bench-{i}", "X-Session-Done": "true"})
+        r = httpx.post(
+            f"{url}/v1/chat/completions",
+            json=body,
+            timeout=120,
+            headers={"X-Session-Id": f"bench-{i}", "X-Session-Done": "true"},
+        )
         err = None if r.status_code == 200 else f"HTTP {r.status_code}"
     except httpx.HTTPError as exc:
         err = type(exc).__name__
@@ -124,8 +149,13 @@ def main() -> int:
     cfg = load_config(conf)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", "serve", "--config", str(conf)],
-                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "openclaw_rl.cli", "serve", "--config", str(conf)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     trainer = None
     try:
         deadline = time.monotonic() + 180
@@ -139,9 +169,14 @@ def main() -> int:
         idle_lat, idle_err = client_phase(url, args.requests, args.concurrency)
 
         fill_samples(cfg, 400)
-        trainer = subprocess.Popen([sys.executable, "-m", "openclaw_rl.trainer.loop", "--config", str(conf),
-                                    "--policy-url", url], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True)
+        trainer = subprocess.Popen(
+            [sys.executable, "-m", "openclaw_rl.trainer.loop", "--config", str(conf), "--policy-url", url],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         store = Store(cfg.log_dir / "store.sqlite")
         while store.counters().trainer_step == 0 and not (cfg.log_dir / "metrics.jsonl").exists():
             if trainer.poll() is not None:
@@ -162,13 +197,17 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     def row(name: str, lat: list[float], err: list[str]) -> str:
-        return (f"{name:<9} requests={len(lat):>3}  mean={statistics.mean(lat) * 1000:7.0f} ms  "
-                f"p99={p99(lat) * 1000:7.0f} ms  errors={len(err)}")
+        return (
+            f"{name:<9} requests={len(lat):>3}  mean={statistics.mean(lat) * 1000:7.0f} ms  "
+            f"p99={p99(lat) * 1000:7.0f} ms  errors={len(err)}"
+        )
 
     print(row("idle", idle_lat, idle_err))
     print(row("training", train_lat, train_err))
-    print(f"policy version during training phase: {v0.get('policy_version')} -> {v1.get('policy_version')} "
-          f"({steps} updates so far)")
+    print(
+        f"policy version during training phase: {v0.get('policy_version')} -> {v1.get('policy_version')} "
+        f"({steps} updates so far)"
+    )
     ratio = p99(train_lat) / p99(idle_lat)
     errors = len(idle_err) + len(train_err)
     print(f"p99 ratio training/idle = {ratio:.2f} (target <= 1.5)   errors = {errors} (target 0)")

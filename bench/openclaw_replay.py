@@ -52,22 +52,34 @@ def ttft(url: str, body: dict) -> tuple[float, int]:
 
 def main() -> int:
     rows = [json.loads(line) for line in TRAFFIC.read_text().splitlines() if line.strip()]
-    turns = [r["body"] for r in rows if r["session"] == "compact" and r["label"] == "agent_turn"
-             and r["step"] in STEPS]
+    turns = [
+        r["body"]
+        for r in rows
+        if r["session"] == "compact" and r["label"] == "agent_turn" and r["step"] in STEPS
+    ]
     services = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, mb in (("off", 0), ("on", 512)):
-            cfg = build_config({"global": {"log_dir": f"{tmp}/{name}"},
-                                "policy_service": {"port": 0, "prefix_cache_mb": mb, "max_model_len": 8192},
-                                "env_service": {"enabled": False}}, environ={})
+            cfg = build_config(
+                {
+                    "global": {"log_dir": f"{tmp}/{name}"},
+                    "policy_service": {"port": 0, "prefix_cache_mb": mb, "max_model_len": 8192},
+                    "env_service": {"enabled": False},
+                },
+                environ={},
+            )
             services[name] = PolicyService(cfg)
         urls = {name: svc.start() for name, svc in services.items()}
         try:
             print(f"{'turn':>4} {'prompt':>7} {'ttft off s':>10} {'ttft on s':>10} {'speed-up':>8}")
             later_off = later_on = 0.0
             for i, body in enumerate(turns, 1):
-                body = {**body, "max_completion_tokens": 4, "temperature": 0.0,
-                        "stream_options": {"include_usage": True}}
+                body = {
+                    **body,
+                    "max_completion_tokens": 4,
+                    "temperature": 0.0,
+                    "stream_options": {"include_usage": True},
+                }
                 off, n = ttft(urls["off"], body)
                 on, _ = ttft(urls["on"], body)
                 if i > 1:
@@ -75,8 +87,10 @@ def main() -> int:
                 print(f"{i:>4} {n:>7} {off:>10.2f} {on:>10.2f} {off / on:>7.1f}x", flush=True)
             print(f"turns 2-3 time to first token, off / on: {later_off / later_on:.1f}x")
             stats = httpx.get(f"{urls['on']}/healthz", timeout=10).json()
-            print(f"cache: {stats['prefix_cache_bytes'] / 2**20:.1f} MB in {stats['prefix_cache_entries']} blocks, "
-                  f"hit tokens {stats['prefix_cache_hit_tokens']}, prefilled {stats['prefix_cache_prefill_tokens']}")
+            print(
+                f"cache: {stats['prefix_cache_bytes'] / 2**20:.1f} MB in {stats['prefix_cache_entries']} blocks, "
+                f"hit tokens {stats['prefix_cache_hit_tokens']}, prefilled {stats['prefix_cache_prefill_tokens']}"
+            )
         finally:
             for svc in services.values():
                 svc.stop()

@@ -41,7 +41,7 @@ def write_config(work: Path, args: argparse.Namespace) -> Path:
     path.write_text(f"""
 [global]
 seed = {args.seed}
-log_dir = "{work / 'outcome'}"
+log_dir = "{work / "outcome"}"
 [policy_service]
 model = "smollm2-135m-instruct"
 port = {free_port()}
@@ -81,15 +81,24 @@ def score(config: Path, checkpoint: Path | None, args: argparse.Namespace) -> di
         url = service.start()
         if checkpoint is not None:
             service.swap_weights(checkpoint, 1)
-        summary = evaluate(ecfg, url, EvalSizes(chat=0, terminal=len(EVAL_TASKS), tool_call=args.tool_call_n,
-                                                max_tokens=args.max_tokens))
+        summary = evaluate(
+            ecfg,
+            url,
+            EvalSizes(
+                chat=0, terminal=len(EVAL_TASKS), tool_call=args.tool_call_n, max_tokens=args.max_tokens
+            ),
+        )
     finally:
         service.stop()
         shutil.rmtree(ecfg.global_.log_dir, ignore_errors=True)
     term, tool = summary["terminal"], summary["tool_call"]
     solved = term["success_rate"] * term["n"] + tool["success_rate"] * tool["n"]
-    return {"terminal": term["success_rate"], "tool_call": tool["success_rate"],
-            "overall": solved / (term["n"] + tool["n"]), "n": term["n"] + tool["n"]}
+    return {
+        "terminal": term["success_rate"],
+        "tool_call": tool["success_rate"],
+        "overall": solved / (term["n"] + tool["n"]),
+        "n": term["n"] + tool["n"],
+    }
 
 
 def main() -> int:
@@ -118,8 +127,10 @@ def main() -> int:
     print(f"\n{'held-out':<12}{'base':>7}{'trained':>9}{'change':>8}")
     for key in ("terminal", "tool_call", "overall"):
         print(f"{key:<12}{base[key]:>7.3f}{after[key]:>9.3f}{after[key] - base[key]:>+8.3f}")
-    print(f"\n{base['n']} held-out episodes; {args.updates} updates, {trained} samples trained in {wall / 60:.1f} min; "
-          f"groups with no signal (all attempts alike): {zero:.0%} (mean over updates)")
+    print(
+        f"\n{base['n']} held-out episodes; {args.updates} updates, {trained} samples trained in {wall / 60:.1f} min; "
+        f"groups with no signal (all attempts alike): {zero:.0%} (mean over updates)"
+    )
     print(f"total {(time.monotonic() - t0) / 60:.1f} min on {os.cpu_count()} cores; run in {work}")
     return 0
 

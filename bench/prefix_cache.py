@@ -42,15 +42,67 @@ from openclaw_rl.policy.protocol import ChatMessage  # noqa: E402
 from openclaw_rl.policy.transformers_engine import TransformersEngine  # noqa: E402
 from openclaw_rl.runtime.models import load_model  # noqa: E402
 
-VERBS = ["read", "write", "list", "search", "delete", "move", "copy", "fetch", "run", "open", "close",
-         "summarise", "translate", "compile", "deploy", "schedule", "query", "render", "index", "archive"]
-NOUNS = ["file", "directory", "issue", "pull_request", "calendar_event", "email", "spreadsheet", "image",
-         "database_row", "web_page", "terminal", "container", "branch", "commit", "invoice", "contact"]
+VERBS = [
+    "read",
+    "write",
+    "list",
+    "search",
+    "delete",
+    "move",
+    "copy",
+    "fetch",
+    "run",
+    "open",
+    "close",
+    "summarise",
+    "translate",
+    "compile",
+    "deploy",
+    "schedule",
+    "query",
+    "render",
+    "index",
+    "archive",
+]
+NOUNS = [
+    "file",
+    "directory",
+    "issue",
+    "pull_request",
+    "calendar_event",
+    "email",
+    "spreadsheet",
+    "image",
+    "database_row",
+    "web_page",
+    "terminal",
+    "container",
+    "branch",
+    "commit",
+    "invoice",
+    "contact",
+]
 TYPES = ["string", "integer", "boolean", "number", "array"]
-QUESTIONS = ["List the files in the project.", "Open the README and summarise it.", "Which tests fail?",
-             "Fix the first failure.", "Write a commit message.", "What should we do next?"]
-TOPICS = ["the build", "the database", "the web page", "the invoices", "the calendar", "the images",
-          "the emails", "the containers", "the branches", "the contacts"]
+QUESTIONS = [
+    "List the files in the project.",
+    "Open the README and summarise it.",
+    "Which tests fail?",
+    "Fix the first failure.",
+    "Write a commit message.",
+    "What should we do next?",
+]
+TOPICS = [
+    "the build",
+    "the database",
+    "the web page",
+    "the invoices",
+    "the calendar",
+    "the images",
+    "the emails",
+    "the containers",
+    "the branches",
+    "the contacts",
+]
 
 
 def system_prompt(tokenizer: Any, target_tokens: int, seed: int = 0) -> str:
@@ -60,33 +112,62 @@ def system_prompt(tokenizer: Any, target_tokens: int, seed: int = 0) -> str:
     n = 0
     while len(tokenizer("\n".join(parts), add_special_tokens=False)["input_ids"]) < target_tokens:
         verb, noun = rng.choice(VERBS), rng.choice(NOUNS)
-        args = {f"{rng.choice(NOUNS)}_{k}": {"type": rng.choice(TYPES),
-                                             "description": f"the {rng.choice(NOUNS).replace('_', ' ')} "
-                                                            f"to {rng.choice(VERBS)} ({rng.randint(1, 999)})"}
-                for k in range(rng.randint(1, 4))}
-        parts.append(json.dumps({"type": "function", "function": {
-            "name": f"{verb}_{noun}_{n}", "description": f"{verb.capitalize()} a {noun.replace('_', ' ')} "
-            f"in workspace {rng.randint(1, 99)}; returns JSON.",
-            "parameters": {"type": "object", "properties": args, "required": list(args)[:1]}}}))
+        args = {
+            f"{rng.choice(NOUNS)}_{k}": {
+                "type": rng.choice(TYPES),
+                "description": f"the {rng.choice(NOUNS).replace('_', ' ')} "
+                f"to {rng.choice(VERBS)} ({rng.randint(1, 999)})",
+            }
+            for k in range(rng.randint(1, 4))
+        }
+        parts.append(
+            json.dumps(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": f"{verb}_{noun}_{n}",
+                        "description": f"{verb.capitalize()} a {noun.replace('_', ' ')} "
+                        f"in workspace {rng.randint(1, 99)}; returns JSON.",
+                        "parameters": {"type": "object", "properties": args, "required": list(args)[:1]},
+                    },
+                }
+            )
+        )
         n += 1
     return "\n".join(parts)
 
 
 def make_engine(model: Any, tokenizer: Any, tmp: Path, name: str, cache_mb: int) -> TransformersEngine:
-    cfg = build_config({"global": {"log_dir": str(tmp / name)},
-                        "policy_service": {"model": "smollm2-135m-instruct", "max_model_len": 8192,
-                                           "max_concurrent": 64, "prefix_cache_mb": cache_mb}}, environ={})
+    cfg = build_config(
+        {
+            "global": {"log_dir": str(tmp / name)},
+            "policy_service": {
+                "model": "smollm2-135m-instruct",
+                "max_model_len": 8192,
+                "max_concurrent": 64,
+                "prefix_cache_mb": cache_mb,
+            },
+        },
+        environ={},
+    )
     engine = TransformersEngine(cfg, model, tokenizer)
     engine.start()
     return engine
 
 
-async def turn(engine: TransformersEngine, messages: list[ChatMessage], max_tokens: int,
-               temperature: float = 0.0, seed: int | None = None) -> tuple[float, float, Final]:
+async def turn(
+    engine: TransformersEngine,
+    messages: list[ChatMessage],
+    max_tokens: int,
+    temperature: float = 0.0,
+    seed: int | None = None,
+) -> tuple[float, float, Final]:
     """One request: (seconds to the first token, seconds to the end, the final event)."""
     start = time.perf_counter()
     first = None
-    req = GenRequest(list(messages), None, SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed))
+    req = GenRequest(
+        list(messages), None, SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed)
+    )
     async for ev in engine.generate(req):
         if isinstance(ev, Delta) and first is None:
             first = time.perf_counter() - start
@@ -113,16 +194,26 @@ def ttft_sessions(engines: dict[str, TransformersEngine], system: str, turns: in
     return out
 
 
-async def concurrent_sessions(engine: TransformersEngine, system: str, sessions: int, turns: int,
-                              max_tokens: int, poll: list[int] | None = None) -> dict[str, float]:
+async def concurrent_sessions(
+    engine: TransformersEngine,
+    system: str,
+    sessions: int,
+    turns: int,
+    max_tokens: int,
+    poll: list[int] | None = None,
+) -> dict[str, float]:
     ttfts: list[float] = []
     tokens: list[int] = []
 
     async def one(i: int) -> None:
         messages = [ChatMessage(role="system", content=system)]
         for t in range(turns):
-            messages.append(ChatMessage(role="user", content=f"About {TOPICS[i % len(TOPICS)]}: "
-                                        f"{QUESTIONS[(i + t) % len(QUESTIONS)]}"))
+            messages.append(
+                ChatMessage(
+                    role="user",
+                    content=f"About {TOPICS[i % len(TOPICS)]}: {QUESTIONS[(i + t) % len(QUESTIONS)]}",
+                )
+            )
             ttft, _, final = await turn(engine, messages, max_tokens, temperature=0.7, seed=100 * i + t)
             ttfts.append(ttft)
             tokens.append(len(final.response_ids))
@@ -143,15 +234,22 @@ async def concurrent_sessions(engine: TransformersEngine, system: str, sessions:
     if watcher is not None:
         await watcher
     print(f"  [sessions] {engine.pcfg.prefix_cache_mb} MB cache: {wall:.1f} s", file=sys.stderr, flush=True)
-    return {"wall_s": wall, "tokens": sum(tokens), "tokens_per_s": sum(tokens) / wall,
-            "mean_ttft_s": statistics.mean(ttfts), "requests": len(ttfts)}
+    return {
+        "wall_s": wall,
+        "tokens": sum(tokens),
+        "tokens_per_s": sum(tokens) / wall,
+        "mean_ttft_s": statistics.mean(ttfts),
+        "requests": len(ttfts),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--long-prompt", type=int, default=7000, help="system prompt tokens of the TTFT session")
-    ap.add_argument("--shared-prompt", type=int, default=1000, help="system prompt tokens shared by the sessions")
+    ap.add_argument(
+        "--shared-prompt", type=int, default=1000, help="system prompt tokens shared by the sessions"
+    )
     ap.add_argument("--sessions", type=int, default=8)
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=32)
@@ -189,27 +287,38 @@ def main() -> None:
                 asyncio.run(turn(engines[k], [ChatMessage(role="user", content="Hi")], 2))  # warm-up
             small = engines["small"]
             t0 = time.perf_counter()
-            conc = {k: asyncio.run(concurrent_sessions(engines[k], shared_system, args.sessions, args.turns,
-                                                       args.max_tokens)) for k in ("off", "on")}
+            conc = {
+                k: asyncio.run(
+                    concurrent_sessions(engines[k], shared_system, args.sessions, args.turns, args.max_tokens)
+                )
+                for k in ("off", "on")
+            }
             t_conc = time.perf_counter() - t0
             poll: list[int] = []
             t0 = time.perf_counter()
-            conc["small"] = asyncio.run(concurrent_sessions(small, shared_system, args.sessions, args.turns,
-                                                            args.max_tokens, poll))
+            conc["small"] = asyncio.run(
+                concurrent_sessions(small, shared_system, args.sessions, args.turns, args.max_tokens, poll)
+            )
             t_small = time.perf_counter() - t0
             stats = {k: e.stats() for k, e in engines.items()}
         finally:
             for e in engines.values():
                 e.stop()
 
-    say(f"model={args.model} threads={args.threads} block={stats['on']['prefix_cache_block_tokens']} tokens "
+    say(
+        f"model={args.model} threads={args.threads} block={stats['on']['prefix_cache_block_tokens']} tokens "
         f"kv={model.config.num_hidden_layers}x{model.config.num_key_value_heads}x"
-        f"{model.config.hidden_size // model.config.num_attention_heads} ({model.dtype})")
+        f"{model.config.hidden_size // model.config.num_attention_heads} ({model.dtype})"
+    )
     say()
-    say(f"1. time to first token, one session, ~{args.long_prompt}-token system prompt, 16 tokens/turn "
-        f"({t_ttft:.0f} s)")
-    say(f"{'turn':>4} {'prompt':>7} {'prefilled off':>13} {'prefilled on':>12} {'ttft off s':>10} "
-        f"{'ttft on s':>9} {'speed-up':>8}")
+    say(
+        f"1. time to first token, one session, ~{args.long_prompt}-token system prompt, 16 tokens/turn "
+        f"({t_ttft:.0f} s)"
+    )
+    say(
+        f"{'turn':>4} {'prompt':>7} {'prefilled off':>13} {'prefilled on':>12} {'ttft off s':>10} "
+        f"{'ttft on s':>9} {'speed-up':>8}"
+    )
     for t in range(3):
         (a, pa, fa), (b, _, fb) = ttft["off"][t], ttft["on"][t]
         say(f"{t + 1:>4} {pa:>7} {fa:>13} {fb:>12} {a:>10.2f} {b:>9.2f} {a / b:>7.1f}x")
@@ -217,33 +326,45 @@ def main() -> None:
     later_on = sum(x[0] for x in ttft["on"][1:])
     say(f"turns 2-3 time to first token, off / on: {later_off / later_on:.1f}x (target >= 5x)")
     say()
-    say(f"2. {args.sessions} concurrent sessions x {args.turns} turns, ~{args.shared_prompt}-token shared system "
-        f"prompt, {args.max_tokens} tokens/turn, temperature 0.7 ({t_conc:.0f} s)")
-    say(f"{'cache':>12} {'requests':>8} {'wall s':>7} {'tokens':>7} {'tokens/s':>8} {'mean ttft s':>11} "
-        f"{'prefilled':>9} {'hit tokens':>10}")
+    say(
+        f"2. {args.sessions} concurrent sessions x {args.turns} turns, ~{args.shared_prompt}-token shared system "
+        f"prompt, {args.max_tokens} tokens/turn, temperature 0.7 ({t_conc:.0f} s)"
+    )
+    say(
+        f"{'cache':>12} {'requests':>8} {'wall s':>7} {'tokens':>7} {'tokens/s':>8} {'mean ttft s':>11} "
+        f"{'prefilled':>9} {'hit tokens':>10}"
+    )
     names = {"off": "off", "on": "512 MB", "small": f"{args.bound_mb} MB"}
     prefilled = {k: stats[k]["prefix_cache_prefill_tokens"] for k in stats}
     prefilled["off"] -= ttft_stats["off"]["prefix_cache_prefill_tokens"]  # the off engine served part 1 too
     hits = {k: stats[k]["prefix_cache_hit_tokens"] for k in stats}
     for k in ("off", "on", "small"):
         r = conc[k]
-        say(f"{names[k]:>12} {r['requests']:>8} {r['wall_s']:>7.1f} {r['tokens']:>7} {r['tokens_per_s']:>8.2f} "
-            f"{r['mean_ttft_s']:>11.2f} {prefilled[k]:>9} {hits[k]:>10}")
-    say(f"aggregate tokens/s, on / off: {conc['on']['tokens_per_s'] / conc['off']['tokens_per_s']:.2f}x; "
-        f"{args.bound_mb} MB / off: {conc['small']['tokens_per_s'] / conc['off']['tokens_per_s']:.2f}x")
+        say(
+            f"{names[k]:>12} {r['requests']:>8} {r['wall_s']:>7.1f} {r['tokens']:>7} {r['tokens_per_s']:>8.2f} "
+            f"{r['mean_ttft_s']:>11.2f} {prefilled[k]:>9} {hits[k]:>10}"
+        )
+    say(
+        f"aggregate tokens/s, on / off: {conc['on']['tokens_per_s'] / conc['off']['tokens_per_s']:.2f}x; "
+        f"{args.bound_mb} MB / off: {conc['small']['tokens_per_s'] / conc['off']['tokens_per_s']:.2f}x"
+    )
     say("(prefilled: prompt tokens run through prefill; the cached engines' counts include a short warm-up)")
     say()
     s = stats["small"]
     mb = 2**20
     say(f"3. memory at a {args.bound_mb} MB bound (workload of 2, {t_small:.0f} s)")
-    say(f"bound {s['prefix_cache_max_bytes'] / mb:.1f} MB; most seen held {max(poll, default=0) / mb:.1f} MB "
+    say(
+        f"bound {s['prefix_cache_max_bytes'] / mb:.1f} MB; most seen held {max(poll, default=0) / mb:.1f} MB "
         f"(polled), peak {s['prefix_cache_peak_bytes'] / mb:.1f} MB (cache's own), "
         f"held at the end {s['prefix_cache_bytes'] / mb:.1f} MB in {s['prefix_cache_entries']} blocks, "
-        f"{s['prefix_cache_evictions']} blocks evicted")
-    say(f"512 MB cache after part 2: {stats['on']['prefix_cache_bytes'] / mb:.1f} MB in "
+        f"{s['prefix_cache_evictions']} blocks evicted"
+    )
+    say(
+        f"512 MB cache after part 2: {stats['on']['prefix_cache_bytes'] / mb:.1f} MB in "
         f"{stats['on']['prefix_cache_entries']} blocks (peak {stats['on']['prefix_cache_peak_bytes'] / mb:.1f} MB); "
         f"after part 1: {ttft_stats['on']['prefix_cache_bytes'] / mb:.1f} MB in "
-        f"{ttft_stats['on']['prefix_cache_entries']} blocks")
+        f"{ttft_stats['on']['prefix_cache_entries']} blocks"
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = "bench/prefix_cache.py" + (" --quick" if args.quick else "")

@@ -32,23 +32,35 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve import level  # noqa: E402 - the shared session workload
+from serve import level  # the shared session workload
 
-from openclaw_rl.config import build_config  # noqa: E402
-from openclaw_rl.policy.replicas import ReplicatedEngine  # noqa: E402
-from openclaw_rl.policy.server import PolicyService  # noqa: E402
-from openclaw_rl.policy.transformers_engine import TransformersEngine  # noqa: E402
-from openclaw_rl.runtime.ports import free_port  # noqa: E402
-from openclaw_rl.runtime.ray_cluster import check_ray_address  # noqa: E402
+from openclaw_rl.config import build_config
+from openclaw_rl.policy.replicas import ReplicatedEngine
+from openclaw_rl.policy.server import PolicyService
+from openclaw_rl.policy.transformers_engine import TransformersEngine
+from openclaw_rl.runtime.ports import free_port
+from openclaw_rl.runtime.ray_cluster import check_ray_address
 
 
 def start_head(num_cpus: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
     ray_bin = Path(sys.executable).with_name("ray")
-    proc = subprocess.Popen([str(ray_bin), "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
-                             f"--num-cpus={num_cpus}", "--include-dashboard=false", "--disable-usage-stats",
-                             "--block"], start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            str(ray_bin),
+            "start",
+            "--head",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            f"--num-cpus={num_cpus}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            "--block",
+        ],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     address = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while check_ray_address(address, timeout_s=1) is not None:
@@ -90,11 +102,20 @@ def main() -> None:
     results = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            cfg = build_config({
-                "global": {"log_dir": str(Path(tmp) / "logs"), "ray_address": address},
-                "policy_service": {"model": args.model, "host": "127.0.0.1", "port": 0, "engine_num_cpus": 1,
-                                   "max_concurrent": 64},
-                "env_service": {"mode": "cloud", "num_envs": 1}}, environ={})
+            cfg = build_config(
+                {
+                    "global": {"log_dir": str(Path(tmp) / "logs"), "ray_address": address},
+                    "policy_service": {
+                        "model": args.model,
+                        "host": "127.0.0.1",
+                        "port": 0,
+                        "engine_num_cpus": 1,
+                        "max_concurrent": 64,
+                    },
+                    "env_service": {"mode": "cloud", "num_envs": 1},
+                },
+                environ={},
+            )
             for _ in range(args.repeat):
                 for name, n in (("in-process", 0), ("1 replica", 1), ("2 replicas", 2)):
                     results.append(run_setup(name, cfg, n, args))
@@ -109,14 +130,20 @@ def main() -> None:
         except subprocess.TimeoutExpired:  # `ray start --block` can ignore SIGTERM while tearing down
             os.killpg(head.pid, signal.SIGKILL)
             head.wait(timeout=10)
-    print(f"\nmodel={args.model} sessions={args.sessions} turns/session={args.turns} "
-          f"max_tokens={args.max_tokens} in-process threads={args.threads}")
+    print(
+        f"\nmodel={args.model} sessions={args.sessions} turns/session={args.turns} "
+        f"max_tokens={args.max_tokens} in-process threads={args.threads}"
+    )
     print(f"{'setup':>12} {'requests':>8} {'mean lat s':>10} {'p99 lat s':>10} {'tokens':>7} {'tokens/s':>9}")
     for r in results:
-        print(f"{r['setup']:>12} {r['requests']:>8} {r['mean_latency_s']:>10.2f} {r['p99_latency_s']:>10.2f} "
-              f"{r['tokens']:>7} {r['tokens_per_s']:>9.1f}")
-    best = {s: max(r["tokens_per_s"] for r in results if r["setup"] == s)
-            for s in ("in-process", "1 replica", "2 replicas")}
+        print(
+            f"{r['setup']:>12} {r['requests']:>8} {r['mean_latency_s']:>10.2f} {r['p99_latency_s']:>10.2f} "
+            f"{r['tokens']:>7} {r['tokens_per_s']:>9.1f}"
+        )
+    best = {
+        s: max(r["tokens_per_s"] for r in results if r["setup"] == s)
+        for s in ("in-process", "1 replica", "2 replicas")
+    }
     print(f"\n1 replica / in-process (cost of the Ray hop): {best['1 replica'] / best['in-process']:.2f}x")
     print(f"2 replicas / 1 replica (a second engine):     {best['2 replicas'] / best['1 replica']:.2f}x")
 

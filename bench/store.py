@@ -36,11 +36,19 @@ from openclaw_rl.types import JudgeResult, NextState, Turn
 
 
 def make_turn(session: str, index: int, prompt: int, response: int) -> Turn:
-    messages = [{"role": "system", "content": "You are a helpful assistant."},
-                {"role": "user", "content": "word " * (prompt // 2)}]
-    return Turn(session_id=session, turn_index=index, messages=messages, prompt_ids=list(range(prompt)),
-                response_ids=list(range(response)), response_logprobs=[-0.5] * response,
-                response_text="token " * response)
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "word " * (prompt // 2)},
+    ]
+    return Turn(
+        session_id=session,
+        turn_index=index,
+        messages=messages,
+        prompt_ids=list(range(prompt)),
+        response_ids=list(range(response)),
+        response_logprobs=[-0.5] * response,
+        response_text="token " * response,
+    )
 
 
 def record(path: Path, tag: str, n: int, prompt: int, response: int) -> float:
@@ -52,8 +60,10 @@ def record(path: Path, tag: str, n: int, prompt: int, response: int) -> float:
         state = NextState(role="user", content="thanks, next") if idx else None
         store.record_turn(make_turn(sid, idx, prompt, response), next_state_for_previous=state)
         if idx == 3:  # the closing request carries turn 3's next state
-            store.record_turn(make_turn(sid, 4, prompt, response),
-                              next_state_for_previous=NextState(role="user", content="bye"))
+            store.record_turn(
+                make_turn(sid, 4, prompt, response),
+                next_state_for_previous=NextState(role="user", content="bye"),
+            )
             store.close_session(sid)
     store.close()
     return time.perf_counter() - start
@@ -109,7 +119,13 @@ def main() -> None:
     rows: list[tuple[str, int, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "store.sqlite"
-        rows.append(("record", args.turns + args.turns // 4, record(path, "a", args.turns, args.prompt, args.response)))
+        rows.append(
+            (
+                "record",
+                args.turns + args.turns // 4,
+                record(path, "a", args.turns, args.prompt, args.response),
+            )
+        )
         secs, n1 = judge_phase(path, 1)
         rows.append(("judge x1", n1, secs))
         record(path, "b", args.turns, args.prompt, args.response)
@@ -118,7 +134,9 @@ def main() -> None:
         secs, trained = train(path)
         rows.append(("train", trained, secs))
         size_mb = sum(p.stat().st_size for p in Path(tmp).iterdir()) / 1e6
-    print(f"\nturns={args.turns} prompt={args.prompt} response={args.response} tokens; store {size_mb:.0f} MB")
+    print(
+        f"\nturns={args.turns} prompt={args.prompt} response={args.response} tokens; store {size_mb:.0f} MB"
+    )
     print(f"{'phase':>9} {'items':>7} {'seconds':>8} {'items/s':>8}")
     for name, n, secs in rows:
         print(f"{name:>9} {n:>7} {secs:>8.2f} {n / secs:>8.1f}")

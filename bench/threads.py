@@ -63,26 +63,44 @@ def main() -> int:
     cores = len(os.sched_getaffinity(0))
     share = thread_shares(cores)["training"]
     work = Path(tempfile.mkdtemp(prefix="ocl-threads-"))
-    cfg = build_config({"global": {"log_dir": str(work / "train")},
-                        "training": {"batch_size": 4, "mini_batch_size": 2, "micro_batch_tokens": 1024, "lr": 1e-4}},
-                       environ={})
+    cfg = build_config(
+        {
+            "global": {"log_dir": str(work / "train")},
+            "training": {"batch_size": 4, "mini_batch_size": 2, "micro_batch_tokens": 1024, "lr": 1e-4},
+        },
+        environ={},
+    )
     trainer = Trainer(cfg, cfg.policy_service.model)
     tok = trainer.tokenizer
     batch = []
     for i in range(4):  # chat-sized samples: ~250 prompt and 64 response tokens
         prompt = tok.encode(f"Problem {i}: " + "Tom has 3 apples and buys 4 more bags of 6. " * 18)
         response = tok.encode("He has 3 + 4 * 6 = 27 apples. " * 6)[:64]
-        batch.append(Sample(sample_id=f"s{i}", session_id="b", turn_index=i, prompt_ids=prompt, response_ids=response,
-                            rollout_logprobs=[-1.0] * len(response), loss_mask=[1] * len(response),
-                            reward=1.0 if i % 2 else -1.0))
+        batch.append(
+            Sample(
+                sample_id=f"s{i}",
+                session_id="b",
+                turn_index=i,
+                prompt_ids=prompt,
+                response_ids=response,
+                rollout_logprobs=[-1.0] * len(response),
+                loss_mask=[1] * len(response),
+                reward=1.0 if i % 2 else -1.0,
+            )
+        )
     trainer.train_update(batch)  # warm-up
     times: dict[int, list[float]] = {share: [], cores: []}
     for _ in range(args.rounds):
         for threads in (share, cores):
             env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-            gen = subprocess.Popen([sys.executable, "-c", GENERATOR.format(root=str(ROOT), log=str(work / "serve"))],
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                   text=True, env=env)
+            gen = subprocess.Popen(
+                [sys.executable, "-c", GENERATOR.format(root=str(ROOT), log=str(work / "serve"))],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env=env,
+            )
             try:
                 assert gen.stdout is not None and gen.stdout.readline().strip() == "generating"
                 time.sleep(3)  # the sessions are under way

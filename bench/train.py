@@ -37,8 +37,11 @@ def _peak_cpu_allocated(trace_path: str) -> int:
     frees) over the memory events of a profiler trace."""
     with open(trace_path) as fh:
         events = json.load(fh)["traceEvents"]
-    totals = [e["args"]["Total Allocated"] for e in events
-              if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 0]
+    totals = [
+        e["args"]["Total Allocated"]
+        for e in events
+        if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 0
+    ]
     return max(totals, default=0)
 
 
@@ -55,13 +58,23 @@ def child(args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(args.threads)
     log_dir = tempfile.mkdtemp(prefix="bench_train_")
-    cfg = build_config({
-        "global": {"log_dir": log_dir},
-        "training": {"lora": args.mode == "lora", "batch_size": args.batch, "mini_batch_size": args.batch,
-                     "micro_batch_tokens": max(4096, args.batch * (args.prompt_len + args.response_len)),
-                     "lr": 1e-5, "kl_coef": 0.01, "logprob_chunk_size": args.chunk_size,
-                     "device": args.device, "checkpoint_interval": 1000},
-    }, environ={})
+    cfg = build_config(
+        {
+            "global": {"log_dir": log_dir},
+            "training": {
+                "lora": args.mode == "lora",
+                "batch_size": args.batch,
+                "mini_batch_size": args.batch,
+                "micro_batch_tokens": max(4096, args.batch * (args.prompt_len + args.response_len)),
+                "lr": 1e-5,
+                "kl_coef": 0.01,
+                "logprob_chunk_size": args.chunk_size,
+                "device": args.device,
+                "checkpoint_interval": 1000,
+            },
+        },
+        environ={},
+    )
     trainer = Trainer(cfg, args.model)
     if args.impl == "plain":
         trainer.token_stats = plain_token_stats
@@ -70,18 +83,35 @@ def child(args: argparse.Namespace) -> dict:
     samples = []
     for i in range(args.batch):
         resp = [rng.randrange(vocab) for _ in range(args.response_len)]
-        samples.append(Sample(
-            sample_id=str(i), session_id="bench", turn_index=i,
-            prompt_ids=[rng.randrange(vocab) for _ in range(args.prompt_len)], response_ids=resp,
-            rollout_logprobs=[-11.0] * len(resp), loss_mask=[1] * len(resp),
-            reward=1.0 if i % 2 else -1.0,
-            teacher_logprobs=[-10.5] * len(resp) if i % 2 == 0 else None))
+        samples.append(
+            Sample(
+                sample_id=str(i),
+                session_id="bench",
+                turn_index=i,
+                prompt_ids=[rng.randrange(vocab) for _ in range(args.prompt_len)],
+                response_ids=resp,
+                rollout_logprobs=[-11.0] * len(resp),
+                loss_mask=[1] * len(resp),
+                reward=1.0 if i % 2 else -1.0,
+                teacher_logprobs=[-10.5] * len(resp) if i % 2 == 0 else None,
+            )
+        )
     if args.warmup:
         # Touch every weight page (safetensors are memory-mapped), start thread pools and create the
         # optimizer state, so that the measured update is a steady-state one.
-        trainer.train_update([samples[0].model_copy(update={
-            "prompt_ids": samples[0].prompt_ids[:8], "response_ids": samples[0].response_ids[:8],
-            "rollout_logprobs": [-11.0] * 8, "loss_mask": [1] * 8, "teacher_logprobs": None})])
+        trainer.train_update(
+            [
+                samples[0].model_copy(
+                    update={
+                        "prompt_ids": samples[0].prompt_ids[:8],
+                        "response_ids": samples[0].response_ids[:8],
+                        "rollout_logprobs": [-11.0] * 8,
+                        "loss_mask": [1] * 8,
+                        "teacher_logprobs": None,
+                    }
+                )
+            ]
+        )
     cuda = args.device.startswith("cuda")
     if cuda:
         torch.cuda.synchronize()
@@ -103,9 +133,16 @@ def child(args: argparse.Namespace) -> dict:
         prof.export_chrome_trace(trace)
         peak = _peak_cpu_allocated(trace)
     tokens = sum(s.num_tokens for s in samples)
-    return {"mode": args.mode, "impl": args.impl, "seconds": elapsed, "tokens": tokens,
-            "tokens_per_s": tokens / elapsed, "peak_mem_mb": peak / 2**20,
-            "loss": metrics["loss"], "kl": metrics["kl"]}
+    return {
+        "mode": args.mode,
+        "impl": args.impl,
+        "seconds": elapsed,
+        "tokens": tokens,
+        "tokens_per_s": tokens / elapsed,
+        "peak_mem_mb": peak / 2**20,
+        "loss": metrics["loss"],
+        "kl": metrics["kl"],
+    }
 
 
 def main() -> int:
@@ -119,8 +156,12 @@ def main() -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--chunk-size", type=int, default=256, help="[training] logprob_chunk_size (tokens)")
-    ap.add_argument("--no-warmup", dest="warmup", action="store_false",
-                    help="measure the very first update (includes page-in of weights, optimizer state)")
+    ap.add_argument(
+        "--no-warmup",
+        dest="warmup",
+        action="store_false",
+        help="measure the very first update (includes page-in of weights, optimizer state)",
+    )
     ap.add_argument("--mode", help=argparse.SUPPRESS)
     ap.add_argument("--impl", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -128,18 +169,38 @@ def main() -> int:
         print("RESULT " + json.dumps(child(args)), flush=True)
         return 0
 
-    print(f"one PPO update, batch={args.batch}, prompt={args.prompt_len}, response={args.response_len} "
-          f"tokens, chunk={args.chunk_size}, model={args.model}, device={args.device}, "
-          f"threads={args.threads}; memory = "
-          f"{'CUDA max_memory_allocated delta' if args.device.startswith('cuda') else 'peak torch CPU allocation (profiler)'}"
-          f"{', after a warm-up update' if args.warmup else ', first update (no warm-up)'}")
+    print(
+        f"one PPO update, batch={args.batch}, prompt={args.prompt_len}, response={args.response_len} "
+        f"tokens, chunk={args.chunk_size}, model={args.model}, device={args.device}, "
+        f"threads={args.threads}; memory = "
+        f"{'CUDA max_memory_allocated delta' if args.device.startswith('cuda') else 'peak torch CPU allocation (profiler)'}"
+        f"{', after a warm-up update' if args.warmup else ', first update (no warm-up)'}"
+    )
     results: dict[tuple[str, str], dict] = {}
     for mode in args.modes.split(","):
         for impl in args.impls.split(","):
-            cmd = [sys.executable, __file__, "--mode", mode, "--impl", impl, "--model", args.model,
-                   "--batch", str(args.batch), "--response-len", str(args.response_len),
-                   "--prompt-len", str(args.prompt_len), "--device", args.device,
-                   "--threads", str(args.threads), "--chunk-size", str(args.chunk_size)] + ([] if args.warmup else ["--no-warmup"])
+            cmd = [
+                sys.executable,
+                __file__,
+                "--mode",
+                mode,
+                "--impl",
+                impl,
+                "--model",
+                args.model,
+                "--batch",
+                str(args.batch),
+                "--response-len",
+                str(args.response_len),
+                "--prompt-len",
+                str(args.prompt_len),
+                "--device",
+                args.device,
+                "--threads",
+                str(args.threads),
+                "--chunk-size",
+                str(args.chunk_size),
+            ] + ([] if args.warmup else ["--no-warmup"])
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
             line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
             if proc.returncode != 0 or line is None:
@@ -147,14 +208,19 @@ def main() -> int:
                 continue
             r = json.loads(line.removeprefix("RESULT "))
             results[(mode, impl)] = r
-            print(f"{mode:>4} {impl:>7}: {r['seconds']:7.2f} s  {r['tokens_per_s']:8.1f} tok/s  "
-                  f"peak mem +{r['peak_mem_mb']:8.1f} MB  loss={r['loss']:+.4f} kl={r['kl']:.2e}", flush=True)
+            print(
+                f"{mode:>4} {impl:>7}: {r['seconds']:7.2f} s  {r['tokens_per_s']:8.1f} tok/s  "
+                f"peak mem +{r['peak_mem_mb']:8.1f} MB  loss={r['loss']:+.4f} kl={r['kl']:.2e}",
+                flush=True,
+            )
     for mode in args.modes.split(","):
         c, p = results.get((mode, "chunked")), results.get((mode, "plain"))
         if c and p:
-            print(f"{mode}: chunked vs plain  speed x{c['tokens_per_s'] / p['tokens_per_s']:.2f}  "
-                  f"peak memory x{c['peak_mem_mb'] / max(p['peak_mem_mb'], 1e-9):.2f} "
-                  f"({c['peak_mem_mb']:.0f} MB vs {p['peak_mem_mb']:.0f} MB)")
+            print(
+                f"{mode}: chunked vs plain  speed x{c['tokens_per_s'] / p['tokens_per_s']:.2f}  "
+                f"peak memory x{c['peak_mem_mb'] / max(p['peak_mem_mb'], 1e-9):.2f} "
+                f"({c['peak_mem_mb']:.0f} MB vs {p['peak_mem_mb']:.0f} MB)"
+            )
     return 0
 
 

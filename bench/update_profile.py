@@ -52,7 +52,7 @@ def write_config(work: Path, args: argparse.Namespace) -> Path:
     path.write_text(f"""
 [global]
 seed = {args.seed}
-log_dir = "{work / 'profile'}"
+log_dir = "{work / "profile"}"
 [policy_service]
 model = "smollm2-135m-instruct"
 port = {free_port()}
@@ -137,21 +137,29 @@ def profile(args: argparse.Namespace, work: Path) -> None:
             service.swap_weights(path, trainer.policy_version)
             totals["sync"] += time.perf_counter() - t0
             samples += len(batch)
-            print(f"update {update + 1}: " + ", ".join(f"{k} {v:.0f}s" for k, v in totals.items())
-                  + f" (train as before: {train_before:.0f}s)", flush=True)
+            print(
+                f"update {update + 1}: "
+                + ", ".join(f"{k} {v:.0f}s" for k, v in totals.items())
+                + f" (train as before: {train_before:.0f}s)",
+                flush=True,
+            )
     finally:
         service.stop()
         store.close()
     wall = time.perf_counter() - wall0 - train_before  # the side-by-side trainer is not part of an update
     n = args.updates
-    print(f"\nper update (batch {args.batch}, group_size {args.group_size}, num_envs {args.num_envs}, "
-          f"max_tokens {args.max_tokens}; {os.cpu_count()} cores):")
+    print(
+        f"\nper update (batch {args.batch}, group_size {args.group_size}, num_envs {args.num_envs}, "
+        f"max_tokens {args.max_tokens}; {os.cpu_count()} cores):"
+    )
     for k in STAGES:
         print(f"  {k:<8}{totals[k] / n:>8.1f} s  {totals[k] / wall:>6.1%}")
     print(f"  {'wall':<8}{wall / n:>8.1f} s   {samples / wall * 3600:.0f} trained samples/hour")
     old = wall + train_before - totals["train"]
-    print(f"\ntrain stage, before / after on the same batches: {train_before / n:.1f} s / {totals['train'] / n:.1f} s "
-          f"(x{totals['train'] / train_before:.2f})")
+    print(
+        f"\ntrain stage, before / after on the same batches: {train_before / n:.1f} s / {totals['train'] / n:.1f} s "
+        f"(x{totals['train'] / train_before:.2f})"
+    )
     print(f"time per update, before / after: {old / n:.1f} s / {wall / n:.1f} s (x{wall / old:.2f})")
 
 

@@ -54,8 +54,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from openclaw_rl.envs.evaluate import EvalSizes, eval_command
 
-    sizes = EvalSizes(chat=args.chat_n, terminal=args.terminal_n, tool_call=args.tool_call_n,
-                      max_tokens=args.max_tokens)
+    sizes = EvalSizes(
+        chat=args.chat_n, terminal=args.terminal_n, tool_call=args.tool_call_n, max_tokens=args.max_tokens
+    )
     return eval_command(_config(args.config), args.checkpoint, sizes=sizes, out=args.out)
 
 
@@ -98,17 +99,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", help="exported policy directory (default: the base model)")
     from openclaw_rl.envs.evaluate import EvalSizes  # the defaults live there, once
 
-    p.add_argument("--chat-n", type=int, default=EvalSizes.chat,
-                   help="held-out problems per chat persona (default %(default)s)")
-    p.add_argument("--terminal-n", type=int, default=EvalSizes.terminal,
-                   help="held-out terminal tasks (default %(default)s)")
-    p.add_argument("--tool-call-n", type=int, default=EvalSizes.tool_call,
-                   help="held-out tool_call episodes (default %(default)s)")
-    p.add_argument("--max-tokens", type=int, default=EvalSizes.max_tokens,
-                   help="max tokens per reply (default %(default)s)")
+    p.add_argument(
+        "--chat-n",
+        type=int,
+        default=EvalSizes.chat,
+        help="held-out problems per chat persona (default %(default)s)",
+    )
+    p.add_argument(
+        "--terminal-n",
+        type=int,
+        default=EvalSizes.terminal,
+        help="held-out terminal tasks (default %(default)s)",
+    )
+    p.add_argument(
+        "--tool-call-n",
+        type=int,
+        default=EvalSizes.tool_call,
+        help="held-out tool_call episodes (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=EvalSizes.max_tokens,
+        help="max tokens per reply (default %(default)s)",
+    )
     p.add_argument("--out", help="where to write the JSON summary (default <log_dir>/eval/)")
     verb("status", _cmd_status, "print the run's counters")
-    verb("openclaw-config", _cmd_openclaw_config, "print the openclaw.json fragment that works with this config")
+    verb(
+        "openclaw-config",
+        _cmd_openclaw_config,
+        "print the openclaw.json fragment that works with this config",
+    )
     return parser
 
 

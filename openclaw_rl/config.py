@@ -50,11 +50,30 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
 class GlobalConfig(_Section):
+    run_name: str = Field(
+        "openclaw_rl",
+        description="names the run: start-up lines, the progress line, "
+        "`openclaw-rl status`, the TensorBoard run folder, each checkpoint's metadata",
+    )
     seed: int = 42
     log_dir: str = "./logs/openclaw_rl"
     async_mode: bool = True
     ray_address: str | None = Field(None, description="Ray cluster address or 'auto'; None = this machine")
+
+    @field_validator("run_name")
+    @classmethod
+    def _run_name(cls, v: str) -> str:
+        # It becomes a folder name (TensorBoard), so it must be one on every platform.
+        if not RUN_NAME.match(v):
+            raise ValueError(
+                "must be 1-64 characters of letters, digits, '.', '_' or '-', starting with a "
+                "letter or digit (it names the run's TensorBoard folder)"
+            )
+        return v
 
 
 class ApiConfig(_Section):
@@ -98,29 +117,48 @@ class PolicyServiceConfig(_Section):
     non_blocking: bool = True
     api_key: SecretStr | None = Field(None, description="bearer key clients must send; None = open")
     engine_url: str | None = Field(None, description="external engine root for sglang / vllm")
-    engine_api_key: SecretStr | None = Field(None, description="bearer key the sglang / vllm engine expects "
-                                             "(its --api-key); sent on every forwarded request and weight load")
+    engine_api_key: SecretStr | None = Field(
+        None,
+        description="bearer key the sglang / vllm engine expects "
+        "(its --api-key); sent on every forwarded request and weight load",
+    )
     launch: bool = False
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    max_model_len: int = Field(8192, ge=16, description="the context window served: prompt + output tokens "
-                               "(8,192 is SmolLM2's own)")
+    max_model_len: int = Field(
+        8192, ge=16, description="the context window served: prompt + output tokens (8,192 is SmolLM2's own)"
+    )
     max_tokens_default: int = Field(256, ge=1)
     max_tokens_overflow: Literal["clamp", "reject"] = Field(
-        "clamp", description="a max_tokens above what the window leaves: clamp it to what is left "
-        "(finish_reason \"length\" when it runs out, as OpenAI does) or reject the request with 400")
-    prefix_cache_mb: int = Field(512, ge=0, description="embedded engine: memory for key/value caches of earlier "
-                                 "prompts, reused by a session's next turn and shared system prompts; 0 = off")
+        "clamp",
+        description="a max_tokens above what the window leaves: clamp it to what is left "
+        '(finish_reason "length" when it runs out, as OpenAI does) or reject the request with 400',
+    )
+    prefix_cache_mb: int = Field(
+        512,
+        ge=0,
+        description="embedded engine: memory for key/value caches of earlier "
+        "prompts, reused by a session's next turn and shared system prompts; 0 = off",
+    )
     client_rules: list[Literal["openclaw"]] = Field(
-        default_factory=lambda: ["openclaw"], description="clients whose own housekeeping requests (history "
+        default_factory=lambda: ["openclaw"],
+        description="clients whose own housekeeping requests (history "
         "summaries, memory flushes) are served as side turns, never trained on, and whose decorations of user "
-        "messages (timestamps, runtime lines) are left out of next states; [] = none")
-    allow_open_endpoint: bool = Field(False, description="serve on a non-loopback host without api_key: "
-                                      "anyone who reaches the port can use the model")
+        "messages (timestamps, runtime lines) are left out of next states; [] = none",
+    )
+    allow_open_endpoint: bool = Field(
+        False,
+        description="serve on a non-loopback host without api_key: "
+        "anyone who reaches the port can use the model",
+    )
     batch_wait_ms: float = Field(5.0, ge=0)
     request_timeout_sec: float = Field(300, gt=0)
-    num_engines: int = Field(1, ge=1, description="cluster mode: engine replicas as Ray actors behind the "
-                             "one endpoint, each session kept on one replica")
+    num_engines: int = Field(
+        1,
+        ge=1,
+        description="cluster mode: engine replicas as Ray actors behind the "
+        "one endpoint, each session kept on one replica",
+    )
     engine_num_cpus: float = Field(1, gt=0, description="cluster mode: CPUs each engine replica reserves")
     engine_num_gpus: float = Field(0, ge=0, description="cluster mode: GPUs each engine replica reserves")
 
@@ -148,29 +186,43 @@ class EnvServiceConfig(_Section):
     mode: Literal["local", "cloud"] = "local"
     num_envs: int = Field(8, ge=0)
     interaction_types: list[Literal["chat", "terminal", "gui", "tool_call"]] = Field(
-        default_factory=lambda: ["chat"])
+        default_factory=lambda: ["chat"]
+    )
     state_capture: bool = True
     enabled: bool = True
     user_mode: Literal["scripted", "llm"] = "scripted"
     personas: list[Literal["student", "teacher"]] = Field(default_factory=lambda: ["student", "teacher"])
     max_turns: int = Field(4, ge=1)
-    data_path: str = Field("gsm8k", description="a packaged data set (gsm8k: the GSM8K test split, 1,319 "
-                           "problems) or a path to a JSON list of {question, ground_truth_answer}")
+    data_path: str = Field(
+        "gsm8k",
+        description="a packaged data set (gsm8k: the GSM8K test split, 1,319 "
+        "problems) or a path to a JSON list of {question, ground_truth_answer}",
+    )
     eval_size: int = Field(50, ge=1, description="held-out problems, never trained on")
     temperature: float = Field(0.7, ge=0, le=2, description="sampling temperature of environment rollouts")
     top_p: float = Field(0.9, gt=0, le=1, description="nucleus cut of environment rollouts")
-    group_size: int = Field(1, ge=1, le=64, description="episodes played on the same task at once (a group); "
-                            "advantages are taken relative to the group's mean. Episodes in flight = "
-                            "num_envs x group_size")
+    group_size: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="episodes played on the same task at once (a group); "
+        "advantages are taken relative to the group's mean. Episodes in flight = "
+        "num_envs x group_size",
+    )
     max_ready_samples: int | None = Field(
-        None, ge=0, description="workers start no new episode while this many samples wait for the trainer "
+        None,
+        ge=0,
+        description="workers start no new episode while this many samples wait for the trainer "
         "(default 2 x [training] batch_size; 0 = no limit): rollouts far ahead of training only go stale, "
-        "and on a shared CPU they slow the trainer down")
+        "and on a shared CPU they slow the trainer down",
+    )
     reward: Literal["judge", "outcome", "both"] = Field(
-        "judge", description="what terminal / tool_call / gui episodes train on: the judge's per-turn "
+        "judge",
+        description="what terminal / tool_call / gui episodes train on: the judge's per-turn "
         "scores, the environment's verified outcome (every turn of the episode), or both (judge per turn, "
         "outcome added at the last turn). Chat personas are always judged: in real use the user's reply is "
-        "the only signal")
+        "the only signal",
+    )
 
 
 class PrmServiceConfig(_Section):
@@ -218,26 +270,41 @@ class TrainingConfig(_Section):
     lora_rank: int = Field(16, ge=1)
     lora_alpha: int = Field(32, ge=1)
     lora_target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"])
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"]
+    )
     max_grad_norm: float = Field(1.0, gt=0)
     max_steps: int | None = Field(None, ge=1)
     checkpoint_interval: int = Field(10, ge=1)
     max_staleness: int | None = Field(None, ge=0, description="versions; older samples are dropped")
     off_policy_correction: Literal["decoupled", "none"] = Field(
-        "decoupled", description="decoupled: the PPO ratio is taken against the policy at the start of "
+        "decoupled",
+        description="decoupled: the PPO ratio is taken against the policy at the start of "
         "the update (the proximal policy) and each token is weighted by proximal / behaviour probability, "
-        "truncated at behaviour_weight_cap; none: the ratio is taken against the rollout log-probs")
-    behaviour_weight_cap: float = Field(2.0, gt=0, description="truncation of the proximal / behaviour "
-                                        "importance weight (decoupled correction)")
-    eval_interval: int = Field(0, ge=0, description="evaluate the held-out slice on the base policy at start "
-                               "and on each published policy at least this many updates after the last "
-                               "evaluated one; 0 = off")
+        "truncated at behaviour_weight_cap; none: the ratio is taken against the rollout log-probs",
+    )
+    behaviour_weight_cap: float = Field(
+        2.0,
+        gt=0,
+        description="truncation of the proximal / behaviour importance weight (decoupled correction)",
+    )
+    eval_interval: int = Field(
+        0,
+        ge=0,
+        description="evaluate the held-out slice on the base policy at start "
+        "and on each published policy at least this many updates after the last "
+        "evaluated one; 0 = off",
+    )
     eval_size: int = Field(8, ge=1, description="held-out chat problems per persona in each live evaluation")
     advantage_baseline: Literal["mean", "none"] = Field(
-        "mean", description="mean: a reward is taken relative to its group's mean (environment groups) or to "
-        "a running mean per turn kind (single responses, e.g. personal-agent traffic); none: the raw reward")
-    group_std_normalize: bool = Field(False, description="also divide a group's advantages by its reward "
-                                      "spread (GRPO); off by default, see docs/training.md")
+        "mean",
+        description="mean: a reward is taken relative to its group's mean (environment groups) or to "
+        "a running mean per turn kind (single responses, e.g. personal-agent traffic); none: the raw reward",
+    )
+    group_std_normalize: bool = Field(
+        False,
+        description="also divide a group's advantages by its reward "
+        "spread (GRPO); off by default, see docs/training.md",
+    )
     baseline_momentum: float = Field(0.9, ge=0, lt=1, description="running baseline: b <- m*b + (1-m)*r")
     logprob_chunk_size: int = Field(256, ge=1)
     device: str = "cpu"
@@ -290,7 +357,11 @@ class Config(BaseModel):
                 out.env_service.data_path = str(self.data_file())
             except DataPathError:
                 pass  # not every interaction type reads it; validation already reported a missing file
-        for section, key in (("policy_service", "model"), ("prm_service", "model"), ("prm_service", "teacher")):
+        for section, key in (
+            ("policy_service", "model"),
+            ("prm_service", "model"),
+            ("prm_service", "teacher"),
+        ):
             value = getattr(getattr(self, section), key)
             if value and Path(value).expanduser().exists():
                 setattr(getattr(out, section), key, str(Path(value).expanduser().resolve()))
@@ -317,8 +388,11 @@ def resolve_data_path(data_path: str, config_source: str | None = None) -> Path:
     for c in candidates:
         if c.is_file():
             return c.resolve()
-    raise DataPathError(f"[env_service] data_path = {data_path!r}: file not found (looked at "
-                        + ", ".join(str(c) for c in candidates) + f"; packaged data sets: {sorted(PACKAGED_DATA)})")
+    raise DataPathError(
+        f"[env_service] data_path = {data_path!r}: file not found (looked at "
+        + ", ".join(str(c) for c in candidates)
+        + f"; packaged data sets: {sorted(PACKAGED_DATA)})"
+    )
 
 
 SECTIONS: dict[str, type[_Section]] = {
@@ -334,12 +408,16 @@ SECTIONS: dict[str, type[_Section]] = {
 def _expand(value: Any, where: str, problems: list[str], environ: dict[str, str]) -> Any:
     """Replace ``${VAR}`` in strings (recursively); an unset variable is a problem, not ''."""
     if isinstance(value, str):
+
         def sub(m: re.Match[str]) -> str:
             name = m.group(1)
             if name not in environ:
-                problems.append(f"{where}: environment variable {name} is not set (referenced as ${{{name}}})")
+                problems.append(
+                    f"{where}: environment variable {name} is not set (referenced as ${{{name}}})"
+                )
                 return ""
             return environ[name]
+
         return ENV_VAR.sub(sub, value)
     if isinstance(value, list):
         return [_expand(v, where, problems, environ) for v in value]
@@ -353,7 +431,9 @@ def _suggest(name: str, choices: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def build_config(raw: dict[str, Any], source: str = "<dict>", environ: dict[str, str] | None = None) -> Config:
+def build_config(
+    raw: dict[str, Any], source: str = "<dict>", environ: dict[str, str] | None = None
+) -> Config:
     """Validate a parsed TOML document; raise :class:`ConfigError` listing every problem."""
     environ = dict(os.environ) if environ is None else environ
     problems: list[str] = []
@@ -394,8 +474,10 @@ def build_config(raw: dict[str, Any], source: str = "<dict>", environ: dict[str,
 
 
 CHILD_ENV = "OPENCLAW_RL_CHILD"
-RAY_MISSING = ("[env_service] mode = \"cloud\" needs the ray package, which is not installed: "
-               "pip install 'openclaw-rl[ray]'")
+RAY_MISSING = (
+    '[env_service] mode = "cloud" needs the ray package, which is not installed: '
+    "pip install 'openclaw-rl[ray]'"
+)
 
 
 def print_warnings(cfg: Config) -> None:
@@ -438,10 +520,12 @@ def open_endpoint_problem(pol: PolicyServiceConfig) -> str | None:
         return None
     if pol.allow_open_endpoint:
         return None
-    return (f"[policy_service] host = {pol.host!r} is reachable from other machines and api_key is not set: "
-            "anyone who reaches the port could use the model and put turns into its training. Set "
-            "api_key = \"${OPENCLAW_RL_API_KEY}\" (and give the key to your clients), bind 127.0.0.1, or "
-            "set allow_open_endpoint = true if an open endpoint is intended")
+    return (
+        f"[policy_service] host = {pol.host!r} is reachable from other machines and api_key is not set: "
+        "anyone who reaches the port could use the model and put turns into its training. Set "
+        'api_key = "${OPENCLAW_RL_API_KEY}" (and give the key to your clients), bind 127.0.0.1, or '
+        "set allow_open_endpoint = true if an open endpoint is intended"
+    )
 
 
 def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
@@ -455,62 +539,93 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
     if prm.vote_count == 1:
         warnings.append("[prm_service] vote_count = 1: a single judge vote gives noisy rewards; use 3 or 5")
     elif prm.vote_count % 2 == 0:
-        warnings.append(f"[prm_service] vote_count = {prm.vote_count} is even: majority votes can tie "
-                        "(a tie scores 0); use an odd count")
+        warnings.append(
+            f"[prm_service] vote_count = {prm.vote_count} is even: majority votes can tie "
+            "(a tie scores 0); use an odd count"
+        )
     if tr.opd_enabled and tr.binary_rl_weight > 0 and tr.opd_weight > 5 * tr.binary_rl_weight:
-        warnings.append(f"[training] opd_weight = {tr.opd_weight} is far above binary_rl_weight = "
-                        f"{tr.binary_rl_weight}: the token-level advantage will drown the scalar reward")
+        warnings.append(
+            f"[training] opd_weight = {tr.opd_weight} is far above binary_rl_weight = "
+            f"{tr.binary_rl_weight}: the token-level advantage will drown the scalar reward"
+        )
     if pol.weight_sync_interval <= 2:
-        warnings.append(f"[policy_service] weight_sync_interval = {pol.weight_sync_interval}: serving would "
-                        "swap weights nearly every training step; 5-20 is typical")
+        warnings.append(
+            f"[policy_service] weight_sync_interval = {pol.weight_sync_interval}: serving would "
+            "swap weights nearly every training step; 5-20 is typical"
+        )
     if env.mode == "cloud":
         import importlib.util
 
         if not cfg.global_.ray_address:
-            errors.append("[env_service] mode = \"cloud\" needs [global] ray_address: the address of a running "
-                          "Ray cluster (host:port of `ray start --head`, or \"auto\"); or use mode = \"local\"")
+            errors.append(
+                '[env_service] mode = "cloud" needs [global] ray_address: the address of a running '
+                'Ray cluster (host:port of `ray start --head`, or "auto"); or use mode = "local"'
+            )
         if importlib.util.find_spec("ray") is None:
             errors.append(RAY_MISSING)
     if pol.num_engines > 1:
         if env.mode != "cloud":
-            errors.append(f"[policy_service] num_engines = {pol.num_engines} places engine replicas on a Ray "
-                          "cluster: it needs [env_service] mode = \"cloud\" (and [global] ray_address); "
-                          "on one machine use num_engines = 1")
+            errors.append(
+                f"[policy_service] num_engines = {pol.num_engines} places engine replicas on a Ray "
+                'cluster: it needs [env_service] mode = "cloud" (and [global] ray_address); '
+                "on one machine use num_engines = 1"
+            )
         if pol.backend != "transformers":
-            errors.append(f"[policy_service] num_engines = {pol.num_engines} replicates the embedded engine; "
-                          f"backend = \"{pol.backend}\" runs its own engine — scale it with that engine's "
-                          "own data parallelism and keep num_engines = 1")
+            errors.append(
+                f"[policy_service] num_engines = {pol.num_engines} replicates the embedded engine; "
+                f'backend = "{pol.backend}" runs its own engine — scale it with that engine\'s '
+                "own data parallelism and keep num_engines = 1"
+            )
     if not env.state_capture:
-        warnings.append("[env_service] state_capture = false: the judge gets no next state, every reward "
-                        "is 0 and nothing is learned")
+        warnings.append(
+            "[env_service] state_capture = false: the judge gets no next state, every reward "
+            "is 0 and nothing is learned"
+        )
     if env.reward != "judge" and env.enabled and env.num_envs and set(env.interaction_types) <= {"chat"}:
-        warnings.append(f"[env_service] reward = \"{env.reward}\" has no effect: only chat episodes are played, "
-                        "and chat has no verified outcome (it is always judged)")
+        warnings.append(
+            f'[env_service] reward = "{env.reward}" has no effect: only chat episodes are played, '
+            "and chat has no verified outcome (it is always judged)"
+        )
     if env.group_size > 1 and tr.advantage_baseline == "none":
-        warnings.append(f"[env_service] group_size = {env.group_size} with [training] advantage_baseline = "
-                        "\"none\": the group's attempts are played but never compared")
+        warnings.append(
+            f"[env_service] group_size = {env.group_size} with [training] advantage_baseline = "
+            '"none": the group\'s attempts are played but never compared'
+        )
     if tr.mini_batch_size > tr.batch_size:
-        errors.append(f"[training] mini_batch_size = {tr.mini_batch_size} is larger than batch_size = "
-                      f"{tr.batch_size}")
+        errors.append(
+            f"[training] mini_batch_size = {tr.mini_batch_size} is larger than batch_size = {tr.batch_size}"
+        )
     elif tr.batch_size % tr.mini_batch_size:
-        warnings.append(f"[training] batch_size = {tr.batch_size} is not a multiple of mini_batch_size = "
-                        f"{tr.mini_batch_size}; the last optimiser step gets fewer samples")
+        warnings.append(
+            f"[training] batch_size = {tr.batch_size} is not a multiple of mini_batch_size = "
+            f"{tr.mini_batch_size}; the last optimiser step gets fewer samples"
+        )
     if (prm.uses_api or pol.backend == "api") and not cfg.api.base_url:
-        errors.append(f"[api] base_url: required because prm_service.backend = {prm.backend!r} or "
-                      "policy_service.backend = \"api\" uses the API channel")
+        errors.append(
+            f"[api] base_url: required because prm_service.backend = {prm.backend!r} or "
+            'policy_service.backend = "api" uses the API channel'
+        )
     if pol.backend in ("sglang", "vllm") and not pol.engine_url and not pol.launch:
-        warnings.append(f"[policy_service] backend = \"{pol.backend}\" without engine_url: assuming the engine "
-                        f"at {pol.engine_root}")
+        warnings.append(
+            f'[policy_service] backend = "{pol.backend}" without engine_url: assuming the engine '
+            f"at {pol.engine_root}"
+        )
     if env.enabled and env.num_envs > 0 and not env.interaction_types:
-        errors.append(f"[env_service] interaction_types is empty but num_envs = {env.num_envs}: name at least "
-                      "one of \"chat\", \"terminal\", \"gui\", \"tool_call\" (or set num_envs = 0 to run "
-                      "no environments)")
+        errors.append(
+            f"[env_service] interaction_types is empty but num_envs = {env.num_envs}: name at least "
+            'one of "chat", "terminal", "gui", "tool_call" (or set num_envs = 0 to run '
+            "no environments)"
+        )
     if env.user_mode == "llm" and not cfg.api.base_url:
-        errors.append("[env_service] user_mode = \"llm\" writes the simulated user's replies through the API "
-                      "channel: it needs [api] base_url (or use user_mode = \"scripted\")")
+        errors.append(
+            '[env_service] user_mode = "llm" writes the simulated user\'s replies through the API '
+            'channel: it needs [api] base_url (or use user_mode = "scripted")'
+        )
     if tr.backend == "megatron":
-        errors.append(f"[training] backend = \"{tr.backend}\" is not built yet; use "
-                      "backend = \"torch\" (single process) or \"fsdp\" (multi-process)")
+        errors.append(
+            f'[training] backend = "{tr.backend}" is not built yet; use '
+            'backend = "torch" (single process) or "fsdp" (multi-process)'
+        )
     problem = open_endpoint_problem(pol)
     if problem:
         errors.append(problem)

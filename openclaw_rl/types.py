@@ -141,8 +141,13 @@ class Sample(BaseModel):
         n = len(self.response_ids)
         if n == 0:
             raise ValueError("response_ids is empty: a sample needs at least one response token")
-        for name in ("rollout_logprobs", "loss_mask", "teacher_logprobs", "teacher_topk_ids",
-                     "teacher_topk_logprobs"):
+        for name in (
+            "rollout_logprobs",
+            "loss_mask",
+            "teacher_logprobs",
+            "teacher_topk_ids",
+            "teacher_topk_logprobs",
+        ):
             value = getattr(self, name)
             if value is not None and len(value) != n:
                 raise ValueError(f"{name} has {len(value)} entries, response_ids has {n}")

@@ -31,7 +31,9 @@ class Env(ABC):
     name: str = "env"
 
     @abstractmethod
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict[str, Any]]:
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
         """Start a new episode; return the first observation and info."""
 
     @abstractmethod

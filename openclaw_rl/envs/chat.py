@@ -45,27 +45,67 @@ Context = Mapping[str, Any]
 # ---------------------------------------------------------------------------------------------
 
 AI_PHRASES = (
-    "as an ai", "language model", "i'd be happy", "i would be happy", "happy to help", "i'm happy to",
-    "glad to help", "certainly", "great question", "hope this helps", "feel free", "let me know",
-    "here's", "here is", "let's", "let us", "step-by-step", "step by step", "in conclusion",
-    "to solve this problem", "of course", "sure!", "sure,", "alright", "assist", "chatbot", "i'm sorry",
-    "i apologize", "ready to help", "here to help", "please provide", "we need to", "we can ",
+    "as an ai",
+    "language model",
+    "i'd be happy",
+    "i would be happy",
+    "happy to help",
+    "i'm happy to",
+    "glad to help",
+    "certainly",
+    "great question",
+    "hope this helps",
+    "feel free",
+    "let me know",
+    "here's",
+    "here is",
+    "let's",
+    "let us",
+    "step-by-step",
+    "step by step",
+    "in conclusion",
+    "to solve this problem",
+    "of course",
+    "sure!",
+    "sure,",
+    "alright",
+    "assist",
+    "chatbot",
+    "i'm sorry",
+    "i apologize",
+    "ready to help",
+    "here to help",
+    "please provide",
+    "we need to",
+    "we can ",
 )
 _MARKDOWN = re.compile(r"\*\*|__|^\s{0,3}#{1,6}\s|^\s*\d+[.)]\s|^\s*[-*\u2022]\s", re.M)
 _SECOND_PERSON = re.compile(r"\b(you|your|you're|youre|you'll|you've|yourself)\b", re.I)
 # The student narrating their own work: "i added", "i then divided", "i got" (not "I'm happy to").
-_NARRATION = re.compile(r"\bi\s+(?:(?:just|then|first|also|basically|finally)\s+)?"
-                        r"(?:\w+ed|got|did|found|took|made|knew|know|think|thought|saw|had|put|went|set|wrote|"
-                        r"came|read|multiply|divide|add|subtract|figure|work|times|split|take|get|do)\b", re.I)
+_NARRATION = re.compile(
+    r"\bi\s+(?:(?:just|then|first|also|basically|finally)\s+)?"
+    r"(?:\w+ed|got|did|found|took|made|knew|know|think|thought|saw|had|put|went|set|wrote|"
+    r"came|read|multiply|divide|add|subtract|figure|work|times|split|take|get|do)\b",
+    re.I,
+)
 # A clean closing statement: "so the answer is 36" / "Answer: $1,250 total." (not a sentence cut mid-sum).
 _FINAL = re.compile(r"answer\b[^\d\n]{0,25}-?\$?\d[\d,]*(?:\.\d+)?(?:\s+[A-Za-z]+){0,3}\s*[.!]?\s*$", re.I)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-_VERDICT = re.compile(r"\b(correct|incorrect|right answer|not right|not quite|wrong answer|is right|"
-                      r"got it right|spot on|exactly right|isn't right|is off|not correct)\b", re.I)
-_NEXT_STEP = re.compile(r"\b(next time|try to|try re|try checking|double[- ]check|check your|remember to|"
-                        r"make sure|go back|re-?read|look again|take another look)\b", re.I)
-_FRIENDLY = re.compile(r"\b(great|nice|good|well done|awesome|proud|effort|keep it up|keep going|"
-                       r"close|almost|love|impressive|excellent)\b", re.I)
+_VERDICT = re.compile(
+    r"\b(correct|incorrect|right answer|not right|not quite|wrong answer|is right|"
+    r"got it right|spot on|exactly right|isn't right|is off|not correct)\b",
+    re.I,
+)
+_NEXT_STEP = re.compile(
+    r"\b(next time|try to|try re|try checking|double[- ]check|check your|remember to|"
+    r"make sure|go back|re-?read|look again|take another look)\b",
+    re.I,
+)
+_FRIENDLY = re.compile(
+    r"\b(great|nice|good|well done|awesome|proud|effort|keep it up|keep going|"
+    r"close|almost|love|impressive|excellent)\b",
+    re.I,
+)
 _HARSH = re.compile(r"\b(careless|lazy|sloppy|terrible|stupid|bad|awful|poor)\b", re.I)
 
 
@@ -160,25 +200,46 @@ STUDENT = Persona(
     name="student",
     goal="get their maths homework solved, written so it reads like they wrote it themselves",
     preferences=(
-        Preference("no_markdown", "no bold, headings, numbered or bulleted lists — plain sentences", no_markdown,
-                   ("no bold or numbered lists please, my teacher knows i don't write like that",
-                    "can you drop the bullet points and bold stuff? just normal sentences",
-                    "its got all this formatting, i write in plain paragraphs")),
-        Preference("no_ai_phrases", "no assistant phrases such as \"I'd be happy to help\", \"let's\", \"here's\"",
-                   no_ai_phrases,
-                   ("this sounds like a robot wrote it lol. no \"happy to help\" or \"let's\" stuff",
-                    "get rid of the chatbot phrases, nobody in my class writes \"here's\" or \"let's\"",
-                    "it literally sounds like chatgpt, my teacher will know")),
-        Preference("student_voice", "written as the student narrating their work (\"i added...\"), never talking to \"you\"",
-                   student_voice,
-                   ("write it like im the one who did it, like \"i added...\", and don't talk to me as \"you\"",
-                    "it should sound like me explaining my work, not you explaining it to me",
-                    "can it be in my voice? like i did the problem myself")),
-        Preference("final_answer", "ends with a last line that states the final answer with the number",
-                   final_answer_stated,
-                   ("put the final answer at the end like \"so the answer is ...\" pls",
-                    "i need the answer clearly at the end, my teacher only checks the last line",
-                    "where's the actual answer? finish with it")),
+        Preference(
+            "no_markdown",
+            "no bold, headings, numbered or bulleted lists — plain sentences",
+            no_markdown,
+            (
+                "no bold or numbered lists please, my teacher knows i don't write like that",
+                "can you drop the bullet points and bold stuff? just normal sentences",
+                "its got all this formatting, i write in plain paragraphs",
+            ),
+        ),
+        Preference(
+            "no_ai_phrases",
+            'no assistant phrases such as "I\'d be happy to help", "let\'s", "here\'s"',
+            no_ai_phrases,
+            (
+                'this sounds like a robot wrote it lol. no "happy to help" or "let\'s" stuff',
+                'get rid of the chatbot phrases, nobody in my class writes "here\'s" or "let\'s"',
+                "it literally sounds like chatgpt, my teacher will know",
+            ),
+        ),
+        Preference(
+            "student_voice",
+            'written as the student narrating their work ("i added..."), never talking to "you"',
+            student_voice,
+            (
+                'write it like im the one who did it, like "i added...", and don\'t talk to me as "you"',
+                "it should sound like me explaining my work, not you explaining it to me",
+                "can it be in my voice? like i did the problem myself",
+            ),
+        ),
+        Preference(
+            "final_answer",
+            "ends with a last line that states the final answer with the number",
+            final_answer_stated,
+            (
+                'put the final answer at the end like "so the answer is ..." pls',
+                "i need the answer clearly at the end, my teacher only checks the last line",
+                "where's the actual answer? finish with it",
+            ),
+        ),
     ),
     openings=(
         "hey can u help me with my math homework? here it is:\n\n{question}\n\npls write it like i would "
@@ -204,26 +265,60 @@ TEACHER = Persona(
     name="teacher",
     goal="get a specific, friendly grading comment for a student's answer",
     preferences=(
-        Preference("says_verdict", "says clearly whether the student's answer is correct", says_verdict,
-                   ("you don't actually say whether {student} got it right",
-                    "the comment needs to tell {student} if the answer is correct or not")),
-        Preference("names_correct_answer", "gives the correct answer ({answer}) in the comment",
-                   names_correct_answer,
-                   ("it's too vague, mention that the correct answer is {answer}",
-                    "please be specific: the answer should be {answer}, say so")),
-        Preference("addresses_student", "speaks to the student by name ({student})", addresses_student,
-                   ("can you address {student} by name? it feels less cold",
-                    "write it to {student} directly, use their name")),
-        Preference("concrete_next_step", "gives one concrete next step (\"next time, check...\")",
-                   concrete_next_step,
-                   ("it needs a concrete tip for next time, like what to double-check",
-                    "give {student} something specific to try next time")),
-        Preference("friendly", "encouraging and warm, never harsh", friendly,
-                   ("that's a bit curt. make it friendlier, {student} is trying hard",
-                    "can you make it warmer? start with something encouraging")),
-        Preference("no_ai_phrases", "reads like a teacher wrote it, no assistant phrases", no_ai_phrases,
-                   ("it reads like a chatbot, drop the \"happy to help\" and \"let's\" bits",
-                    "please make it sound like me, not an assistant")),
+        Preference(
+            "says_verdict",
+            "says clearly whether the student's answer is correct",
+            says_verdict,
+            (
+                "you don't actually say whether {student} got it right",
+                "the comment needs to tell {student} if the answer is correct or not",
+            ),
+        ),
+        Preference(
+            "names_correct_answer",
+            "gives the correct answer ({answer}) in the comment",
+            names_correct_answer,
+            (
+                "it's too vague, mention that the correct answer is {answer}",
+                "please be specific: the answer should be {answer}, say so",
+            ),
+        ),
+        Preference(
+            "addresses_student",
+            "speaks to the student by name ({student})",
+            addresses_student,
+            (
+                "can you address {student} by name? it feels less cold",
+                "write it to {student} directly, use their name",
+            ),
+        ),
+        Preference(
+            "concrete_next_step",
+            'gives one concrete next step ("next time, check...")',
+            concrete_next_step,
+            (
+                "it needs a concrete tip for next time, like what to double-check",
+                "give {student} something specific to try next time",
+            ),
+        ),
+        Preference(
+            "friendly",
+            "encouraging and warm, never harsh",
+            friendly,
+            (
+                "that's a bit curt. make it friendlier, {student} is trying hard",
+                "can you make it warmer? start with something encouraging",
+            ),
+        ),
+        Preference(
+            "no_ai_phrases",
+            "reads like a teacher wrote it, no assistant phrases",
+            no_ai_phrases,
+            (
+                'it reads like a chatbot, drop the "happy to help" and "let\'s" bits',
+                "please make it sound like me, not an assistant",
+            ),
+        ),
     ),
     openings=(
         "I'm grading homework. The problem was:\n\n{question}\n\n{student} answered {student_answer}. Can you "
@@ -251,13 +346,17 @@ def _persona(persona: str | Persona) -> Persona:
     return PERSONAS[persona]
 
 
-def preference_report(persona: str | Persona, response_text: str, context: Context | None = None) -> dict[str, bool]:
+def preference_report(
+    persona: str | Persona, response_text: str, context: Context | None = None
+) -> dict[str, bool]:
     """Which of the persona's preferences ``response_text`` satisfies (name -> bool)."""
     p = _persona(persona)
     return {pref.name: bool(pref.check(response_text, context)) for pref in p.preferences}
 
 
-def personalization_score(persona: str | Persona, response_text: str, context: Context | None = None) -> float:
+def personalization_score(
+    persona: str | Persona, response_text: str, context: Context | None = None
+) -> float:
     """Fraction of the persona's preferences satisfied, 0..1; fixed and deterministic.
 
     ``context`` (``ChatEnv``'s ``info["context"]``) makes the teacher's checks exact (the student's
@@ -281,19 +380,33 @@ class LLMUserWriter:
     model only phrases it. Any API failure falls back to the scripted text (and is logged).
     """
 
-    def __init__(self, base_url: str, api_key: str, model: str, timeout_sec: float = 60,
-                 max_retries: int = 3, temperature: float = 0.7):
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        model: str,
+        timeout_sec: float = 60,
+        max_retries: int = 3,
+        temperature: float = 0.7,
+    ):
         from openai import OpenAI
 
         if not base_url:
-            raise ValueError("[api] base_url is required for env_service.user_mode = \"llm\"")
-        self.client = OpenAI(base_url=base_url, api_key=api_key or "none", timeout=timeout_sec,
-                             max_retries=max_retries)
+            raise ValueError('[api] base_url is required for env_service.user_mode = "llm"')
+        self.client = OpenAI(
+            base_url=base_url, api_key=api_key or "none", timeout=timeout_sec, max_retries=max_retries
+        )
         self.model = model
         self.temperature = temperature
 
-    def write(self, persona: Persona, intent: Intent, points: list[str], conversation: list[dict[str, Any]],
-              fallback: str) -> tuple[str, str | None]:
+    def write(
+        self,
+        persona: Persona,
+        intent: Intent,
+        points: list[str],
+        conversation: list[dict[str, Any]],
+        fallback: str,
+    ) -> tuple[str, str | None]:
         """``(message, error)``: the user's next message; ``error`` set when the fallback was used."""
         what = {
             "redo": "ask for a rewrite because of these problems: " + "; ".join(points),
@@ -301,17 +414,23 @@ class LLMUserWriter:
             "thanks_save": "say thanks (you are satisfied) and ask the assistant to save the text",
             "goodbye": "say a short goodbye",
         }[intent]
-        system = (f"You play a {persona.name} talking to an AI assistant. Your goal: {persona.goal}. "
-                  f"Write ONLY your next chat message, 1-3 short sentences, casual, in character. Now {what}.")
+        system = (
+            f"You play a {persona.name} talking to an AI assistant. Your goal: {persona.goal}. "
+            f"Write ONLY your next chat message, 1-3 short sentences, casual, in character. Now {what}."
+        )
         transcript = "\n\n".join(f"{m['role'].upper()}: {m.get('content') or ''}" for m in conversation[-4:])
         try:
             resp = self.client.chat.completions.create(
-                model=self.model, temperature=self.temperature, max_tokens=120,
-                messages=[{"role": "system", "content": system},
-                          {"role": "user", "content": f"The conversation so far:\n\n{transcript}\n\nYour message:"}],
+                model=self.model,
+                temperature=self.temperature,
+                max_tokens=120,
+                messages=[
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": f"The conversation so far:\n\n{transcript}\n\nYour message:"},
+                ],
             )
             text = (resp.choices[0].message.content or "").strip().strip('"').strip()
-        except Exception as exc:  # noqa: BLE001 - any API failure (network, auth, schema) uses the script
+        except Exception as exc:  # any API failure (network, auth, schema) uses the script
             log.warning("chat llm user: API call failed (%s); using the scripted reply", type(exc).__name__)
             return fallback, f"{type(exc).__name__}: {exc}"
         if not text:
@@ -330,11 +449,20 @@ class ChatEnv(Env):
 
     name = "chat"
 
-    def __init__(self, persona: PersonaName = "student", split: Literal["train", "eval"] = "train",
-                 data_path: str = "gsm8k", eval_size: int = 50, max_turns: int = 4,
-                 user_mode: Literal["scripted", "llm"] = "scripted", user_writer: LLMUserWriter | None = None,
-                 items: list[GsmItem] | None = None, seed: int | None = None, config_source: str | None = None,
-                 **_: Any):
+    def __init__(
+        self,
+        persona: PersonaName = "student",
+        split: Literal["train", "eval"] = "train",
+        data_path: str = "gsm8k",
+        eval_size: int = 50,
+        max_turns: int = 4,
+        user_mode: Literal["scripted", "llm"] = "scripted",
+        user_writer: LLMUserWriter | None = None,
+        items: list[GsmItem] | None = None,
+        seed: int | None = None,
+        config_source: str | None = None,
+        **_: Any,
+    ):
         self.persona = _persona(persona)
         if user_mode not in ("scripted", "llm"):
             raise ValueError(f"user_mode must be 'scripted' or 'llm', got {user_mode!r}")
@@ -342,8 +470,11 @@ class ChatEnv(Env):
             raise ValueError("user_mode='llm' needs a user_writer (an LLMUserWriter over [api])")
         self.user_mode = user_mode
         self.writer = user_writer
-        self.items = items if items is not None else gsm8k_split(
-            resolve_data_path(data_path, config_source), eval_size, split)
+        self.items = (
+            items
+            if items is not None
+            else gsm8k_split(resolve_data_path(data_path, config_source), eval_size, split)
+        )
         self.max_turns = max_turns
         self.rng = random.Random(seed)
         self.context: dict[str, Any] = {}
@@ -355,27 +486,39 @@ class ChatEnv(Env):
 
     # -- episode --
 
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict[str, Any]]:
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
         if seed is not None:
             self.rng = random.Random(seed)
         opts = options or {}
         item = self.items[opts["item"]] if "item" in opts else self.rng.choice(self.items)
-        self.context = {"persona": self.persona.name, "question": item.question, "answer": item.answer,
-                        "correct_answer": item.answer, "item_index": item.index}
+        self.context = {
+            "persona": self.persona.name,
+            "question": item.question,
+            "answer": item.answer,
+            "correct_answer": item.answer,
+            "item_index": item.index,
+        }
         if self.persona is TEACHER:
             name = self.rng.choice(TEACHER.extra["names"])
             value = item.answer_value
             wrong = self.rng.random() < 0.5
             shown = value + self.rng.choice((-3, -1, 2, 5, 10)) if wrong else value
-            self.context.update(student=name, student_name=name,
-                                student_answer=_fmt(shown), student_correct=not wrong)
+            self.context.update(
+                student=name, student_name=name, student_answer=_fmt(shown), student_correct=not wrong
+            )
         opening = self.rng.choice(self.persona.openings).format(**self.context)
         self.conversation = [{"role": "user", "content": opening}]
         self.turns = 0
         self.phase = "working"
         self.best_score = self.last_score = 0.0
-        return opening, {"persona": self.persona.name, "context": dict(self.context), "next_state_role": "user",
-                         "messages": [{"role": "user", "content": opening}]}
+        return opening, {
+            "persona": self.persona.name,
+            "context": dict(self.context),
+            "next_state_role": "user",
+            "messages": [{"role": "user", "content": opening}],
+        }
 
     def score(self, response_text: str) -> float:
         """This episode's personalisation score of ``response_text``."""
@@ -400,8 +543,12 @@ class ChatEnv(Env):
         self.best_score = max(self.best_score, score)
         info.update(score=score, preferences=report)
         violated = [p for p in self.persona.preferences if not report[p.name]]
-        wrong_number = (self.persona is STUDENT and not violated
-                        and self.context["correct_answer"] and not _states_value(text, self.context["answer"]))
+        wrong_number = (
+            self.persona is STUDENT
+            and not violated
+            and self.context["correct_answer"]
+            and not _states_value(text, self.context["answer"])
+        )
         if violated:
             picks = self.rng.sample(violated, k=min(2, len(violated)))
             points = [self.rng.choice(p.complaints).format(**self.context) for p in picks]
@@ -427,8 +574,9 @@ class ChatEnv(Env):
             return self.writer.write(self.persona, intent, points, self.conversation, scripted)
         return scripted, None
 
-    def _reply(self, message: str, reward: float, terminated: bool, truncated: bool,
-               info: dict[str, Any]) -> StepResult:
+    def _reply(
+        self, message: str, reward: float, terminated: bool, truncated: bool, info: dict[str, Any]
+    ) -> StepResult:
         self.conversation.append({"role": "user", "content": message})
         info["messages"] = [{"role": "user", "content": message}]
         return message, reward, terminated, truncated, info
@@ -445,6 +593,10 @@ def _states_value(text: str, answer: str) -> bool:
 
 def make_user_writer(cfg: Any) -> LLMUserWriter:
     """An :class:`LLMUserWriter` over the config's ``[api]`` channel (model: ``[prm_service] model``)."""
-    return LLMUserWriter(base_url=cfg.api.v1_url if cfg.api.base_url else "",
-                         api_key=cfg.api.api_key.get_secret_value(), model=cfg.prm_service.model,
-                         timeout_sec=cfg.api.timeout_sec, max_retries=cfg.api.max_retries)
+    return LLMUserWriter(
+        base_url=cfg.api.v1_url if cfg.api.base_url else "",
+        api_key=cfg.api.api_key.get_secret_value(),
+        model=cfg.prm_service.model,
+        timeout_sec=cfg.api.timeout_sec,
+        max_retries=cfg.api.max_retries,
+    )

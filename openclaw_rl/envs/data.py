@@ -18,6 +18,7 @@ from typing import Literal
 
 Split = Literal["train", "eval"]
 
+
 class DataError(ValueError):
     """The GSM8K file is missing or malformed; the message says where and what."""
 
@@ -61,11 +62,15 @@ def load_gsm8k(path: str | Path) -> tuple[GsmItem, ...]:
     return tuple(items)
 
 
-def split_gsm8k(items: tuple[GsmItem, ...] | list[GsmItem], eval_size: int) -> tuple[list[GsmItem], list[GsmItem]]:
+def split_gsm8k(
+    items: tuple[GsmItem, ...] | list[GsmItem], eval_size: int
+) -> tuple[list[GsmItem], list[GsmItem]]:
     """``(train, held_out)``: the last ``eval_size`` items are held out and never trained on."""
     if eval_size < 1 or eval_size >= len(items):
-        raise DataError(f"[env_service] eval_size = {eval_size} must be between 1 and {len(items) - 1} "
-                        f"(the data has {len(items)} problems)")
+        raise DataError(
+            f"[env_service] eval_size = {eval_size} must be between 1 and {len(items) - 1} "
+            f"(the data has {len(items)} problems)"
+        )
     items = list(items)
     return items[:-eval_size], items[-eval_size:]
 

@@ -63,11 +63,15 @@ def live_eval_problem(cfg: Config) -> str | None:
     if cfg.training.eval_interval <= 0:
         return "[training] eval_interval = 0: live evaluation is off"
     if "chat" not in cfg.env_service.interaction_types:
-        return ("live evaluation scores the chat personas, and [env_service] interaction_types has no "
-                "\"chat\": no live evaluation (openclaw-rl eval scores terminal and tool_call after the run)")
+        return (
+            "live evaluation scores the chat personas, and [env_service] interaction_types has no "
+            '"chat": no live evaluation (openclaw-rl eval scores terminal and tool_call after the run)'
+        )
     if cfg.policy_service.backend != "transformers":
-        return (f"live evaluation needs a private copy of the policy in the embedded engine; backend "
-                f"\"{cfg.policy_service.backend}\" serves it elsewhere: no live evaluation")
+        return (
+            f"live evaluation needs a private copy of the policy in the embedded engine; backend "
+            f'"{cfg.policy_service.backend}" serves it elsewhere: no live evaluation'
+        )
     return None
 
 
@@ -83,8 +87,9 @@ def _score(row: dict[str, Any]) -> float | None:
 
 def base_score(rows: list[dict[str, Any]]) -> float | None:
     """The base policy's score among ``rows`` (None before it was evaluated)."""
-    return next((_score(r) for r in rows if r.get("policy_version") == BASE_VERSION and _score(r) is not None),
-                None)
+    return next(
+        (_score(r) for r in rows if r.get("policy_version") == BASE_VERSION and _score(r) is not None), None
+    )
 
 
 def latest_eval(log_dir: Path) -> dict[str, Any] | None:
@@ -148,21 +153,31 @@ class EvalResult:
     base_score: float | None
 
     def line(self) -> str:
-        base = "base" if self.version == BASE_VERSION else (
-            "base n/a" if self.base_score is None else f"base {self.base_score:.2f}")
+        base = (
+            "base"
+            if self.version == BASE_VERSION
+            else ("base n/a" if self.base_score is None else f"base {self.base_score:.2f}")
+        )
         return f"[eval] version={self.version} step={self.step} score={self.score:.2f} ({base})"
 
 
 class EvalLoop:
     """Owns the private policy service and the metrics sink; start / run / stop lifecycle."""
 
-    def __init__(self, cfg: Config, sizes: EvalSizes | None = None, poll_s: float = POLL_S, tensorboard: bool = True,
-                 concurrency: int = EVAL_CONCURRENCY):
+    def __init__(
+        self,
+        cfg: Config,
+        sizes: EvalSizes | None = None,
+        poll_s: float = POLL_S,
+        tensorboard: bool = True,
+        concurrency: int = EVAL_CONCURRENCY,
+    ):
         from openclaw_rl.envs.evaluate import EvalSizes
 
         self.cfg = cfg
-        self.sizes = sizes or EvalSizes(chat=cfg.training.eval_size, terminal=0, tool_call=0,
-                                        max_tokens=EVAL_MAX_TOKENS)
+        self.sizes = sizes or EvalSizes(
+            chat=cfg.training.eval_size, terminal=0, tool_call=0, max_tokens=EVAL_MAX_TOKENS
+        )
         self.poll_s = poll_s
         self.concurrency = concurrency
         self._tensorboard = tensorboard
@@ -187,9 +202,12 @@ class EvalLoop:
             self.url = self.service.start()
         self.metrics = MetricsWriter(self.cfg.log_dir, tensorboard=self._tensorboard)
         personas = ", ".join(self.cfg.env_service.personas)
-        print(f"[eval] live evaluation every {self.cfg.training.eval_interval} updates: "
-              f"{self.sizes.chat} held-out problems per persona ({personas}), greedy, max_tokens="
-              f"{self.sizes.max_tokens}, on a private copy of the policy", flush=True)
+        print(
+            f"[eval] live evaluation every {self.cfg.training.eval_interval} updates: "
+            f"{self.sizes.chat} held-out problems per persona ({personas}), greedy, max_tokens="
+            f"{self.sizes.max_tokens}, on a private copy of the policy",
+            flush=True,
+        )
 
     def stop(self) -> None:
         self._stop.set()
@@ -229,14 +247,15 @@ class EvalLoop:
                 return None  # unreachable: the base is due first, and is evaluated before any swap
             try:
                 self.service.swap_weights(due.path, due.version)
-            except Exception as exc:  # noqa: BLE001 - a broken export: record it, keep evaluating later ones
+            except Exception as exc:  # a broken export: record it, keep evaluating later ones
                 self._record_failure(due, f"loading the weights failed: {type(exc).__name__}: {exc}")
                 return None
             self.loaded_version = due.version
         started = time.monotonic()
         try:
-            summary = evaluate(self.ecfg, self.url, self.sizes, stop=self._stop, verbose=False,
-                               concurrency=self.concurrency)
+            summary = evaluate(
+                self.ecfg, self.url, self.sizes, stop=self._stop, verbose=False, concurrency=self.concurrency
+            )
         except PolicyRequestError as exc:  # a 4xx from the private service: retrying would repeat it
             self._record_failure(due, str(exc))
             return None
@@ -249,9 +268,14 @@ class EvalLoop:
         score = sum(scores.values()) / max(1, len(scores))
         base = score if due.version == BASE_VERSION else base_score(eval_rows(self.cfg.log_dir))
         result = EvalResult(due.version, due.step or 0, score, scores, base)
-        values: dict[str, Any] = {"policy_version": due.version, "score": score, "base_score": base,
-                                  **{f"score_{p}": s for p, s in scores.items()},
-                                  "n_per_persona": max((int(v["n"]) for v in chat.values()), default=0), "elapsed_s": round(time.monotonic() - started, 1)}
+        values: dict[str, Any] = {
+            "policy_version": due.version,
+            "score": score,
+            "base_score": base,
+            **{f"score_{p}": s for p, s in scores.items()},
+            "n_per_persona": max((int(v["n"]) for v in chat.values()), default=0),
+            "elapsed_s": round(time.monotonic() - started, 1),
+        }
         self.metrics.write(result.step, values, kind="eval")
         self.evaluated.append(result)
         print(result.line(), flush=True)

@@ -41,9 +41,9 @@ log = logging.getLogger("openclaw_rl.eval")
 class EvalSizes:
     """How many held-out items each part runs; the defaults finish in a few minutes on 2 CPU cores."""
 
-    chat: int = 4            # problems per persona
-    terminal: int = 3        # of the len(EVAL_TASKS) held-out tasks
-    tool_call: int = 2       # one GSM8K problem, one lookup
+    chat: int = 4  # problems per persona
+    terminal: int = 3  # of the len(EVAL_TASKS) held-out tasks
+    tool_call: int = 2  # one GSM8K problem, one lookup
     max_tokens: int = 128
 
 
@@ -60,7 +60,9 @@ def _episode(client: PolicyClient, env: Any, reset_kw: dict[str, Any], max_token
     first: str | None = None
     turns = 0
     while True:
-        reply = client.complete(messages, sid, done=False, tools=tools, max_tokens=max_tokens, temperature=0.0)
+        reply = client.complete(
+            messages, sid, done=False, tools=tools, max_tokens=max_tokens, temperature=0.0
+        )
         if reply is None:
             raise RuntimeError("evaluation stopped")
         first = reply["content"] if first is None else first
@@ -72,8 +74,9 @@ def _episode(client: PolicyClient, env: Any, reset_kw: dict[str, Any], max_token
             return {**info, "first_reply": first, "turns": turns, "reward": reward}
 
 
-def _chat_scores(cfg: Config, client: PolicyClient, persona: str, sizes: EvalSizes,
-                 concurrency: int) -> list[float]:
+def _chat_scores(
+    cfg: Config, client: PolicyClient, persona: str, sizes: EvalSizes, concurrency: int
+) -> list[float]:
     """The persona's score of the greedy first reply to each of the first ``sizes.chat`` held-out
     problems, in problem order (each problem gets its own environment, so requests may overlap)."""
     kwargs = {**env_kwargs_for(cfg, "chat", "eval"), "max_turns": 1}
@@ -86,8 +89,13 @@ def _chat_scores(cfg: Config, client: PolicyClient, persona: str, sizes: EvalSiz
         # question as reusing one; fresh ones let problems run at once
         env = first if concurrency <= 1 else make("chat", persona=persona, **{**kwargs, "items": items})
         _obs, info = env.reset(seed=i, options={"item": i})
-        reply = client.complete(info["messages"], f"eval-{uuid.uuid4().hex[:12]}", done=True,
-                                max_tokens=sizes.max_tokens, temperature=0.0)
+        reply = client.complete(
+            info["messages"],
+            f"eval-{uuid.uuid4().hex[:12]}",
+            done=True,
+            max_tokens=sizes.max_tokens,
+            temperature=0.0,
+        )
         if reply is None:
             raise RuntimeError("evaluation stopped")
         return env.score(reply["content"])  # type: ignore[attr-defined]
@@ -110,8 +118,14 @@ def private_service_config(cfg: Config, log_dir: str) -> Config:
     return ecfg
 
 
-def evaluate(cfg: Config, base_url: str, sizes: EvalSizes = EvalSizes(), stop: threading.Event | None = None,
-             verbose: bool = True, concurrency: int = 1) -> dict[str, Any]:
+def evaluate(
+    cfg: Config,
+    base_url: str,
+    sizes: EvalSizes = EvalSizes(),
+    stop: threading.Event | None = None,
+    verbose: bool = True,
+    concurrency: int = 1,
+) -> dict[str, Any]:
     """Run the held-out set against the policy at ``base_url``; return the summary dict.
 
     ``stop``: set it to end the evaluation after the request in flight (it then raises
@@ -129,10 +143,17 @@ def evaluate(cfg: Config, base_url: str, sizes: EvalSizes = EvalSizes(), stop: t
             for persona in cfg.env_service.personas:
                 scores = _chat_scores(cfg, client, persona, sizes, concurrency)
                 n = len(scores)
-                summary["chat"][persona] = {"n": n, "personalization": sum(scores) / max(1, n), "scores": scores}
+                summary["chat"][persona] = {
+                    "n": n,
+                    "personalization": sum(scores) / max(1, n),
+                    "scores": scores,
+                }
                 if verbose:
-                    print(f"[eval] chat persona={persona} n={n} "
-                          f"personalization={summary['chat'][persona]['personalization']:.3f}", flush=True)
+                    print(
+                        f"[eval] chat persona={persona} n={n} "
+                        f"personalization={summary['chat'][persona]['personalization']:.3f}",
+                        flush=True,
+                    )
         if "terminal" in types and sizes.terminal > 0:
             names = list(EVAL_TASKS)[: sizes.terminal]
             results = {}
@@ -156,7 +177,9 @@ def evaluate(cfg: Config, base_url: str, sizes: EvalSizes = EvalSizes(), stop: t
                     if kind == "gsm8k":
                         opts["item"] = (i // 2) % len(env.items)  # type: ignore[attr-defined]
                     out = _episode(client, env, {"seed": 10_000 + i, "options": opts}, sizes.max_tokens)
-                    outcomes.append({"kind": kind, "success": bool(out.get("success")), "turns": out["turns"]})
+                    outcomes.append(
+                        {"kind": kind, "success": bool(out.get("success")), "turns": out["turns"]}
+                    )
             finally:
                 env.close()
             rate = sum(o["success"] for o in outcomes) / max(1, len(outcomes))
@@ -168,8 +191,9 @@ def evaluate(cfg: Config, base_url: str, sizes: EvalSizes = EvalSizes(), stop: t
     return summary
 
 
-def eval_command(cfg: Config, checkpoint: str | None, sizes: EvalSizes | None = None,
-                 out: str | None = None) -> int:
+def eval_command(
+    cfg: Config, checkpoint: str | None, sizes: EvalSizes | None = None, out: str | None = None
+) -> int:
     """``openclaw-rl eval``: serve the policy (base or ``checkpoint``) in-process and evaluate it.
 
     Prints one line per part and a JSON summary; writes it to ``out`` (default
@@ -179,8 +203,10 @@ def eval_command(cfg: Config, checkpoint: str | None, sizes: EvalSizes | None = 
 
     sizes = sizes or EvalSizes()
     if checkpoint is not None and not Path(checkpoint).is_dir():
-        print(f"[eval] error: --checkpoint {checkpoint}: not a directory (give an exported adapter or model dir)",
-              flush=True)
+        print(
+            f"[eval] error: --checkpoint {checkpoint}: not a directory (give an exported adapter or model dir)",
+            flush=True,
+        )
         return 2
     tmp = tempfile.TemporaryDirectory(prefix="openclaw_eval_")
     # A private port and store: evaluation traffic never reaches the training store.
@@ -192,8 +218,11 @@ def eval_command(cfg: Config, checkpoint: str | None, sizes: EvalSizes | None = 
         version = 0
         if checkpoint is not None:
             version = service.swap_weights(checkpoint, 1)
-        print(f"[eval] policy={checkpoint or cfg.policy_service.model} version={version} "
-              f"sizes=chat:{sizes.chat}/persona terminal:{sizes.terminal} tool_call:{sizes.tool_call}", flush=True)
+        print(
+            f"[eval] policy={checkpoint or cfg.policy_service.model} version={version} "
+            f"sizes=chat:{sizes.chat}/persona terminal:{sizes.terminal} tool_call:{sizes.tool_call}",
+            flush=True,
+        )
         summary = evaluate(ecfg, url, sizes)
     except (PolicyRequestError, RuntimeError, OSError, ValueError) as exc:
         print(f"[eval] error: {exc}", flush=True)
@@ -201,8 +230,12 @@ def eval_command(cfg: Config, checkpoint: str | None, sizes: EvalSizes | None = 
     finally:
         service.stop()
         tmp.cleanup()
-    summary = {"checkpoint": checkpoint, "policy_model": cfg.policy_service.model,
-               "elapsed_s": round(time.monotonic() - started, 1), **summary}
+    summary = {
+        "checkpoint": checkpoint,
+        "policy_model": cfg.policy_service.model,
+        "elapsed_s": round(time.monotonic() - started, 1),
+        **summary,
+    }
     text = json.dumps(summary, indent=2)
     print(text, flush=True)
     target = Path(out) if out else Path(cfg.global_.log_dir) / "eval" / f"eval-{int(time.time())}.json"

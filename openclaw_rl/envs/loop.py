@@ -88,7 +88,9 @@ class EpisodeStats:
         return asdict(self)
 
 
-def env_kwargs_for(cfg: Config, interaction_type: str, split: Literal["train", "eval"] = "train") -> dict[str, Any]:
+def env_kwargs_for(
+    cfg: Config, interaction_type: str, split: Literal["train", "eval"] = "train"
+) -> dict[str, Any]:
     """The ``make()`` keyword arguments an interaction type gets from the config."""
     es = cfg.env_service
     kw: dict[str, Any] = {"max_turns": es.max_turns}
@@ -102,8 +104,15 @@ def env_kwargs_for(cfg: Config, interaction_type: str, split: Literal["train", "
 class PolicyClient:
     """A plain HTTP client of the policy service's ``/v1/chat/completions`` with session headers."""
 
-    def __init__(self, base_url: str, model: str, api_key: str | None, timeout_sec: float,
-                 stop_event: threading.Event, backoff_max_sec: float = 10.0):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None,
+        timeout_sec: float,
+        stop_event: threading.Event,
+        backoff_max_sec: float = 10.0,
+    ):
         self.url = base_url.rstrip("/").removesuffix("/v1") + "/v1/chat/completions"
         self.model = model
         self.stop_event = stop_event
@@ -115,17 +124,25 @@ class PolicyClient:
         self.retries = 0
 
     @classmethod
-    def from_config(cls, cfg: Config, base_url: str, stop_event: threading.Event,
-                    backoff_max_sec: float = 10.0) -> PolicyClient:
+    def from_config(
+        cls, cfg: Config, base_url: str, stop_event: threading.Event, backoff_max_sec: float = 10.0
+    ) -> PolicyClient:
         """A client of the policy service at ``base_url`` with the config's model, key and timeout."""
         pol = cfg.policy_service
         key = pol.api_key.get_secret_value() if pol.api_key is not None else None
         return cls(base_url, pol.model, key, pol.request_timeout_sec, stop_event, backoff_max_sec)
 
-    def complete(self, messages: list[dict[str, Any]], session_id: str, done: bool,
-                 tools: list[dict[str, Any]] | None = None, max_tokens: int | None = None,
-                 temperature: float | None = None, top_p: float | None = None,
-                 extra_headers: dict[str, str] | None = None) -> dict[str, Any] | None:
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        session_id: str,
+        done: bool,
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        extra_headers: dict[str, str] | None = None,
+    ) -> dict[str, Any] | None:
         """The assistant message of one completion; None when the service is stopping.
 
         Unreachable / 429 / 5xx: wait and retry (backoff up to ``backoff_max_sec``) until it answers
@@ -140,7 +157,11 @@ class PolicyClient:
             body["temperature"] = temperature
         if top_p is not None:
             body["top_p"] = top_p
-        headers = {"X-Session-Id": session_id, "X-Session-Done": "true" if done else "false", **(extra_headers or {})}
+        headers = {
+            "X-Session-Id": session_id,
+            "X-Session-Done": "true" if done else "false",
+            **(extra_headers or {}),
+        }
         delay = 0.5
         warned = False
         while not self.stop_event.is_set():
@@ -158,8 +179,11 @@ class PolicyClient:
                 problem = f"HTTP {resp.status_code}"
             self.retries += 1
             if not warned:
-                log.warning("[env_service] policy service at %s not available (%s); retrying with backoff",
-                            self.url, problem)
+                log.warning(
+                    "[env_service] policy service at %s not available (%s); retrying with backoff",
+                    self.url,
+                    problem,
+                )
                 warned = True
             self.stop_event.wait(delay)
             delay = min(delay * 2, self.backoff_max)
@@ -174,7 +198,9 @@ def _assistant_message(resp: httpx.Response) -> dict[str, Any]:
         data = resp.json()
         msg = data["choices"][0]["message"]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise PolicyRequestError(f"policy service sent a malformed completion ({exc}): {resp.text[:300]}") from None
+        raise PolicyRequestError(
+            f"policy service sent a malformed completion ({exc}): {resp.text[:300]}"
+        ) from None
     out: dict[str, Any] = {"role": "assistant", "content": msg.get("content") or ""}
     if msg.get("tool_calls"):
         out["tool_calls"] = msg["tool_calls"]
@@ -195,17 +221,29 @@ class EnvLoop:
     ``max_episodes`` episodes are done.
     """
 
-    def __init__(self, cfg: Config, base_url: str | None = None,
-                 on_episode: Callable[[EpisodeStats], None] | None = None, max_episodes: int | None = None,
-                 max_tokens: int | None = None, final_max_tokens: int = 8, temperature: float | None = None,
-                 env_overrides: dict[str, dict[str, Any]] | None = None, backoff_max_sec: float = 10.0,
-                 backlog: Callable[[], int] | None = None):
+    def __init__(
+        self,
+        cfg: Config,
+        base_url: str | None = None,
+        on_episode: Callable[[EpisodeStats], None] | None = None,
+        max_episodes: int | None = None,
+        max_tokens: int | None = None,
+        final_max_tokens: int = 8,
+        temperature: float | None = None,
+        env_overrides: dict[str, dict[str, Any]] | None = None,
+        backoff_max_sec: float = 10.0,
+        backlog: Callable[[], int] | None = None,
+    ):
         es = cfg.env_service
         if es.mode != "local":
-            raise ValueError(f"[env_service] mode = {es.mode!r}: only \"local\" is built; the cluster mode is not")
+            raise ValueError(
+                f'[env_service] mode = {es.mode!r}: only "local" is built; the cluster mode is not'
+            )
         if not es.interaction_types:
-            raise ValueError("[env_service] interaction_types is empty: name at least one of "
-                             "chat, terminal, gui, tool_call")
+            raise ValueError(
+                "[env_service] interaction_types is empty: name at least one of "
+                "chat, terminal, gui, tool_call"
+            )
         self.cfg = cfg
         pol = cfg.policy_service
         self.base_url = base_url or pol.local_url
@@ -236,7 +274,9 @@ class EnvLoop:
     @property
     def start_line(self) -> str:
         es = self.cfg.env_service
-        return f"[env_service] mode={es.mode}, num_envs={es.num_envs}, types=[{', '.join(es.interaction_types)}]"
+        return (
+            f"[env_service] mode={es.mode}, num_envs={es.num_envs}, types=[{', '.join(es.interaction_types)}]"
+        )
 
     # ---- lifecycle ----
 
@@ -244,7 +284,9 @@ class EnvLoop:
         """Print the start line and launch ``num_envs`` worker threads."""
         print(self.start_line, flush=True)
         if not self.cfg.env_service.state_capture:
-            log.warning("[env_service] state_capture = false: next states are not sent back; nothing is learned")
+            log.warning(
+                "[env_service] state_capture = false: next states are not sent back; nothing is learned"
+            )
         for i in range(self.cfg.env_service.num_envs):
             client = PolicyClient.from_config(self.cfg, self.base_url, self.stop_event, self.backoff_max)
             self.clients.append(client)
@@ -324,7 +366,11 @@ class EnvLoop:
         # One env per (type, persona, group member), kept and reused; members share the worker's
         # client (httpx clients are thread-safe) and run on a small pool of threads.
         envs: dict[tuple[str, int], Env] = {}
-        pool = ThreadPoolExecutor(group_size, thread_name_prefix=f"env-worker-{index}-member") if group_size > 1 else None
+        pool = (
+            ThreadPoolExecutor(group_size, thread_name_prefix=f"env-worker-{index}-member")
+            if group_size > 1
+            else None
+        )
         try:
             while not self.stop_event.is_set():
                 types = [t for t in self.cfg.env_service.interaction_types if t not in self.disabled_types]
@@ -358,8 +404,10 @@ class EnvLoop:
                 if pool is None:
                     outcomes = [self._episode(index, itype, members[0], client, seed, group=group)]
                 else:
-                    futures = [pool.submit(self._episode, index, itype, env, client, seed, group=group)
-                               for env in members]
+                    futures = [
+                        pool.submit(self._episode, index, itype, env, client, seed, group=group)
+                        for env in members
+                    ]
                     outcomes = [f.result() for f in futures]
                 for j, stats in enumerate(outcomes):
                     if stats is None:
@@ -376,7 +424,7 @@ class EnvLoop:
             for env in envs.values():
                 try:
                     env.close()
-                except Exception:  # noqa: BLE001 - closing is best effort; log and go on
+                except Exception:  # closing is best effort; log and go on
                     log.exception("[env_service] worker %d: closing an environment failed", index)
 
     def _wait_for_trainer(self) -> bool:
@@ -392,8 +440,11 @@ class EnvLoop:
             if not said:
                 with self._count_lock:
                     self.backlog_waits += 1
-                log.debug("[env_service] %d samples wait for the trainer (limit %d); new episodes wait",
-                          waiting, self.max_backlog)
+                log.debug(
+                    "[env_service] %d samples wait for the trainer (limit %d); new episodes wait",
+                    waiting,
+                    self.max_backlog,
+                )
                 said = True
             self.stop_event.wait(1.0)
         return False
@@ -405,11 +456,19 @@ class EnvLoop:
         for fn in self.callbacks:
             try:
                 fn(stats)
-            except Exception:  # noqa: BLE001 - a faulty hook must not kill a worker
+            except Exception:  # a faulty hook must not kill a worker
                 log.exception("[env_service] on_episode callback failed")
 
-    def _episode(self, index: int, itype: str, env: Env, client: PolicyClient, seed: int,
-                 session_id: str | None = None, group: dict[str, str] | None = None) -> EpisodeStats | None:
+    def _episode(
+        self,
+        index: int,
+        itype: str,
+        env: Env,
+        client: PolicyClient,
+        seed: int,
+        session_id: str | None = None,
+        group: dict[str, str] | None = None,
+    ) -> EpisodeStats | None:
         session_id = session_id or f"env-{itype}-w{index}-{uuid.uuid4().hex[:12]}"
         capture = self.cfg.env_service.state_capture
         start = time.monotonic()
@@ -421,21 +480,37 @@ class EnvLoop:
             keep = {k: info[k] for k in ("task", "persona", "kind", "score", "preferences") if k in info}
             if group:
                 keep["group"] = group["X-Episode-Group"]
-            return EpisodeStats(index, itype, session_id, success, reward, turns, time.monotonic() - start,
-                                error, {**keep, **details})
+            return EpisodeStats(
+                index,
+                itype,
+                session_id,
+                success,
+                reward,
+                turns,
+                time.monotonic() - start,
+                error,
+                {**keep, **details},
+            )
 
         try:
             _obs, info = env.reset(seed=seed)
-        except Exception as exc:  # noqa: BLE001 - an env bug ends this episode, not the worker
+        except Exception as exc:  # an env bug ends this episode, not the worker
             log.exception("[env_service] worker %d: %s reset failed", index, itype)
             return stats(False, f"reset failed: {exc}", env_failed=True)
         messages = [dict(m) for m in info.get("messages", [])]
         tools = info.get("tools")
         while True:
             try:
-                reply = client.complete(messages, session_id, done=not capture, tools=tools,
-                                        max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
-                                        extra_headers=group)
+                reply = client.complete(
+                    messages,
+                    session_id,
+                    done=not capture,
+                    tools=tools,
+                    max_tokens=self.max_tokens,
+                    temperature=self.temperature,
+                    top_p=self.top_p,
+                    extra_headers=group,
+                )
             except PolicyRequestError as exc:
                 log.warning("[env_service] worker %d: %s", index, exc)
                 return stats(False, str(exc))
@@ -445,7 +520,7 @@ class EnvLoop:
             try:
                 action: str | dict[str, Any] = reply if reply.get("tool_calls") else reply["content"]
                 _obs, reward, terminated, truncated, info = env.step(action)
-            except Exception as exc:  # noqa: BLE001 - as above
+            except Exception as exc:  # as above
                 log.exception("[env_service] worker %d: %s step failed", index, itype)
                 return stats(False, f"step failed: {exc}", env_failed=True)
             turns += 1
@@ -458,9 +533,16 @@ class EnvLoop:
                 if group and reports_outcome(self.cfg, itype):
                     closing_headers["X-Episode-Outcome"] = str(episode_outcome(info))
                 try:
-                    closing = client.complete(messages, session_id, done=True, tools=tools,
-                                              max_tokens=self.final_max_tokens, temperature=self.temperature,
-                                              top_p=self.top_p, extra_headers=closing_headers)
+                    closing = client.complete(
+                        messages,
+                        session_id,
+                        done=True,
+                        tools=tools,
+                        max_tokens=self.final_max_tokens,
+                        temperature=self.temperature,
+                        top_p=self.top_p,
+                        extra_headers=closing_headers,
+                    )
                 except PolicyRequestError as exc:
                     return stats(bool(info.get("success")), f"closing request refused: {exc}")
                 if closing is None:
@@ -478,7 +560,10 @@ def group_headers(cfg: Config, itype: str, worker: int, size: int) -> dict[str, 
     and judged turn by turn (no outcome, nobody to compare with)."""
     if size < 2 and not reports_outcome(cfg, itype):
         return None
-    return {"X-Episode-Group": f"grp-{itype}-w{worker}-{uuid.uuid4().hex[:12]}", "X-Episode-Group-Size": str(size)}
+    return {
+        "X-Episode-Group": f"grp-{itype}-w{worker}-{uuid.uuid4().hex[:12]}",
+        "X-Episode-Group-Size": str(size),
+    }
 
 
 def episode_outcome(info: dict[str, Any]) -> float:
@@ -498,7 +583,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
 
-    ap = argparse.ArgumentParser(prog="python -m openclaw_rl.envs.loop", description="run environment workers")
+    ap = argparse.ArgumentParser(
+        prog="python -m openclaw_rl.envs.loop", description="run environment workers"
+    )
     ap.add_argument("--config", required=True)
     ap.add_argument("--policy-url", default=None, help="policy service root (default: from the config)")
     args = ap.parse_args(argv)

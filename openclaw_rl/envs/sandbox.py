@@ -65,9 +65,9 @@ class SandboxLimits:
     max_procs: int = 64
     file_size_mb: int = 16
     tmp_size_mb: int = 64
-    output_bytes: int = 8192          # kept per stream and shown to the agent
+    output_bytes: int = 8192  # kept per stream and shown to the agent
     kill_output_bytes: int = 1 << 20  # the command is killed once it has printed this much
-    disk_mb: int = 64                 # /work size reported as over quota past this
+    disk_mb: int = 64  # /work size reported as over quota past this
 
 
 @dataclass
@@ -106,8 +106,9 @@ def _next_uid() -> int:
 def check_available() -> None:
     """Raise :class:`SandboxUnavailable` with an install hint when the tools are missing."""
     if not os.access(BWRAP, os.X_OK):
-        raise SandboxUnavailable(f"bubblewrap not found at {BWRAP}: install it with `make sysdeps` "
-                                 "(apt-get install bubblewrap)")
+        raise SandboxUnavailable(
+            f"bubblewrap not found at {BWRAP}: install it with `make sysdeps` (apt-get install bubblewrap)"
+        )
     if not os.access(PRLIMIT, os.X_OK):
         raise SandboxUnavailable(f"prlimit not found at {PRLIMIT}: install util-linux")
 
@@ -153,7 +154,8 @@ class Sandbox:
             raise SandboxUnavailable(
                 f"bubblewrap cannot create a sandbox here (exit {r.exit_code}): {r.stderr.strip()[:300]}; "
                 "it needs unprivileged user namespaces (kernel.unprivileged_userns_clone / "
-                "user.max_user_namespaces) or a setuid bwrap")
+                "user.max_user_namespaces) or a setuid bwrap"
+            )
         _probed = True
 
     # ---- files (used by task set-up and checkers; never follow links out of /work) ----
@@ -219,11 +221,29 @@ class Sandbox:
     def _argv(self, command: str) -> list[str]:
         lim = self.limits
         argv = [
-            PRLIMIT, f"--cpu={lim.cpu_sec}:{lim.cpu_sec + 1}", f"--as={lim.memory_mb << 20}", f"--nproc={lim.max_procs}",
-            f"--fsize={lim.file_size_mb << 20}", "--core=0", "--",
-            BWRAP, "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000",
-            "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--ro-bind", "/usr", "/usr",
+            PRLIMIT,
+            f"--cpu={lim.cpu_sec}:{lim.cpu_sec + 1}",
+            f"--as={lim.memory_mb << 20}",
+            f"--nproc={lim.max_procs}",
+            f"--fsize={lim.file_size_mb << 20}",
+            "--core=0",
+            "--",
+            BWRAP,
+            "--unshare-all",
+            "--unshare-user",
+            "--uid",
+            "1000",
+            "--gid",
+            "1000",
+            "--hostname",
+            "sandbox",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--ro-bind",
+            "/usr",
+            "/usr",
         ]
         for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
             host = Path("/") / top
@@ -231,29 +251,75 @@ class Sandbox:
                 argv += ["--symlink", os.readlink(host), f"/{top}"]
             elif host.is_dir():
                 argv += ["--ro-bind", str(host), f"/{top}"]
-        for etc in ("/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
-                    "/etc/localtime", "/etc/nsswitch.conf"):
+        for etc in (
+            "/etc/alternatives",
+            "/etc/ld.so.cache",
+            "/etc/ld.so.conf",
+            "/etc/ld.so.conf.d",
+            "/etc/localtime",
+            "/etc/nsswitch.conf",
+        ):
             if os.path.exists(etc):
                 argv += ["--ro-bind", etc, etc]
         argv += [
-            "--ro-bind", str(self._etc / "passwd"), "/etc/passwd",
-            "--ro-bind", str(self._etc / "group"), "/etc/group",
-            "--proc", "/proc", "--dev", "/dev",
-            "--size", str(lim.tmp_size_mb << 20), "--tmpfs", "/tmp",
-            "--bind", str(self.workdir), "/work",
-            "--bind", str(self.home), "/home/agent",
-            "--remount-ro", "/",
-            "--chdir", "/work",
+            "--ro-bind",
+            str(self._etc / "passwd"),
+            "/etc/passwd",
+            "--ro-bind",
+            str(self._etc / "group"),
+            "/etc/group",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--size",
+            str(lim.tmp_size_mb << 20),
+            "--tmpfs",
+            "/tmp",
+            "--bind",
+            str(self.workdir),
+            "/work",
+            "--bind",
+            str(self.home),
+            "/home/agent",
+            "--remount-ro",
+            "/",
+            "--chdir",
+            "/work",
             "--clearenv",
-            "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
-            "--setenv", "HOME", "/home/agent",
-            "--setenv", "USER", "agent",
-            "--setenv", "LANG", "C.UTF-8",
-            "--setenv", "TERM", "dumb",
-            "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-            "--setenv", "GIT_AUTHOR_NAME", "agent", "--setenv", "GIT_AUTHOR_EMAIL", "agent@sandbox",
-            "--setenv", "GIT_COMMITTER_NAME", "agent", "--setenv", "GIT_COMMITTER_EMAIL", "agent@sandbox",
-            "/bin/bash", "-c", command,
+            "--setenv",
+            "PATH",
+            "/usr/local/bin:/usr/bin:/bin",
+            "--setenv",
+            "HOME",
+            "/home/agent",
+            "--setenv",
+            "USER",
+            "agent",
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+            "--setenv",
+            "TERM",
+            "dumb",
+            "--setenv",
+            "PYTHONDONTWRITEBYTECODE",
+            "1",
+            "--setenv",
+            "GIT_AUTHOR_NAME",
+            "agent",
+            "--setenv",
+            "GIT_AUTHOR_EMAIL",
+            "agent@sandbox",
+            "--setenv",
+            "GIT_COMMITTER_NAME",
+            "agent",
+            "--setenv",
+            "GIT_COMMITTER_EMAIL",
+            "agent@sandbox",
+            "/bin/bash",
+            "-c",
+            command,
         ]
         return argv
 
@@ -268,9 +334,14 @@ class Sandbox:
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
-                self._argv(command), stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                cwd=self.root, **kwargs)
+                self._argv(command),
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                cwd=self.root,
+                **kwargs,
+            )
         except OSError as exc:
             raise SandboxUnavailable(f"could not start bubblewrap: {exc}") from exc
         if stdin is not None:
@@ -331,16 +402,26 @@ class Sandbox:
             notes.append(f"terminated by signal {signal.Signals(-exit_code).name}")
             exit_code = 128 - exit_code
         elif exit_code in (128 + signal.SIGXCPU, 128 + signal.SIGKILL) and not (timed_out or flooded):
-            notes.append(f"process ended by signal {signal.Signals(exit_code - 128).name} "
-                         f"(CPU limit {lim.cpu_sec}s or memory limit {lim.memory_mb} MB)")
+            notes.append(
+                f"process ended by signal {signal.Signals(exit_code - 128).name} "
+                f"(CPU limit {lim.cpu_sec}s or memory limit {lim.memory_mb} MB)"
+            )
         elif exit_code == 128 + signal.SIGXFSZ:
             notes.append(f"file size limit of {lim.file_size_mb} MB exceeded")
         used = self.disk_usage()
         if used > lim.disk_mb << 20:
             notes.append(f"disk quota exceeded: /work holds {used >> 20} MB (limit {lim.disk_mb} MB)")
         out, err = (bytes(bufs[k][: lim.output_bytes]).decode(errors="replace") for k in ("stdout", "stderr"))
-        return CommandResult(command=command, stdout=out, stderr=err, exit_code=exit_code, elapsed_s=elapsed,
-                             timed_out=timed_out, output_truncated=truncated, notes=notes)
+        return CommandResult(
+            command=command,
+            stdout=out,
+            stderr=err,
+            exit_code=exit_code,
+            elapsed_s=elapsed,
+            timed_out=timed_out,
+            output_truncated=truncated,
+            notes=notes,
+        )
 
     @staticmethod
     def _kill(proc: subprocess.Popen) -> None:
@@ -366,5 +447,5 @@ class Sandbox:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown; nothing left to report to
+        except Exception:  # interpreter shutdown; nothing left to report to
             return

@@ -43,21 +43,46 @@ SYSTEM_PROMPT = (
 )
 
 TOOLS: list[dict[str, Any]] = [
-    {"type": "function", "function": {
-        "name": "python", "description": "Run Python 3 code in a sandbox; returns stdout, stderr and exit code.",
-        "parameters": {"type": "object", "properties": {"code": {"type": "string", "description": "Python source"}},
-                       "required": ["code"]}}},
-    {"type": "function", "function": {
-        "name": "calculator", "description": "Evaluate an arithmetic expression, e.g. (3 + 4) * 2 / 7.",
-        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
-                       "required": ["expression"]}}},
-    {"type": "function", "function": {
-        "name": "file", "description": "Read, write or list files in the working directory.",
-        "parameters": {"type": "object", "properties": {
-            "action": {"type": "string", "enum": ["read", "write", "list"]},
-            "path": {"type": "string", "description": "relative path (default '.' for list)"},
-            "content": {"type": "string", "description": "text to write (action=write)"}},
-            "required": ["action"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "python",
+            "description": "Run Python 3 code in a sandbox; returns stdout, stderr and exit code.",
+            "parameters": {
+                "type": "object",
+                "properties": {"code": {"type": "string", "description": "Python source"}},
+                "required": ["code"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression, e.g. (3 + 4) * 2 / 7.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "file",
+            "description": "Read, write or list files in the working directory.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "action": {"type": "string", "enum": ["read", "write", "list"]},
+                    "path": {"type": "string", "description": "relative path (default '.' for list)"},
+                    "content": {"type": "string", "description": "text to write (action=write)"},
+                },
+                "required": ["action"],
+            },
+        },
+    },
 ]
 TOOL_NAMES = [t["function"]["name"] for t in TOOLS]
 
@@ -68,8 +93,15 @@ class ToolError(ValueError):
 
 # ---- calculator ----
 
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_BINOPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
 _UNOPS = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 _FUNCS = {"abs": abs, "round": round, "min": min, "max": max, "sqrt": math.sqrt}
 
@@ -90,7 +122,11 @@ def calculate(expression: str) -> float | int:
 
 
 def _eval(node: ast.AST) -> float | int:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int | float)
+        and not isinstance(node.value, bool)
+    ):
         return node.value
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         left, right = _eval(node.left), _eval(node.right)
@@ -104,14 +140,21 @@ def _eval(node: ast.AST) -> float | int:
             raise ToolError(f"calculator: {exc}") from None
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNOPS:
         return _UNOPS[type(node.op)](_eval(node.operand))
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS
-            and not node.keywords and len(node.args) <= 10):
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _FUNCS
+        and not node.keywords
+        and len(node.args) <= 10
+    ):
         try:
             return _FUNCS[node.func.id](*[_eval(a) for a in node.args])
         except (TypeError, ValueError) as exc:
             raise ToolError(f"calculator: {node.func.id}(): {exc}") from None
-    raise ToolError(f"calculator: unsupported element {type(node).__name__!r}; only numbers, + - * / // % **, "
-                    f"parentheses and {', '.join(_FUNCS)} are allowed")
+    raise ToolError(
+        f"calculator: unsupported element {type(node).__name__!r}; only numbers, + - * / // % **, "
+        f"parentheses and {', '.join(_FUNCS)} are allowed"
+    )
 
 
 # ---- parsing tool calls out of an action ----
@@ -134,13 +177,25 @@ def parse_tool_calls(action: str | dict[str, Any]) -> tuple[str, list[dict[str, 
             obj = json.loads(blob)
         except json.JSONDecodeError as exc:
             # A text tool call that is not JSON is still a (malformed) tool call: report it.
-            calls.append({"id": None, "function": {"name": "?", "arguments": blob},
-                          "parse_error": f"tool call is not valid JSON: {exc}"})
+            calls.append(
+                {
+                    "id": None,
+                    "function": {"name": "?", "arguments": blob},
+                    "parse_error": f"tool call is not valid JSON: {exc}",
+                }
+            )
             continue
         if isinstance(obj, dict) and "name" in obj:
             args = obj.get("arguments", obj.get("parameters", {}))
-            calls.append({"id": None, "function": {"name": obj["name"],
-                                                   "arguments": args if isinstance(args, str) else json.dumps(args)}})
+            calls.append(
+                {
+                    "id": None,
+                    "function": {
+                        "name": obj["name"],
+                        "arguments": args if isinstance(args, str) else json.dumps(args),
+                    },
+                }
+            )
     return action, calls, False
 
 
@@ -150,10 +205,19 @@ class ToolCallEnv(Env):
 
     name = "tool_call"
 
-    def __init__(self, split: Literal["train", "eval"] = "train", data_path: str = "gsm8k",
-                 eval_size: int = 50, max_turns: int = 4, kind: Literal["gsm8k", "lookup"] | None = None,
-                 items: list[GsmItem] | None = None, limits: SandboxLimits | None = None,
-                 seed: int | None = None, config_source: str | None = None, **_: Any):
+    def __init__(
+        self,
+        split: Literal["train", "eval"] = "train",
+        data_path: str = "gsm8k",
+        eval_size: int = 50,
+        max_turns: int = 4,
+        kind: Literal["gsm8k", "lookup"] | None = None,
+        items: list[GsmItem] | None = None,
+        limits: SandboxLimits | None = None,
+        seed: int | None = None,
+        config_source: str | None = None,
+        **_: Any,
+    ):
         self.split = split
         self._data = (data_path, eval_size, config_source)
         self._items = items
@@ -173,7 +237,9 @@ class ToolCallEnv(Env):
             self._items = gsm8k_split(resolve_data_path(path, src), size, self.split)
         return self._items
 
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict[str, Any]]:
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
         if seed is not None:
             self.rng = random.Random(seed)
         opts = options or {}
@@ -199,7 +265,20 @@ class ToolCallEnv(Env):
         """A small inventory file and one question about it; eval draws from a disjoint seed space."""
         assert self.sandbox is not None
         r = random.Random(self.rng.randrange(1 << 30) * 2 + (1 if self.split == "eval" else 0))
-        names = ["apple", "pear", "plum", "kiwi", "mango", "lime", "fig", "date", "melon", "peach", "cherry", "grape"]
+        names = [
+            "apple",
+            "pear",
+            "plum",
+            "kiwi",
+            "mango",
+            "lime",
+            "fig",
+            "date",
+            "melon",
+            "peach",
+            "cherry",
+            "grape",
+        ]
         r.shuffle(names)
         rows = [{"item": n, "price": r.randint(1, 40), "stock": r.randint(0, 200)} for n in names[:8]]
         self.sandbox.write_file("inventory.json", json.dumps(rows, indent=1) + "\n")
@@ -221,9 +300,14 @@ class ToolCallEnv(Env):
         content, calls, native = parse_tool_calls(action)
         if not calls:
             success = _final_number_matches(content, self.answer)
-            obs = ("Correct." if success else "That answer is not correct.")
-            info = {**self.task, "success": success, "final": True, "next_state_role": "user",
-                    "messages": [{"role": "user", "content": obs}]}
+            obs = "Correct." if success else "That answer is not correct."
+            info = {
+                **self.task,
+                "success": success,
+                "final": True,
+                "next_state_role": "user",
+                "messages": [{"role": "user", "content": obs}],
+            }
             return obs, 1.0 if success else 0.0, True, False, info
         messages = []
         errors = 0
@@ -232,22 +316,38 @@ class ToolCallEnv(Env):
             errors += not ok
             if native:
                 call_id = call.get("id") if isinstance(call, dict) else None
-                messages.append({"role": "tool", "tool_call_id": str(call_id or f"call_{i}"), "name": name,
-                                 "content": result})
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": str(call_id or f"call_{i}"),
+                        "name": name,
+                        "content": result,
+                    }
+                )
             else:
                 messages.append({"role": "user", "content": f"[tool {name} result]\n{result}"})
-        obs: Observation = messages if native else messages[0]["content"] if len(messages) == 1 else \
-            "\n\n".join(m["content"] for m in messages)
+        obs: Observation = (
+            messages
+            if native
+            else messages[0]["content"]
+            if len(messages) == 1
+            else "\n\n".join(m["content"] for m in messages)
+        )
         truncated = self.turns >= self.max_turns
-        info = {**self.task, "success": False, "tool_errors": errors,
-                "next_state_role": "tool" if native else "user", "messages": messages}
+        info = {
+            **self.task,
+            "success": False,
+            "tool_errors": errors,
+            "next_state_role": "tool" if native else "user",
+            "messages": messages,
+        }
         return obs, 0.0, False, truncated, info
 
     def _execute(self, call: Any) -> tuple[str, str, bool]:
         """``(tool name, result text, ok)`` — every failure becomes text, never an exception."""
         try:
             if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
-                raise ToolError("malformed tool call: expected {\"function\": {\"name\": ..., \"arguments\": ...}}")
+                raise ToolError('malformed tool call: expected {"function": {"name": ..., "arguments": ...}}')
             if call.get("parse_error"):
                 raise ToolError(call["parse_error"])
             fn = call["function"]
@@ -263,11 +363,16 @@ class ToolCallEnv(Env):
                 except (json.JSONDecodeError, TypeError) as exc:
                     raise ToolError(f"arguments for tool {name!r} are not valid JSON: {exc}") from None
             if not isinstance(args, dict):
-                raise ToolError(f"arguments for tool {name!r} must be a JSON object, got {type(args).__name__}")
+                raise ToolError(
+                    f"arguments for tool {name!r} must be a JSON object, got {type(args).__name__}"
+                )
             return name, getattr(self, f"_tool_{name}")(args), True
         except ToolError as exc:
-            name = call.get("function", {}).get("name", "?") if isinstance(call, dict) and isinstance(
-                call.get("function"), dict) else "?"
+            name = (
+                call.get("function", {}).get("name", "?")
+                if isinstance(call, dict) and isinstance(call.get("function"), dict)
+                else "?"
+            )
             return str(name), f"error: {exc}", False
 
     @staticmethod
@@ -301,7 +406,10 @@ class ToolCallEnv(Env):
                 target = self.sandbox.path(path)
                 if not target.is_dir():
                     raise ToolError(f"file: {path!r} is not a directory")
-                return "\n".join(sorted(p.name + ("/" if p.is_dir() else "") for p in target.iterdir())) or "(empty)"
+                return (
+                    "\n".join(sorted(p.name + ("/" if p.is_dir() else "") for p in target.iterdir()))
+                    or "(empty)"
+                )
             if action == "read":
                 self.sandbox.path(path)  # raises PermissionError for a path leaving the sandbox
                 text = self.sandbox.read_file(path, max_bytes=16384)

@@ -61,7 +61,7 @@ def make_teacher(cfg: Config) -> LocalTeacher | ApiTeacher:
         from openclaw_rl.judge.api import make_client
 
         if not cfg.api.base_url:
-            raise TeacherUnavailable("[prm_service] teacher = \"api\" needs [api] base_url")
+            raise TeacherUnavailable('[prm_service] teacher = "api" needs [api] base_url')
         try:
             tok = load_tokenizer(pol.model)
         except (ModelNotFoundError, OSError) as exc:
@@ -75,5 +75,6 @@ def make_teacher(cfg: Config) -> LocalTeacher | ApiTeacher:
     except (ModelNotFoundError, OSError) as exc:
         raise TeacherUnavailable(
             f"the OPD teacher model {name!r} cannot be loaded in this process ({exc}); OPD needs a local "
-            "teacher or a log-prob-capable API ([prm_service] teacher = \"api\")") from None
+            'teacher or a log-prob-capable API ([prm_service] teacher = "api")'
+        ) from None
     return LocalTeacher(model, tok, topk=prm.teacher_topk, chunk_size=cfg.training.logprob_chunk_size)

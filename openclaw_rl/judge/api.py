@@ -32,8 +32,9 @@ def make_client(cfg: Config) -> openai.AsyncOpenAI:
         raise ValueError("[api] base_url is empty: the API judge needs the API root, e.g. https://host/api")
     # The client refuses an empty key; a keyless local server gets a placeholder instead.
     key = cfg.api.api_key.get_secret_value() or "no-key"
-    return openai.AsyncOpenAI(base_url=cfg.api.v1_url, api_key=key, timeout=cfg.api.timeout_sec,
-                              max_retries=cfg.api.max_retries)
+    return openai.AsyncOpenAI(
+        base_url=cfg.api.v1_url, api_key=key, timeout=cfg.api.timeout_sec, max_retries=cfg.api.max_retries
+    )
 
 
 def describe_failure(exc: Exception, url: str, retries: int) -> str:
@@ -48,8 +49,7 @@ def describe_failure(exc: Exception, url: str, retries: int) -> str:
     if isinstance(exc, openai.RateLimitError):
         return f"judge API at {url} is rate-limiting (HTTP 429){after}"
     if isinstance(exc, openai.NotFoundError):
-        return (f"judge API at {url} answered 404: check [api] base_url (the API root) and "
-                "[prm_service] model")
+        return f"judge API at {url} answered 404: check [api] base_url (the API root) and [prm_service] model"
     if isinstance(exc, openai.APIConnectionError):
         return f"judge API at {url} could not be reached{after}: {type(exc.__cause__ or exc).__name__}"
     if isinstance(exc, openai.APIStatusError):
@@ -64,7 +64,9 @@ class ApiJudge(Judge):
         super().__init__(cfg, teacher)
         self.name = cfg.prm_service.backend
         if client is None and not cfg.api.base_url:  # fail at set-up, not at the first turn
-            raise ValueError("[api] base_url is empty: the API judge needs the API root, e.g. https://host/api")
+            raise ValueError(
+                "[api] base_url is empty: the API judge needs the API root, e.g. https://host/api"
+            )
         self._given = client
         self._client: openai.AsyncOpenAI | None = client
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -83,8 +85,11 @@ class ApiJudge(Judge):
     async def _ask(self, messages: list[dict[str, str]]) -> str:
         try:
             resp = await self.client.chat.completions.create(
-                model=self.prm.model, messages=messages,  # type: ignore[arg-type]
-                temperature=self.prm.temperature, max_tokens=MAX_TOKENS)
+                model=self.prm.model,
+                messages=messages,  # type: ignore[arg-type]
+                temperature=self.prm.temperature,
+                max_tokens=MAX_TOKENS,
+            )
         except openai.APIError as exc:
             raise JudgeUnavailable(describe_failure(exc, self.url, self.cfg.api.max_retries)) from None
         if not resp.choices:

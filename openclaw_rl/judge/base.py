@@ -98,12 +98,17 @@ class Judge(ABC):
     # ------------------------------------------------------------------ internals
     async def _verdict(self, response: str, next_state: NextState) -> JudgeResult:
         if self.prm.extract_instruction:
-            votes, hint_votes = await asyncio.gather(self.score_votes(response, next_state),
-                                                     self.hint_votes(response, next_state))
+            votes, hint_votes = await asyncio.gather(
+                self.score_votes(response, next_state), self.hint_votes(response, next_state)
+            )
         else:
             votes, hint_votes = await self.score_votes(response, next_state), []
-        return JudgeResult(score=majority(votes, self.prm.reward_space), votes=votes,
-                           hint=select_hint(hint_votes) if hint_votes else None, hint_votes=hint_votes)
+        return JudgeResult(
+            score=majority(votes, self.prm.reward_space),
+            votes=votes,
+            hint=select_hint(hint_votes) if hint_votes else None,
+            hint_votes=hint_votes,
+        )
 
     async def _add_teacher(self, turn: Turn, result: JudgeResult) -> None:
         assert result.hint is not None
@@ -118,8 +123,10 @@ class Judge(ABC):
             log.error("[opd] teacher unavailable, OPD samples disabled: %s", exc)
             return
         if len(out.logprobs) != len(turn.response_ids):
-            raise JudgeUnavailable(f"teacher returned {len(out.logprobs)} log-probs for "
-                                   f"{len(turn.response_ids)} response tokens of turn {turn.key}")
+            raise JudgeUnavailable(
+                f"teacher returned {len(out.logprobs)} log-probs for "
+                f"{len(turn.response_ids)} response tokens of turn {turn.key}"
+            )
         result.teacher_logprobs = out.logprobs
         result.teacher_topk_ids = out.topk_ids
         result.teacher_topk_logprobs = out.topk_logprobs

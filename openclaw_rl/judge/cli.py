@@ -29,7 +29,11 @@ def judge_command(cfg: Config, response: str, next_state: str, role: str) -> int
         print(json.dumps({"error": f"--role must be one of {', '.join(ROLES)}, got {role!r}"}))
         return 2
     if not next_state.strip():
-        print(json.dumps({"error": "--next-state is empty: the judge needs the state that followed the response"}))
+        print(
+            json.dumps(
+                {"error": "--next-state is empty: the judge needs the state that followed the response"}
+            )
+        )
         return 2
 
     async def go() -> dict:

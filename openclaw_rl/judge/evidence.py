@@ -34,7 +34,9 @@ import json
 import re
 from dataclasses import dataclass, field
 
-EVIDENCE_VERSION = "evidence-v1"  # part of the minilm head's cache key (the head trains on non-decisive lines)
+EVIDENCE_VERSION = (
+    "evidence-v1"  # part of the minilm head's cache key (the head trains on non-decisive lines)
+)
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,11 @@ _EXIT_RES = [
     # "returncode=2", "return code: 1", "retcode 3", "rc=0"
     re.compile(r"^\s*(?:return[ _]?code|retcode|rc)\s*[:=]\s*(-?\d+)\b", _M | _I),
     # "Process exited with code 1", "Process finished with exit code 0", "exited with status 2"
-    re.compile(r"\b(?:exited|finished|completed|terminated|returned|failed)\s+with\s+(?:exit\s+|return\s+)?"
-               r"(?:code|status)\s*[:=]?\s*(-?\d+)\b", _I),
+    re.compile(
+        r"\b(?:exited|finished|completed|terminated|returned|failed)\s+with\s+(?:exit\s+|return\s+)?"
+        r"(?:code|status)\s*[:=]?\s*(-?\d+)\b",
+        _I,
+    ),
 ]
 _ECHO_STATUS = re.compile(r"^\s*\$\s*echo\s+\$\?\s*\n\s*(-?\d+)\s*$", _M)
 
@@ -85,14 +90,26 @@ _NEGATIVE_LINES: list[tuple[str, re.Pattern[str]]] = [
     ("traceback", re.compile(r"^\s*Traceback \(most recent call last\):", _M)),
     # Python / JS exception line: "KeyError: 'id'", "json.decoder.JSONDecodeError: ...",
     # "Uncaught ReferenceError: x is not defined", "ZeroDivisionError"
-    ("exception", re.compile(r"^\s*(?:Uncaught\s+)?(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)"
-                             r"(?::\s.*)?\s*$", _M)),
+    (
+        "exception",
+        re.compile(
+            r"^\s*(?:Uncaught\s+)?(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)"
+            r"(?::\s.*)?\s*$",
+            _M,
+        ),
+    ),
     ("exception", re.compile(r"^\s*Exception in thread \"", _M)),
-    ("stack frame", re.compile(r"^\s+at [\w$.<>\[\] ]+\(?[^()\n]*(?:\.\w+|<anonymous>):\d+(?::\d+)?\)?\s*$", _M)),
+    (
+        "stack frame",
+        re.compile(r"^\s+at [\w$.<>\[\] ]+\(?[^()\n]*(?:\.\w+|<anonymous>):\d+(?::\d+)?\)?\s*$", _M),
+    ),
     ("panic", re.compile(r"^\s*thread '[^']*' panicked at", _M)),
     ("panic", re.compile(r"^\s*panic: ", _M)),
     ("panic", re.compile(r"^\s*goroutine \d+ \[running\]:", _M)),
-    ("crash", re.compile(r"^\s*(?:Segmentation fault|Bus error|Aborted|Killed)\b(?: \(core dumped\))?\s*$", _M)),
+    (
+        "crash",
+        re.compile(r"^\s*(?:Segmentation fault|Bus error|Aborted|Killed)\b(?: \(core dumped\))?\s*$", _M),
+    ),
     ("crash", re.compile(r"\(core dumped\)", _M)),
     # "error: ...", "ERROR: ...", "Error: ...", "error[E0308]: ...", "fatal: ...", "E: ..."
     ("error line", re.compile(r"^\s*(?:error|fatal(?: error)?)(?:\[[\w-]+\])?\s*:\s*\S", _M | _I)),
@@ -109,19 +126,34 @@ _NEGATIVE_LINES: list[tuple[str, re.Pattern[str]]] = [
     ("compiler error", re.compile(r"^\s*collect2: error", _M)),
     ("compiler error", re.compile(r"^\s*make(?:\[\d+\])?: \*\*\* .*Error \d+", _M)),
     ("compiler error", re.compile(r"^\s*[1-9]\d* errors?\s*$", _M)),
-    ("build failed", re.compile(r"^\s*(?:BUILD FAILED|Failed to compile)\b|\berror: could not compile\b", _M)),
+    (
+        "build failed",
+        re.compile(r"^\s*(?:BUILD FAILED|Failed to compile)\b|\berror: could not compile\b", _M),
+    ),
     # shells and coreutils
     ("command not found", re.compile(r"command not found\b", _I)),
     ("no such file", re.compile(r": No such file or directory\b")),
     ("permission denied", re.compile(r"(?:^|: )(?:Permission denied|permission denied:)", _M)),
     ("not permitted", re.compile(r": Operation not permitted\b")),
-    ("shell error", re.compile(r"^\s*[\w.+-]+: (?:cannot|can't) (?:access|open|remove|create|stat|read|write|"
-                               r"find|execute|change)\b", _M)),
+    (
+        "shell error",
+        re.compile(
+            r"^\s*[\w.+-]+: (?:cannot|can't) (?:access|open|remove|create|stat|read|write|"
+            r"find|execute|change)\b",
+            _M,
+        ),
+    ),
     ("shell error", re.compile(r"^\s*[\w.+-]+: (?:invalid|unrecognized|illegal) option\b", _M)),
     ("connection error", re.compile(r"^\s*curl: \(\d+\)", _M)),
     ("connection error", re.compile(r"^\s*ssh: connect to host .*(?:refused|timed out)", _M)),
-    ("sandbox limit", re.compile(r"^\s*\[sandbox\] (?:killed:|process ended by signal|file size limit|"
-                                 r"disk quota exceeded)", _M)),
+    (
+        "sandbox limit",
+        re.compile(
+            r"^\s*\[sandbox\] (?:killed:|process ended by signal|file size limit|"
+            r"disk quota exceeded)",
+            _M,
+        ),
+    ),
     ("timeout", re.compile(r"^\s*\[?(?:killed after \d+\s*s|timed out after|timeout:)", _M | _I)),
     # test runners: pytest "FAILED tests/x.py::test_y", "ERROR tests/x.py - ...", go "--- FAIL:", "FAIL\tpkg",
     # jest "FAIL  src/x.test.js", unittest "FAILED (failures=1)", cargo "test result: FAILED."
@@ -140,8 +172,12 @@ _POSITIVE_LINES: list[tuple[str, re.Pattern[str]]] = [
     ("tests passed", re.compile(r"\btest result: ok\.")),
     ("tests passed", re.compile(r"^\s*ok\s+\S+\s+(?:[\d.]+m?s|\(cached\))\s*$", _M)),
     ("tests passed", re.compile(r"^\s*PASS(?:\s+\S+)?\s*$", _M)),
-    ("tests passed", re.compile(r"^\s*All (?:\d+ )?(?:tests|checks|specs|test cases) (?:passed|pass|succeeded)\b",
-                                _M | _I)),
+    (
+        "tests passed",
+        re.compile(
+            r"^\s*All (?:\d+ )?(?:tests|checks|specs|test cases) (?:passed|pass|succeeded)\b", _M | _I
+        ),
+    ),
     ("build finished", re.compile(r"^\s*Finished\s+`?\w+`?\s+(?:profile\s+)?\[", _M)),
     ("build finished", re.compile(r"^\s*BUILD SUCCESSFUL\b", _M)),
     ("build finished", re.compile(r"\bcompiled successfully\b", _I)),
@@ -154,14 +190,19 @@ _UNITTEST_OK = re.compile(r"^\s*Ran \d+ tests? in [\d.]+s\s*\n(?:\s*\n)*\s*OK\b"
 # ------------------------------------------------------------------------------- test summaries
 # "2 failed, 10 passed in 1.20s", "Tests: 1 failed, 19 passed, 20 total", "12 passing (230ms)",
 # "6 passed; 0 failed; 0 ignored". The word must end the clause, so "12 failed logins" is no summary.
-_COUNT = re.compile(r"\b(\d+)\s+(passed|passing|failed|failing|failures?|errors?)"
-                    r"(?=\s*(?:[,;.)=]|$|in\s+[\d.]+\s*m?s\b|\())", _M | _I)
+_COUNT = re.compile(
+    r"\b(\d+)\s+(passed|passing|failed|failing|failures?|errors?)"
+    r"(?=\s*(?:[,;.)=]|$|in\s+[\d.]+\s*m?s\b|\())",
+    _M | _I,
+)
 
 # ------------------------------------------------------------------------------------ HTTP
-_HTTP_REASON = (r"OK|Created|Accepted|No Content|Bad Request|Unauthorized|Payment Required|Forbidden|Not Found|"
-                r"Method Not Allowed|Not Acceptable|Request Timeout|Conflict|Gone|Unprocessable (?:Entity|Content)|"
-                r"Too Many Requests|Internal Server Error|Not Implemented|Bad Gateway|Service Unavailable|"
-                r"Gateway Timeout")
+_HTTP_REASON = (
+    r"OK|Created|Accepted|No Content|Bad Request|Unauthorized|Payment Required|Forbidden|Not Found|"
+    r"Method Not Allowed|Not Acceptable|Request Timeout|Conflict|Gone|Unprocessable (?:Entity|Content)|"
+    r"Too Many Requests|Internal Server Error|Not Implemented|Bad Gateway|Service Unavailable|"
+    r"Gateway Timeout"
+)
 _HTTP_RES = [
     re.compile(r"^\s*HTTP/\d(?:\.\d)?\s+(\d{3})\b", _M),
     re.compile(rf"^\s*(?:HTTP\s+|Status:\s*|status:\s*)?(\d{{3}})\s+(?:{_HTTP_REASON})\b", _M),
@@ -179,7 +220,7 @@ _JSON_GOOD_STATUS = {"ok", "success", "succeeded", "created", "done", "completed
 def _line_of(text: str, start: int) -> str:
     begin = text.rfind("\n", 0, start) + 1
     end = text.find("\n", start)
-    return text[begin:end if end >= 0 else len(text)].strip()[:160]
+    return text[begin : end if end >= 0 else len(text)].strip()[:160]
 
 
 def _exit_codes(text: str) -> list[tuple[int, str]]:
@@ -281,7 +322,10 @@ def read_evidence(role: str, content: str) -> Evidence:
     neg = [s for s in found if s.score == -1]
     pos = [s for s in found if s.score == 1]
     if neg and pos:
-        return Evidence(None, tuple(found), "evidence conflicts: " + "; ".join(
-            f"{s.rule} ({s.line!r})" for s in (neg[0], pos[0])))
+        return Evidence(
+            None,
+            tuple(found),
+            "evidence conflicts: " + "; ".join(f"{s.rule} ({s.line!r})" for s in (neg[0], pos[0])),
+        )
     s = (neg or pos)[0]
     return Evidence(s.score, tuple(found), f"evidence: {s.rule} ({s.line!r})")

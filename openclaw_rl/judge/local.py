@@ -48,8 +48,9 @@ class LocalJudge(Judge):
     def __init__(self, cfg: Config, teacher: object | None = None, model: Any = None, tokenizer: Any = None):
         super().__init__(cfg, teacher)
         if model is None or tokenizer is None:
-            model, tokenizer = shared_model(judge_model_name(cfg), device=cfg.policy_service.device,
-                                            dtype=cfg.policy_service.dtype)
+            model, tokenizer = shared_model(
+                judge_model_name(cfg), device=cfg.policy_service.device, dtype=cfg.policy_service.dtype
+            )
         self.model, self.tokenizer = model, tokenizer
         self.rng = random.Random(cfg.global_.seed)
         self.answer_ids = self._answer_token_ids()
@@ -87,8 +88,9 @@ class LocalJudge(Judge):
 
     async def score_votes(self, response: str, next_state: NextState) -> list[Vote]:
         dist = await asyncio.to_thread(self.answer_distribution, response, next_state)
-        return sample_from_distribution(dist, self.prm.vote_count, self.prm.temperature, self.rng,
-                                        describe="answer-word probabilities: ")
+        return sample_from_distribution(
+            dist, self.prm.vote_count, self.prm.temperature, self.rng, describe="answer-word probabilities: "
+        )
 
     def _generate(self, messages: list[dict[str, str]], n: int) -> list[str]:
         import torch
@@ -98,16 +100,24 @@ class LocalJudge(Judge):
         sample = temperature > 0
         with model_lock, torch.no_grad():
             out = self.model.generate(
-                input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=HINT_MAX_TOKENS,
-                do_sample=sample, temperature=temperature if sample else None, top_p=None, top_k=None,
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=HINT_MAX_TOKENS,
+                do_sample=sample,
+                temperature=temperature if sample else None,
+                top_p=None,
+                top_k=None,
                 # Greedy decoding gives one answer; the n votes are then that answer n times.
-                num_return_sequences=n if sample else 1, pad_token_id=self.tokenizer.pad_token_id)
-        texts = [self.tokenizer.decode(seq[ids.shape[1]:], skip_special_tokens=True) for seq in out]
+                num_return_sequences=n if sample else 1,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
+        texts = [self.tokenizer.decode(seq[ids.shape[1] :], skip_special_tokens=True) for seq in out]
         return texts if sample else texts * n
 
     async def hint_votes(self, response: str, next_state: NextState) -> list[Vote]:
-        replies = await asyncio.to_thread(self._generate, hint_messages(response, next_state),
-                                          self.prm.vote_count)
+        replies = await asyncio.to_thread(
+            self._generate, hint_messages(response, next_state), self.prm.vote_count
+        )
         votes = []
         for r in replies:
             verdict, hint = parse_hint_vote(r)

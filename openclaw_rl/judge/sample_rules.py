@@ -78,9 +78,16 @@ class RunningBaseline:
     @classmethod
     def from_dict(cls, data: object, momentum: float) -> RunningBaseline:
         """From :meth:`to_dict`'s output (as kept in the store); anything else starts afresh."""
-        if isinstance(data, dict) and isinstance(data.get("sums"), dict) and isinstance(data.get("weights"), dict):
-            return cls(momentum, {str(k): float(v) for k, v in data["sums"].items()},
-                       {str(k): float(v) for k, v in data["weights"].items()})
+        if (
+            isinstance(data, dict)
+            and isinstance(data.get("sums"), dict)
+            and isinstance(data.get("weights"), dict)
+        ):
+            return cls(
+                momentum,
+                {str(k): float(v) for k, v in data["sums"].items()},
+                {str(k): float(v) for k, v in data["weights"].items()},
+            )
         return cls(momentum)
 
 
@@ -89,8 +96,9 @@ def turn_kind(turn: Turn) -> str:
     return turn.next_state.role if turn.next_state is not None else "none"
 
 
-def build_samples(turn: Turn, result: JudgeResult, training: TrainingConfig,
-                  baseline: RunningBaseline | None = None) -> list[Sample]:
+def build_samples(
+    turn: Turn, result: JudgeResult, training: TrainingConfig, baseline: RunningBaseline | None = None
+) -> list[Sample]:
     """Samples for one successfully judged main turn (empty when it carries no signal).
 
     With ``baseline`` (and ``advantage_baseline = "mean"``) the RL part's advantage is the score
@@ -112,9 +120,9 @@ class Episode:
     """One finished member of a group, as the judge loop hands it to :func:`group_samples`."""
 
     session_id: str
-    turns: list[Turn]                 # its judged main turns, in order
-    results: dict[int, JudgeResult]   # turn_index -> successful judgement
-    outcome: float | None = None      # the environment's verified outcome, when it reported one
+    turns: list[Turn]  # its judged main turns, in order
+    results: dict[int, JudgeResult]  # turn_index -> successful judgement
+    outcome: float | None = None  # the environment's verified outcome, when it reported one
 
 
 @dataclass(frozen=True)
@@ -138,8 +146,13 @@ def _relative(values: list[float], std_normalize: bool) -> list[float]:
     return out
 
 
-def group_samples(group_id: str, episodes: list[Episode], training: TrainingConfig, reward_mode: str,
-                  baseline: RunningBaseline | None = None) -> tuple[list[Sample], GroupStats]:
+def group_samples(
+    group_id: str,
+    episodes: list[Episode],
+    training: TrainingConfig,
+    reward_mode: str,
+    baseline: RunningBaseline | None = None,
+) -> tuple[list[Sample], GroupStats]:
     """The samples of one finished group, with group-relative advantages (see the module docstring).
 
     ``reward_mode`` is ``[env_service] reward``; an episode without an outcome is judged whatever it
@@ -148,8 +161,11 @@ def group_samples(group_id: str, episodes: list[Episode], training: TrainingConf
     use_outcome = reward_mode in ("outcome", "both") and all(e.outcome is not None for e in episodes)
     use_judge = reward_mode in ("judge", "both") or not use_outcome
     turns = [[t for t in e.turns if t.turn_index in e.results and t.response_ids] for e in episodes]
-    score = {(i, p): float(e.results[t.turn_index].score)
-             for i, e in enumerate(episodes) for p, t in enumerate(turns[i])}
+    score = {
+        (i, p): float(e.results[t.turn_index].score)
+        for i, e in enumerate(episodes)
+        for p, t in enumerate(turns[i])
+    }
     adv: dict[tuple[int, int], float] = dict.fromkeys(score, 0.0)
     reward: dict[tuple[int, int], float] = dict.fromkeys(score, 0.0)
     alone = len(episodes) < 2 or training.advantage_baseline == "none"
@@ -161,15 +177,19 @@ def group_samples(group_id: str, episodes: list[Episode], training: TrainingConf
                 rel = values
             elif alone or len(keys) < 2:
                 # Nobody at this position to compare with: the running mean of the turn's kind.
-                rel = [baseline.advantage(turn_kind(turns[i][q]), score[(i, q)]) if baseline else score[(i, q)]
-                       for i, q in keys]
+                rel = [
+                    baseline.advantage(turn_kind(turns[i][q]), score[(i, q)]) if baseline else score[(i, q)]
+                    for i, q in keys
+                ]
             else:
                 rel = _relative(values, training.group_std_normalize)
             for k, v, a in zip(keys, values, rel, strict=True):
                 reward[k] += v
                 adv[k] += a
-    returns = [sum(score[(i, p)] for p in range(len(turns[i]))) / max(1, len(turns[i])) if use_judge else 0.0
-               for i in range(len(episodes))]
+    returns = [
+        sum(score[(i, p)] for p in range(len(turns[i]))) / max(1, len(turns[i])) if use_judge else 0.0
+        for i in range(len(episodes))
+    ]
     if use_outcome:
         outcomes = [float(e.outcome) for e in episodes]  # type: ignore[arg-type]
         if training.advantage_baseline == "none":
@@ -181,7 +201,9 @@ def group_samples(group_id: str, episodes: list[Episode], training: TrainingConf
         for i, (o, a) in enumerate(zip(outcomes, rel_o, strict=True)):
             returns[i] += o
             # outcome only: every turn of the episode shares it; both: it lands on the last turn
-            positions = range(len(turns[i])) if reward_mode == "outcome" else range(len(turns[i]) - 1, len(turns[i]))
+            positions = (
+                range(len(turns[i])) if reward_mode == "outcome" else range(len(turns[i]) - 1, len(turns[i]))
+            )
             for p in positions:
                 if p >= 0:
                     reward[(i, p)] += o
@@ -194,15 +216,25 @@ def group_samples(group_id: str, episodes: list[Episode], training: TrainingConf
         has_rl = rl and abs(a) > ZERO
         if not has_rl and not has_opd:
             continue
-        samples.append(_sample(turn, reward[(i, p)] if has_rl else None, result if has_opd else None, training,
-                               advantage=a if has_rl else None, group_id=group_id))
+        samples.append(
+            _sample(
+                turn,
+                reward[(i, p)] if has_rl else None,
+                result if has_opd else None,
+                training,
+                advantage=a if has_rl else None,
+                group_id=group_id,
+            )
+        )
     mean = sum(returns) / len(returns) if returns else 0.0
     spread = math.sqrt(sum((r - mean) ** 2 for r in returns) / len(returns)) if returns else 0.0
     stats = GroupStats(len(episodes), mean, spread, zero_advantage=all(abs(a) <= ZERO for a in adv.values()))
     return samples, stats
 
 
-def guarantee_sample(turns: list[Turn], results: dict[int, JudgeResult], training: TrainingConfig) -> Sample | None:
+def guarantee_sample(
+    turns: list[Turn], results: dict[int, JudgeResult], training: TrainingConfig
+) -> Sample | None:
     """The at-least-one rule: the latest judged main turn of a session that produced no sample,
     kept with reward 0 (so only its OPD part, KL and entropy terms act on it)."""
     judged = [t for t in turns if t.turn_type == "main" and t.turn_index in results and t.response_ids]
@@ -219,8 +251,15 @@ def _has_opd(result: JudgeResult, training: TrainingConfig) -> bool:
     return training.opd_enabled and result.teacher_logprobs is not None and result.hint is not None
 
 
-def _sample(turn: Turn, reward: float | None, opd: JudgeResult | None, training: TrainingConfig,
-            suffix: str = "", advantage: float | None = None, group_id: str | None = None) -> Sample:
+def _sample(
+    turn: Turn,
+    reward: float | None,
+    opd: JudgeResult | None,
+    training: TrainingConfig,
+    suffix: str = "",
+    advantage: float | None = None,
+    group_id: str | None = None,
+) -> Sample:
     use_topk = training.topk_distill and opd is not None and opd.teacher_topk_ids is not None
     return Sample(
         sample_id=f"{turn.session_id}:{turn.turn_index}{':' + suffix if suffix else ''}",

@@ -124,8 +124,9 @@ class LocalTeacher:
             raise ValueError(f"turn {turn.key} has no response tokens to score")
         prompt, added = hinted_prompt(self.tokenizer, turn, hint)
         with model_lock:
-            lp, top_ids, top_lp = sequence_logprobs(self.model, prompt, turn.response_ids, topk=self.topk,
-                                                    chunk_size=self.chunk_size)
+            lp, top_ids, top_lp = sequence_logprobs(
+                self.model, prompt, turn.response_ids, topk=self.topk, chunk_size=self.chunk_size
+            )
         return TeacherOutput(
             logprobs=[float(x) for x in lp.tolist()],
             topk_ids=top_ids.tolist() if top_ids is not None else None,
@@ -156,28 +157,37 @@ class ApiTeacher:
         n_p, n_r = len(prompt), len(turn.response_ids)
         try:
             resp = await self.client.completions.create(
-                model=self.model, prompt=prompt + list(turn.response_ids), echo=True, max_tokens=1,
-                logprobs=max(1, self.topk), temperature=0.0)
+                model=self.model,
+                prompt=prompt + list(turn.response_ids),
+                echo=True,
+                max_tokens=1,
+                logprobs=max(1, self.topk),
+                temperature=0.0,
+            )
         except openai.BadRequestError as exc:
             raise TeacherUnavailable(
                 f"the API at {self.client.base_url} refused a prompt log-prob request ({exc.status_code}); "
-                "OPD needs a local teacher ([prm_service] teacher = \"policy_base\") or an endpoint with "
-                "prompt log-prob support (echo + logprobs on /v1/completions)") from None
+                'OPD needs a local teacher ([prm_service] teacher = "policy_base") or an endpoint with '
+                "prompt log-prob support (echo + logprobs on /v1/completions)"
+            ) from None
         except openai.APIError as exc:  # an outage, not a missing feature: judge this turn again later
             from openclaw_rl.judge.api import describe_failure
 
-            raise JudgeUnavailable("teacher: " + describe_failure(exc, f"{self.client.base_url}completions",
-                                                                  self.client.max_retries)) from None
+            raise JudgeUnavailable(
+                "teacher: "
+                + describe_failure(exc, f"{self.client.base_url}completions", self.client.max_retries)
+            ) from None
         lp = resp.choices[0].logprobs if resp.choices else None
         token_lps = list(getattr(lp, "token_logprobs", None) or [])
         if len(token_lps) < n_p + n_r:
             raise TeacherUnavailable(
                 f"the API at {self.client.base_url} returned no prompt log-probs ({len(token_lps)} of "
-                f"{n_p + n_r} positions); OPD needs a local or log-prob-capable teacher")
-        resp_lps = [float(x) for x in token_lps[n_p:n_p + n_r]]
+                f"{n_p + n_r} positions); OPD needs a local or log-prob-capable teacher"
+            )
+        resp_lps = [float(x) for x in token_lps[n_p : n_p + n_r]]
         top_ids = top_lps = None
         if self.topk > 0:
-            tops = (getattr(lp, "top_logprobs", None) or [])[n_p:n_p + n_r]
+            tops = (getattr(lp, "top_logprobs", None) or [])[n_p : n_p + n_r]
             if len(tops) == n_r and all(tops):
                 # The API keys top-K by token *text*; map back to ids with the same tokenizer.
                 top_ids, top_lps = [], []

@@ -62,8 +62,9 @@ def restrict(probs: dict[int, float], reward_space: list[int]) -> dict[int, floa
     return {k: p / total for k, p in kept.items()}
 
 
-def sample_from_distribution(probs: dict[int, float], n: int, temperature: float,
-                             rng: random.Random, describe: str = "") -> list[Vote]:
+def sample_from_distribution(
+    probs: dict[int, float], n: int, temperature: float, rng: random.Random, describe: str = ""
+) -> list[Vote]:
     """``n`` independent votes drawn from ``probs`` tempered at ``temperature``.
 
     Each vote's ``raw`` records the distribution it was drawn from, so a stored judgement shows

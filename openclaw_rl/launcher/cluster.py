@@ -94,8 +94,9 @@ class EnvWorker:
         self.cfg = _local_env_config(cfg)
         self.index = worker_index
         self.service = EnvLoop(self.cfg, base_url=policy_url)
-        self.client = PolicyClient.from_config(self.cfg, policy_url, self.service.stop_event,
-                                               self.service.backoff_max)
+        self.client = PolicyClient.from_config(
+            self.cfg, policy_url, self.service.stop_event, self.service.backoff_max
+        )
         self.envs: dict[str, Any] = {}
 
     def node_id(self) -> str:
@@ -113,8 +114,15 @@ class EnvWorker:
             if env is None:
                 raise RuntimeError(f"interaction type {spec.interaction_type!r} is unavailable on this node")
             self.envs[key] = env
-        stats = self.service._episode(self.index, spec.interaction_type, env, self.client, spec.seed,
-                                      spec.session_id or None, group=spec.group)
+        stats = self.service._episode(
+            self.index,
+            spec.interaction_type,
+            env,
+            self.client,
+            spec.seed,
+            spec.session_id or None,
+            group=spec.group,
+        )
         if stats is None:
             raise RuntimeError("the environment worker is stopping")
         if stats.error and stats.details.get("env_failed"):
@@ -167,8 +175,9 @@ class TrainerWorker:
     :meth:`run` is busy training.
     """
 
-    def __init__(self, cfg: Config, policy_url: str | None, config_path: str | None = None,
-                 workdir: str | None = None):
+    def __init__(
+        self, cfg: Config, policy_url: str | None, config_path: str | None = None, workdir: str | None = None
+    ):
         self.cfg, self.policy_url, self.config_path = cfg, policy_url, config_path
         self.workdir = workdir
         self.loop: Any = None
@@ -178,7 +187,9 @@ class TrainerWorker:
         """Train until ``max_steps`` or :meth:`stop`; returns ``{rc, step, version}``."""
         if self.cfg.training.backend == "fsdp":
             if not self.config_path:
-                raise ValueError("backend = \"fsdp\" on a cluster needs the config file path (shared filesystem)")
+                raise ValueError(
+                    'backend = "fsdp" on a cluster needs the config file path (shared filesystem)'
+                )
             from openclaw_rl.trainer.fsdp import run_training
 
             # The FSDP processes read the config file themselves: run them from the launcher's
@@ -205,8 +216,11 @@ class TrainerWorker:
 def remote_classes() -> dict[str, Any]:
     """The actor classes wrapped with ``ray.remote`` (done lazily: ray is optional)."""
     ray = ray_module()
-    return {"env": ray.remote(EnvWorker), "judge": ray.remote(JudgeWorker),
-            "trainer": ray.remote(TrainerWorker)}
+    return {
+        "env": ray.remote(EnvWorker),
+        "judge": ray.remote(JudgeWorker),
+        "trainer": ray.remote(TrainerWorker),
+    }
 
 
 # ---------------------------------------------------------------------- episode dealing
@@ -231,8 +245,10 @@ class RunReport:
 
     def line(self) -> str:
         ok = sum(1 for e in self.episodes if e.get("success"))
-        return (f"[cluster] episodes={len(self.episodes)} (success={ok}), retried={self.retried} "
-                f"after a worker died, nodes={len(self.by_node)}")
+        return (
+            f"[cluster] episodes={len(self.episodes)} (success={ok}), retried={self.retried} "
+            f"after a worker died, nodes={len(self.by_node)}"
+        )
 
 
 class ClusterEnvRunner:
@@ -245,8 +261,13 @@ class ClusterEnvRunner:
         print(report.line()); runner.close()
     """
 
-    def __init__(self, cfg: Config, policy_url: str, num_envs: int | None = None,
-                 cpus_per_worker: float = ENV_WORKER_CPUS):
+    def __init__(
+        self,
+        cfg: Config,
+        policy_url: str,
+        num_envs: int | None = None,
+        cpus_per_worker: float = ENV_WORKER_CPUS,
+    ):
         ray = ray_module()
         self.cfg = cfg
         self.ray = ray
@@ -256,8 +277,12 @@ class ClusterEnvRunner:
         actor = remote_classes()["env"]
         # max_restarts=-1: Ray recreates a worker whose node died on a live node. max_task_retries=0:
         # the episode in flight fails instead of silently re-running, so the runner decides (and counts).
-        self.workers = [actor.options(num_cpus=cpus_per_worker, scheduling_strategy="SPREAD", max_restarts=-1,
-                                      max_task_retries=0).remote(cfg, policy_url, i) for i in range(n)]
+        self.workers = [
+            actor.options(
+                num_cpus=cpus_per_worker, scheduling_strategy="SPREAD", max_restarts=-1, max_task_retries=0
+            ).remote(cfg, policy_url, i)
+            for i in range(n)
+        ]
         self.policy_url = policy_url
         self.rng = random.Random(cfg.global_.seed)
         self._next_index = 0
@@ -284,10 +309,14 @@ class ClusterEnvRunner:
         self._next_index += 1
         return spec
 
-    def run(self, max_episodes: int | None = None, stop: threading.Event | None = None,
-            on_episode: Callable[[dict[str, Any]], None] | None = None,
-            on_dispatch: Callable[[int, EpisodeSpec], None] | None = None,
-            report: RunReport | None = None) -> RunReport:
+    def run(
+        self,
+        max_episodes: int | None = None,
+        stop: threading.Event | None = None,
+        on_episode: Callable[[dict[str, Any]], None] | None = None,
+        on_dispatch: Callable[[int, EpisodeSpec], None] | None = None,
+        report: RunReport | None = None,
+    ) -> RunReport:
         """Deal episodes until ``max_episodes`` are done or ``stop`` is set; returns the report
         (``report``, when given, is filled as the run goes, for a caller that reads it from
         another thread).
@@ -317,7 +346,9 @@ class ClusterEnvRunner:
                 else:
                     spec = self._spec()
                     dealt += 1
-                spec = replace(spec, session_id=f"env-{spec.interaction_type}-e{spec.index}-{uuid.uuid4().hex[:12]}")
+                spec = replace(
+                    spec, session_id=f"env-{spec.interaction_type}-e{spec.index}-{uuid.uuid4().hex[:12]}"
+                )
                 running[self.workers[w].run_episode.remote(spec)] = (w, spec)
                 if on_dispatch is not None:
                     on_dispatch(w, spec)
@@ -340,8 +371,12 @@ class ClusterEnvRunner:
                     stats = self.ray.get(ref, timeout=5)
                 except RayActorError as exc:
                     retry.append(spec)
-                    log.warning("[cluster] env worker %d died during episode %d (%s); retrying it elsewhere",
-                                w, spec.index, type(exc).__name__)
+                    log.warning(
+                        "[cluster] env worker %d died during episode %d (%s); retrying it elsewhere",
+                        w,
+                        spec.index,
+                        type(exc).__name__,
+                    )
                     self._abandon(spec.session_id, report)
                     pings[self.workers[w].node_id.remote()] = w
                     continue
@@ -368,8 +403,9 @@ class ClusterEnvRunner:
 # ---------------------------------------------------------------------- the whole run
 
 
-def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
-                install_signals: bool = True) -> int:
+def run_cluster(
+    cfg: Config, config_path: str, max_episodes: int | None = None, install_signals: bool = True
+) -> int:
     """Cluster-mode counterpart of :func:`openclaw_rl.launcher.wiring.run_all`.
 
     The policy service runs as the launcher's child on this (head) node, as locally; the judge, the
@@ -404,23 +440,36 @@ def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
     try:
         classes = remote_classes()
         # One actor per judgement at once; restarts keep the constructor arguments, so the same id.
-        judges = [classes["judge"].options(num_cpus=JUDGE_CPUS, scheduling_strategy="SPREAD",
-                                           max_restarts=-1).remote(cfg, f"judge-{i}")
-                  for i in range(cfg.prm_service.num_workers)]
+        judges = [
+            classes["judge"]
+            .options(num_cpus=JUDGE_CPUS, scheduling_strategy="SPREAD", max_restarts=-1)
+            .remote(cfg, f"judge-{i}")
+            for i in range(cfg.prm_service.num_workers)
+        ]
         lines = ray.get([j.start.remote() for j in judges], timeout=300)
         print(lines[0], flush=True)
-        print(f"[prm_service] judge actors={len(judges)} (judge-0..judge-{len(judges) - 1}), "
-              "one judgement each", flush=True)
+        print(
+            f"[prm_service] judge actors={len(judges)} (judge-0..judge-{len(judges) - 1}), "
+            "one judgement each",
+            flush=True,
+        )
         tc = cfg.training
-        trainer = classes["trainer"].options(num_cpus=tc.num_cpus, num_gpus=tc.num_gpus,
-                                             max_concurrency=2).remote(cfg, url, str(Path(config_path).resolve()),
-                                                                       os.getcwd())
+        trainer = (
+            classes["trainer"]
+            .options(num_cpus=tc.num_cpus, num_gpus=tc.num_gpus, max_concurrency=2)
+            .remote(cfg, url, str(Path(config_path).resolve()), os.getcwd())
+        )
         train_ref = trainer.run.remote()
         runner = ClusterEnvRunner(cfg, url)
-        print(f"[env_service] mode=cloud, num_envs={len(runner.workers)}, nodes={len(live_nodes())}", flush=True)
-        env_thread = threading.Thread(target=runner.run, kwargs={"max_episodes": max_episodes, "stop": stop,
-                                                                 "report": report},
-                                      name="cluster-envs", daemon=True)
+        print(
+            f"[env_service] mode=cloud, num_envs={len(runner.workers)}, nodes={len(live_nodes())}", flush=True
+        )
+        env_thread = threading.Thread(
+            target=runner.run,
+            kwargs={"max_episodes": max_episodes, "stop": stop, "report": report},
+            name="cluster-envs",
+            daemon=True,
+        )
         env_thread.start()
         result: dict[str, Any] | None = None
         while not stop.is_set():
@@ -446,7 +495,7 @@ def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
         if judges:
             try:
                 ray.get([j.stop.remote() for j in judges], timeout=60)
-            except Exception as exc:  # noqa: BLE001 - shutting down: report, go on stopping the rest
+            except Exception as exc:  # shutting down: report, go on stopping the rest
                 print(f"[cluster] judges did not stop cleanly: {type(exc).__name__}: {exc}", flush=True)
             for j in judges:
                 ray.kill(j, no_restart=True)  # max_restarts=-1 would otherwise outlive the run
@@ -456,4 +505,3 @@ def run_cluster(cfg: Config, config_path: str, max_episodes: int | None = None,
         if engine is not None:
             engine.stop()
     return rc
-

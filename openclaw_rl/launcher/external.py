@@ -64,13 +64,17 @@ def launch_problem(cfg: Config) -> str | None:
     if not pcfg.launch:
         return None
     if pcfg.backend not in ENGINE_MODULES:
-        return (f"[policy_service] launch = true starts an sglang or vllm engine, but backend = "
-                f"{pcfg.backend!r}; set launch = false")
+        return (
+            f"[policy_service] launch = true starts an sglang or vllm engine, but backend = "
+            f"{pcfg.backend!r}; set launch = false"
+        )
     top = pcfg.backend
     if importlib.util.find_spec(top) is None:
-        return (f"[policy_service] launch = true with backend = \"{top}\": the {top} package is not installed "
-                f"in {sys.executable} (pip install {top}; it needs a CUDA GPU), or start the engine yourself "
-                "and set engine_url with launch = false")
+        return (
+            f'[policy_service] launch = true with backend = "{top}": the {top} package is not installed '
+            f"in {sys.executable} (pip install {top}; it needs a CUDA GPU), or start the engine yourself "
+            "and set engine_url with launch = false"
+        )
     return None
 
 
@@ -89,14 +93,45 @@ def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
     host, port = engine_address(cfg)
     model = _model_path(cfg)
     if pcfg.backend == "sglang":
-        return [sys.executable, "-m", ENGINE_MODULES["sglang"], "--model-path", model, "--host", host,
-                "--port", str(port), "--dtype", pcfg.dtype, "--context-length", str(pcfg.max_model_len)], {}
+        return [
+            sys.executable,
+            "-m",
+            ENGINE_MODULES["sglang"],
+            "--model-path",
+            model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--dtype",
+            pcfg.dtype,
+            "--context-length",
+            str(pcfg.max_model_len),
+        ], {}
     if pcfg.backend == "vllm":
-        return ([sys.executable, "-m", ENGINE_MODULES["vllm"], "--model", model, "--served-model-name", pcfg.model,
-                 "--host", host, "--port", str(port), "--dtype", pcfg.dtype,
-                 "--max-model-len", str(pcfg.max_model_len), "--enable-lora",
-                 "--max-lora-rank", str(cfg.training.lora_rank)],
-                {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"})
+        return (
+            [
+                sys.executable,
+                "-m",
+                ENGINE_MODULES["vllm"],
+                "--model",
+                model,
+                "--served-model-name",
+                pcfg.model,
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--dtype",
+                pcfg.dtype,
+                "--max-model-len",
+                str(pcfg.max_model_len),
+                "--enable-lora",
+                "--max-lora-rank",
+                str(cfg.training.lora_rank),
+            ],
+            {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"},
+        )
     raise EngineError(f"[policy_service] backend = {pcfg.backend!r} has no engine to launch")
 
 
@@ -107,8 +142,13 @@ class ExternalEngine:
     engines started some other way (a container wrapper, ``numactl``, ...).
     """
 
-    def __init__(self, cfg: Config, command: list[str] | None = None, env: dict[str, str] | None = None,
-                 log_path: Path | None = None):
+    def __init__(
+        self,
+        cfg: Config,
+        command: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+    ):
         self.cfg = cfg
         if command is None:
             problem = launch_problem(cfg)
@@ -126,11 +166,19 @@ class ExternalEngine:
         """Start the engine in its own process group; its output goes to :attr:`log_path`."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True,
-                                         preexec_fn=functools.partial(stop_with_launcher, os.getpid()))
-        print(f"[policy_service] started {self.cfg.policy_service.backend} engine (pid {self.proc.pid}) "
-              f"at {self.url}; log: {self.log_path}", flush=True)
+            self.proc = subprocess.Popen(
+                self.command,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=functools.partial(stop_with_launcher, os.getpid()),
+            )
+        print(
+            f"[policy_service] started {self.cfg.policy_service.backend} engine (pid {self.proc.pid}) "
+            f"at {self.url}; log: {self.log_path}",
+            flush=True,
+        )
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Block until ``GET /v1/models`` answers 200; EngineError if it exits or the time runs out."""
@@ -140,16 +188,20 @@ class ExternalEngine:
         while time.monotonic() < deadline:
             code = self.proc.poll()
             if code is not None:
-                raise EngineError(f"the {self.cfg.policy_service.backend} engine exited with code {code} before "
-                                  f"it was ready; see {self.log_path}")
+                raise EngineError(
+                    f"the {self.cfg.policy_service.backend} engine exited with code {code} before "
+                    f"it was ready; see {self.log_path}"
+                )
             try:
                 if httpx.get(f"{self.url}/v1/models", timeout=2.0).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass  # not listening yet: still loading the model
             time.sleep(0.5)
-        raise EngineError(f"the {self.cfg.policy_service.backend} engine at {self.url} was not ready within "
-                          f"{timeout:.0f}s; see {self.log_path}")
+        raise EngineError(
+            f"the {self.cfg.policy_service.backend} engine at {self.url} was not ready within "
+            f"{timeout:.0f}s; see {self.log_path}"
+        )
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

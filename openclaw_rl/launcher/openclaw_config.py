@@ -49,20 +49,40 @@ def openclaw_fragment(cfg: Config) -> dict:
     # everything, so an overflow finds "nothing to compact" and the turn fails.
     # Its quality guard re-asks for a summary that misses required details and, after a few tries,
     # fails every later turn of the session; a small model's summaries rarely pass it.
-    small_window = {} if window >= LARGE_WINDOW else {
-        "compaction": {"keepRecentTokens": window // 5, "qualityGuard": {"enabled": False}}}
+    small_window = (
+        {}
+        if window >= LARGE_WINDOW
+        else {"compaction": {"keepRecentTokens": window // 5, "qualityGuard": {"enabled": False}}}
+    )
     return {
-        "models": {"providers": {PROVIDER: {
-            "baseUrl": provider_url(cfg),
-            # the key clients must send ([policy_service] api_key); any string when none is set
-            "apiKey": "${OPENCLAW_RL_API_KEY}" if pol.api_key is not None else "none",
-            "api": "openai-completions",
-            "models": [{"id": model_id, "name": "openclaw-rl policy", "reasoning": False, "input": ["text"],
-                        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
-                        "contextWindow": window, "maxTokens": output}],
-        }}},
-        "agents": {"defaults": {"model": {"primary": f"{PROVIDER}/{model_id}"}, "skipBootstrap": True,
-                                **small_window}},
+        "models": {
+            "providers": {
+                PROVIDER: {
+                    "baseUrl": provider_url(cfg),
+                    # the key clients must send ([policy_service] api_key); any string when none is set
+                    "apiKey": "${OPENCLAW_RL_API_KEY}" if pol.api_key is not None else "none",
+                    "api": "openai-completions",
+                    "models": [
+                        {
+                            "id": model_id,
+                            "name": "openclaw-rl policy",
+                            "reasoning": False,
+                            "input": ["text"],
+                            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+                            "contextWindow": window,
+                            "maxTokens": output,
+                        }
+                    ],
+                }
+            }
+        },
+        "agents": {
+            "defaults": {
+                "model": {"primary": f"{PROVIDER}/{model_id}"},
+                "skipBootstrap": True,
+                **small_window,
+            }
+        },
         "tools": {"profile": "minimal"},
         "skills": {"limits": {"maxSkillsInPrompt": 0}},
     }
@@ -74,9 +94,11 @@ def render(cfg: Config) -> str:
     window = cfg.policy_service.max_model_len
     body = json.dumps(frag, indent=2)
     notes = {
-        '"apiKey"': ("// [policy_service] api_key: export OPENCLAW_RL_API_KEY with the same value"
-                     if cfg.policy_service.api_key is not None else
-                     "// the service has no api_key; any string works (set one before exposing the port)"),
+        '"apiKey"': (
+            "// [policy_service] api_key: export OPENCLAW_RL_API_KEY with the same value"
+            if cfg.policy_service.api_key is not None
+            else "// the service has no api_key; any string works (set one before exposing the port)"
+        ),
         '"contextWindow"': "// = [policy_service] max_model_len; OpenClaw compacts its history before it fills",
         '"skipBootstrap"': "// no workspace bootstrap files in the prompt",
         '"profile"': "// three tools instead of the full set: the default agent alone is ~18k tokens",
@@ -94,7 +116,7 @@ def render(cfg: Config) -> str:
         f"// openclaw.json fragment for the policy service of {cfg.source} (window {window:,} tokens).",
         "// Merge it into ~/.openclaw/openclaw.json (or the file OPENCLAW_CONFIG_PATH names).",
         "// A large model (4B-8B on SGLang / vLLM, max_model_len 32k or more): set contextWindow to the",
-        "// engine's window and maxTokens to 4096, and drop \"tools\" / \"skills\" / \"skipBootstrap\" to give",
+        '// engine\'s window and maxTokens to 4096, and drop "tools" / "skills" / "skipBootstrap" to give',
         "// the agent its full toolset. See docs/openclaw.md.",
     ]
     return "\n".join(head + lines) + "\n"

@@ -17,10 +17,12 @@ def progress_line(c: Counters, evaluation: dict[str, Any] | None = None) -> str:
     as ``eval=0.47 (base 0.34)`` at the end of the line; None before the first one.
     """
     reward = "n/a" if c.reward_mean is None else f"{c.reward_mean:+.2f}"
-    line = (f"[progress] turns={c.turns} waiting={c.waiting} judged={c.judged} failed={c.failed} "
-            f"samples ready={c.samples_ready} training={c.samples_claimed} trained={c.samples_trained} "
-            f"dropped={c.samples_dropped} step={c.trainer_updates} checkpointed={c.trainer_step} "
-            f"version={c.policy_version} reward_mean={reward}")
+    line = (
+        f"[progress] turns={c.turns} waiting={c.waiting} judged={c.judged} failed={c.failed} "
+        f"samples ready={c.samples_ready} training={c.samples_claimed} trained={c.samples_trained} "
+        f"dropped={c.samples_dropped} step={c.trainer_updates} checkpointed={c.trainer_step} "
+        f"version={c.policy_version} reward_mean={reward}"
+    )
     return line + eval_field(evaluation)
 
 
@@ -54,6 +56,8 @@ def status_command(cfg: Config) -> int:
     last = [r for r in read_metrics(cfg.log_dir) if r.get("kind") == "train"][-1:]
     if last:
         r = last[0]
-        print(f"[train] last update step={r['step']} loss={r.get('loss', float('nan')):.4g} "
-              f"kl={r.get('kl', float('nan')):.4g} clip_frac={r.get('clip_frac', float('nan')):.4g}")
+        print(
+            f"[train] last update step={r['step']} loss={r.get('loss', float('nan')):.4g} "
+            f"kl={r.get('kl', float('nan')):.4g} clip_frac={r.get('clip_frac', float('nan')):.4g}"
+        )
     return 0

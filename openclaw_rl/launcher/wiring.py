@@ -82,8 +82,12 @@ class Child:
         env = {**os.environ, CHILD_ENV: "1", "PYTHONUNBUFFERED": "1"}
         if self.threads is not None and "OMP_NUM_THREADS" not in os.environ:  # the user's own setting wins
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(self.threads)
-        self.proc = subprocess.Popen(self.argv, start_new_session=True, env=env,
-                                     preexec_fn=functools.partial(stop_with_launcher, os.getpid()))
+        self.proc = subprocess.Popen(
+            self.argv,
+            start_new_session=True,
+            env=env,
+            preexec_fn=functools.partial(stop_with_launcher, os.getpid()),
+        )
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -136,7 +140,13 @@ def thread_shares(cores: int) -> dict[str, int]:
     """
     half = max(1, cores // 2)
     small = max(1, cores // 4)
-    return {"policy_service": half, "training": half, "prm_service": small, "env_service": 1, "evaluator": half}
+    return {
+        "policy_service": half,
+        "training": half,
+        "prm_service": small,
+        "env_service": 1,
+        "evaluator": half,
+    }
 
 
 def build_children(cfg: Config, config_path: str) -> dict[str, Child]:
@@ -147,8 +157,9 @@ def build_children(cfg: Config, config_path: str) -> dict[str, Child]:
         "training": Child("training", [py, "-m", trainer_module(cfg), "--config", conf, "--policy-url", url]),
     }
     if cfg.env_service.enabled and cfg.env_service.num_envs > 0:
-        children["env_service"] = Child("env_service", [py, "-m", "openclaw_rl.envs.loop", "--config", conf,
-                                                        "--policy-url", url])
+        children["env_service"] = Child(
+            "env_service", [py, "-m", "openclaw_rl.envs.loop", "--config", conf, "--policy-url", url]
+        )
     if live_eval_problem(cfg) is None:
         children["evaluator"] = Child("evaluator", [py, "-m", "openclaw_rl.envs.eval_loop", "--config", conf])
     shares = thread_shares(len(os.sched_getaffinity(0)))
@@ -167,16 +178,25 @@ def supervise(children: dict[str, Child]) -> int | None:
         code = child.proc.returncode if child.proc is not None else None
         if child.restarts >= MAX_RESTARTS and child.name in OPTIONAL_CHILDREN:
             child.finished = True  # given up on: never restarted, nothing left to stop
-            print(f"[launch] {child.name} exited (code {code}) {MAX_RESTARTS} times; the run goes on without "
-                  "live evaluation", flush=True)
+            print(
+                f"[launch] {child.name} exited (code {code}) {MAX_RESTARTS} times; the run goes on without "
+                "live evaluation",
+                flush=True,
+            )
             continue
         if child.restarts >= MAX_RESTARTS:
-            print(f"[launch] {child.name} exited (code {code}) {MAX_RESTARTS} times; stopping the run", flush=True)
+            print(
+                f"[launch] {child.name} exited (code {code}) {MAX_RESTARTS} times; stopping the run",
+                flush=True,
+            )
             return 1
         child.restarts += 1
         resumes = "metrics.jsonl" if child.name == "evaluator" else "the store"
-        print(f"[launch] {child.name} exited with code {code}; restarting "
-              f"({child.restarts}/{MAX_RESTARTS}) — it resumes from {resumes}", flush=True)
+        print(
+            f"[launch] {child.name} exited with code {code}; restarting "
+            f"({child.restarts}/{MAX_RESTARTS}) — it resumes from {resumes}",
+            flush=True,
+        )
         child.start()
     return None
 
@@ -229,8 +249,11 @@ def run_all(cfg: Config, config_path: str) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    print(f"[async] weight_sync_interval={cfg.policy_service.weight_sync_interval}, "
-          f"non_blocking={str(cfg.policy_service.non_blocking).lower()}", flush=True)
+    print(
+        f"[async] weight_sync_interval={cfg.policy_service.weight_sync_interval}, "
+        f"non_blocking={str(cfg.policy_service.non_blocking).lower()}",
+        flush=True,
+    )
     if "env_service" not in children:
         print(f"[launch] no environment workers: personal-agent mode, talk to {url}/v1", flush=True)
     eval_problem = live_eval_problem(cfg)
@@ -287,10 +310,18 @@ def _await_final_eval(cfg: Config, evaluator: Child | None, interrupted: Callabl
     if evaluator is None or not evaluator.alive() or due_policy(cfg) is None:
         return
     due = due_policy(cfg)
-    print(f"[launch] waiting up to {FINAL_EVAL_TIMEOUT_S:.0f}s for the evaluator to score policy "
-          f"version={due.version if due else '?'} (Ctrl-C to skip)", flush=True)
+    print(
+        f"[launch] waiting up to {FINAL_EVAL_TIMEOUT_S:.0f}s for the evaluator to score policy "
+        f"version={due.version if due else '?'} (Ctrl-C to skip)",
+        flush=True,
+    )
     deadline = time.monotonic() + FINAL_EVAL_TIMEOUT_S
-    while evaluator.alive() and not interrupted() and time.monotonic() < deadline and due_policy(cfg) is not None:
+    while (
+        evaluator.alive()
+        and not interrupted()
+        and time.monotonic() < deadline
+        and due_policy(cfg) is not None
+    ):
         time.sleep(0.5)
 
 
@@ -300,4 +331,3 @@ def _stop_all(children: dict[str, Child]) -> None:
     for name in STOP_ORDER:
         if name in children:
             children[name].stop(timeout=120 if name == "training" else 30)
-

@@ -89,22 +89,35 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
 
     def require_key(request: Request) -> None:
         if expected is not None and not _bearer_matches(request, expected):
-            raise APIError(401, "missing or wrong API key: send Authorization: Bearer <key>",
-                           type_="authentication_error", code="invalid_api_key",
-                           headers={"WWW-Authenticate": "Bearer"})
+            raise APIError(
+                401,
+                "missing or wrong API key: send Authorization: Bearer <key>",
+                type_="authentication_error",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
 
     def require_admin(request: Request) -> None:
         if not _bearer_matches(request, admin):
-            raise APIError(401, "admin route: missing or wrong admin key (the run's own loops send it; "
-                           "it is not the clients' api_key)", type_="authentication_error",
-                           code="invalid_admin_key", headers={"WWW-Authenticate": "Bearer"})
+            raise APIError(
+                401,
+                "admin route: missing or wrong admin key (the run's own loops send it; "
+                "it is not the clients' api_key)",
+                type_="authentication_error",
+                code="invalid_admin_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
 
     def inside_export_folder(path: str) -> str:
         """The weight path, if it lies inside the run's export folder; 400 otherwise."""
         resolved = Path(path).expanduser().resolve()
         if not resolved.is_relative_to(root):
-            raise APIError(400, f"path: weights load only from the run's export folder {root}",
-                           param="path", code="path_not_allowed")
+            raise APIError(
+                400,
+                f"path: weights load only from the run's export folder {root}",
+                param="path",
+                code="path_not_allowed",
+            )
         return str(resolved)
 
     @asynccontextmanager
@@ -115,23 +128,33 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
         if left:
             log.info("[policy_service] drained %d in-flight generation(s)", left)
 
-    app = FastAPI(title="openclaw-rl policy service", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+    app = FastAPI(
+        title="openclaw-rl policy service", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
         # messages may quote client input: escaped so a request cannot forge log lines
-        log.info("[policy_service] %d on %s: %s", exc.status, request.url.path, escape_for_log(exc.message, 300))
+        log.info(
+            "[policy_service] %d on %s: %s", exc.status, request.url.path, escape_for_log(exc.message, 300)
+        )
         return _error(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error(APIError(400, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())))
+        return _error(
+            APIError(400, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return _error(APIError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
-                               code=str(exc.status_code)))
+        return _error(
+            APIError(
+                exc.status_code,
+                f"{request.method} {request.url.path}: {exc.detail}",
+                code=str(exc.status_code),
+            )
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -153,8 +176,11 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
         job = await serving.start_job(body, headers)
         session_headers = {"X-Session-Id": job.assign.session_id, "X-Turn-Index": str(job.assign.turn_index)}
         if job.req.stream:
-            return StreamingResponse(serving.stream(job), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", **session_headers})
+            return StreamingResponse(
+                serving.stream(job),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", **session_headers},
+            )
         return JSONResponse(await serving.complete(job), headers=session_headers)
 
     async def _parse(request: Request, model: type[BaseModel]) -> Any:

@@ -33,7 +33,9 @@ from dataclasses import dataclass
 
 from openclaw_rl.policy.protocol import ChatMessage
 
-_OPENCLAW_TIMESTAMP = re.compile(r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \d{4}-\d{2}-\d{2} \d{2}:\d{2}(?::\d{2})? [A-Z]{2,5}\] ")
+_OPENCLAW_TIMESTAMP = re.compile(
+    r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \d{4}-\d{2}-\d{2} \d{2}:\d{2}(?::\d{2})? [A-Z]{2,5}\] "
+)
 _OPENCLAW_RUNTIME = re.compile(r"\n+Runtime: agent=[^\n]*\s*$")
 
 

@@ -128,18 +128,27 @@ class Engine(ABC):
                 self._prep_tokenizer = copy.deepcopy(self.tokenizer)
             text = self._prep_tokenizer.apply_chat_template(
                 template_messages(req.messages, req.tools if req.tool_choice != "none" else None),
-                add_generation_prompt=True, tokenize=False)
+                add_generation_prompt=True,
+                tokenize=False,
+            )
             ids = self._prep_tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) >= limit:
             raise context_length_exceeded(limit, len(ids))
         room = limit - len(ids)
-        if (req.max_tokens_given and req.params.max_tokens > room
-                and self.cfg.policy_service.max_tokens_overflow == "reject"):
-            raise APIError(400, f"This model's maximum context length is {limit} tokens. However, you requested "
-                           f"{len(ids) + req.params.max_tokens} tokens ({len(ids)} in the messages, "
-                           f"{req.params.max_tokens} in the completion). Please reduce the length of the "
-                           f"messages or completion (ask for at most max_tokens = {room}).",
-                           param="max_tokens", code="context_length_exceeded")
+        if (
+            req.max_tokens_given
+            and req.params.max_tokens > room
+            and self.cfg.policy_service.max_tokens_overflow == "reject"
+        ):
+            raise APIError(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{len(ids) + req.params.max_tokens} tokens ({len(ids)} in the messages, "
+                f"{req.params.max_tokens} in the completion). Please reduce the length of the "
+                f"messages or completion (ask for at most max_tokens = {room}).",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
         req.params.max_tokens = min(req.params.max_tokens, room)
         req.prompt_ids = ids
 
@@ -147,6 +156,11 @@ class Engine(ABC):
 def context_length_exceeded(limit: int, prompt_tokens: int) -> APIError:
     """OpenAI's error for a prompt that does not fit the window, worded as OpenAI words it: clients
     match ``context_length_exceeded`` or "maximum context length" to decide to compact."""
-    return APIError(400, f"This model's maximum context length is {limit} tokens. However, your messages "
-                    f"resulted in {prompt_tokens} tokens, which leaves no room to generate. Please reduce the "
-                    "length of the messages.", param="messages", code="context_length_exceeded")
+    return APIError(
+        400,
+        f"This model's maximum context length is {limit} tokens. However, your messages "
+        f"resulted in {prompt_tokens} tokens, which leaves no room to generate. Please reduce the "
+        "length of the messages.",
+        param="messages",
+        code="context_length_exceeded",
+    )

@@ -89,7 +89,9 @@ class ForwardEngine(Engine):
 
             self.tokenizer = load_tokenizer(self.pcfg.model)
         except (OSError, ValueError) as exc:  # the model may live only on the engine's machine
-            log.info("no local tokenizer for %r (%s); prompt ids come from the engine only", self.pcfg.model, exc)
+            log.info(
+                "no local tokenizer for %r (%s); prompt ids come from the engine only", self.pcfg.model, exc
+            )
             self.tokenizer = None
 
     def stop(self) -> None:
@@ -113,9 +115,13 @@ class ForwardEngine(Engine):
         body: dict[str, Any] = {
             "model": self.serve_model,
             "messages": [m.model_dump(exclude_none=True) for m in req.messages],
-            "temperature": p.temperature, "top_p": p.top_p, "max_tokens": p.max_tokens,
-            "stream": True, "stream_options": {"include_usage": True},
-            "logprobs": True, "top_logprobs": p.top_logprobs,
+            "temperature": p.temperature,
+            "top_p": p.top_p,
+            "max_tokens": p.max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "logprobs": True,
+            "top_logprobs": p.top_logprobs,
         }
         if p.stop:
             body["stop"] = p.stop
@@ -154,9 +160,16 @@ class ForwardEngine(Engine):
                             detail = json.loads(detail)["error"]["message"]
                         except (ValueError, KeyError, TypeError):
                             pass
-                        status = resp.status_code if 400 <= resp.status_code < 500 and resp.status_code != 401 else 502
-                        raise APIError(status, f"the {self.backend} engine at {self.v1} answered "
-                                       f"{resp.status_code}: {detail}", type_="upstream_error")
+                        status = (
+                            resp.status_code
+                            if 400 <= resp.status_code < 500 and resp.status_code != 401
+                            else 502
+                        )
+                        raise APIError(
+                            status,
+                            f"the {self.backend} engine at {self.v1} answered {resp.status_code}: {detail}",
+                            type_="upstream_error",
+                        )
                     async for line in resp.aiter_lines():
                         if not line.startswith("data:"):
                             continue
@@ -165,8 +178,12 @@ class ForwardEngine(Engine):
                             break
                         chunk = json.loads(data)
                         if "error" in chunk:
-                            raise APIError(502, f"the {self.backend} engine failed mid-stream: "
-                                           f"{chunk['error'].get('message', chunk['error'])}", type_="upstream_error")
+                            raise APIError(
+                                502,
+                                f"the {self.backend} engine failed mid-stream: "
+                                f"{chunk['error'].get('message', chunk['error'])}",
+                                type_="upstream_error",
+                            )
                         if chunk.get("prompt_token_ids") is not None:
                             prompt_ids = list(chunk["prompt_token_ids"])
                         for choice in chunk.get("choices") or []:
@@ -183,8 +200,10 @@ class ForwardEngine(Engine):
                             ids.extend(int(i) for i in new_ids)
                             lps.extend(new_lp)
                             for tc in delta.get("tool_calls") or []:
-                                slot = calls.setdefault(int(tc.get("index", 0)), {
-                                    "id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+                                slot = calls.setdefault(
+                                    int(tc.get("index", 0)),
+                                    {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                                )
                                 slot["id"] = tc.get("id") or slot["id"]
                                 fn = tc.get("function") or {}
                                 slot["function"]["name"] += fn.get("name") or ""
@@ -194,36 +213,61 @@ class ForwardEngine(Engine):
                             if piece or entries:
                                 top = None
                                 if req.params.top_logprobs:
-                                    top = [[(t.get("token", ""), float(t.get("logprob", 0.0)))
-                                            for t in e.get("top_logprobs") or []] for e in entries]
-                                yield Delta(piece, [int(i) for i in new_ids], new_lp,
-                                            [str(e.get("token", "")) for e in entries], top)
+                                    top = [
+                                        [
+                                            (t.get("token", ""), float(t.get("logprob", 0.0)))
+                                            for t in e.get("top_logprobs") or []
+                                        ]
+                                        for e in entries
+                                    ]
+                                yield Delta(
+                                    piece,
+                                    [int(i) for i in new_ids],
+                                    new_lp,
+                                    [str(e.get("token", "")) for e in entries],
+                                    top,
+                                )
                             if choice.get("finish_reason"):
                                 finish = choice["finish_reason"]
             except httpx.HTTPError as exc:
-                raise APIError(502, f"the {self.backend} engine at {self.v1} is unreachable or failed: "
-                               f"{type(exc).__name__}: {exc}", type_="upstream_error") from exc
+                raise APIError(
+                    502,
+                    f"the {self.backend} engine at {self.v1} is unreachable or failed: "
+                    f"{type(exc).__name__}: {exc}",
+                    type_="upstream_error",
+                ) from exc
             finally:
                 self.active_count -= 1
         if not ids_ok or len(ids) != len(lps):
             if not self._warned:
-                log.warning("the %s engine returned no token ids; turns are recorded without response ids "
-                            "and will not be trained on (see docs/serving.md)", self.backend)
+                log.warning(
+                    "the %s engine returned no token ids; turns are recorded without response ids "
+                    "and will not be trained on (see docs/serving.md)",
+                    self.backend,
+                )
                 self._warned = True
             ids, lps = [], []
         exact_prompt = prompt_ids is not None
         if prompt_ids is None:
             prompt_ids = list(req.prompt_ids or [])
         tool_calls = [calls[i] for i in sorted(calls)] or None
-        yield Final("tool_calls" if tool_calls and finish == "stop" else finish, prompt_ids, ids, lps,
-                    "".join(text), version, tool_calls=tool_calls, ids_exact=exact_prompt and ids_ok)
+        yield Final(
+            "tool_calls" if tool_calls and finish == "stop" else finish,
+            prompt_ids,
+            ids,
+            lps,
+            "".join(text),
+            version,
+            tool_calls=tool_calls,
+            ids_exact=exact_prompt and ids_ok,
+        )
 
     # -------------------------------------------------------------- weight sync
     def swap_weights(self, path: str | Path, version: int) -> None:
         """Ask the engine to load ``path``; see the module docstring for each backend."""
         p = Path(path)
         if self.backend == "api":
-            raise WeightLoadError("backend \"api\" serves a hosted model whose weights cannot be replaced")
+            raise WeightLoadError('backend "api" serves a hosted model whose weights cannot be replaced')
         if not p.is_dir():
             raise WeightLoadError(f"path: {p} is not a directory (expected the output of export_policy)")
         timeout = httpx.Timeout(self.pcfg.request_timeout_sec, connect=10.0)
@@ -231,8 +275,10 @@ class ForwardEngine(Engine):
             url, body = f"{self.root}/update_weights_from_disk", {"model_path": str(p)}
         else:
             if not (p / "adapter_config.json").is_file():
-                raise WeightLoadError(f"path: {p} is not a LoRA adapter directory; the vllm backend swaps "
-                                      "weights through /v1/load_lora_adapter, which takes adapters only")
+                raise WeightLoadError(
+                    f"path: {p} is not a LoRA adapter directory; the vllm backend swaps "
+                    "weights through /v1/load_lora_adapter, which takes adapters only"
+                )
             name = f"policy-v{version}"
             url, body = f"{self.v1}/load_lora_adapter", {"lora_name": name, "lora_path": str(p)}
         try:
@@ -246,8 +292,9 @@ class ForwardEngine(Engine):
             except ValueError:
                 ok = True
         if not ok:
-            raise WeightLoadError(f"the {self.backend} engine refused the weights at {p}: "
-                                  f"{resp.status_code} {resp.text[:300]}")
+            raise WeightLoadError(
+                f"the {self.backend} engine refused the weights at {p}: {resp.status_code} {resp.text[:300]}"
+            )
         if self.backend == "vllm":
             self.serve_model = f"policy-v{version}"
         self._version = version

@@ -76,11 +76,11 @@ class PrefixCache:
         self._lock = threading.Lock()
         self.bytes = 0
         self.peak_bytes = 0
-        self.hits = 0          # lookups that found at least one block
-        self.misses = 0        # lookups that found none
-        self.hit_tokens = 0    # tokens served from the cache
-        self.evictions = 0     # blocks evicted for room
-        self.inserted = 0      # blocks stored
+        self.hits = 0  # lookups that found at least one block
+        self.misses = 0  # lookups that found none
+        self.hit_tokens = 0  # tokens served from the cache
+        self.evictions = 0  # blocks evicted for room
+        self.inserted = 0  # blocks stored
 
     # ------------------------------------------------------------------ lookup
     def match(self, tokens: Sequence[int], epoch: int, limit: int | None = None) -> list[Block]:
@@ -125,7 +125,7 @@ class PrefixCache:
                     raise ValueError(f"kv_of returned {kv.shape[-2]} tokens for a block of {bt}")
                 if kv.untyped_storage().nbytes() > kv.numel() * kv.element_size():
                     kv = kv.clone()  # a view into something larger: own the memory
-                key = (epoch, chain[-1].id if chain else 0, tuple(tokens[j * bt:(j + 1) * bt]))
+                key = (epoch, chain[-1].id if chain else 0, tuple(tokens[j * bt : (j + 1) * bt]))
                 block = Block(next(self._ids), key, kv)
                 if chain_bytes + block.nbytes > self.max_bytes or not self._evict(block.nbytes, keep):
                     break  # this chain alone would not fit: keep the prefix that does
@@ -157,11 +157,17 @@ class PrefixCache:
 
     def stats(self) -> dict[str, int]:
         with self._lock:
-            return {"prefix_cache_bytes": self.bytes, "prefix_cache_max_bytes": self.max_bytes,
-                    "prefix_cache_peak_bytes": self.peak_bytes, "prefix_cache_entries": len(self._blocks),
-                    "prefix_cache_block_tokens": self.block_tokens, "prefix_cache_hits": self.hits,
-                    "prefix_cache_misses": self.misses, "prefix_cache_hit_tokens": self.hit_tokens,
-                    "prefix_cache_evictions": self.evictions}
+            return {
+                "prefix_cache_bytes": self.bytes,
+                "prefix_cache_max_bytes": self.max_bytes,
+                "prefix_cache_peak_bytes": self.peak_bytes,
+                "prefix_cache_entries": len(self._blocks),
+                "prefix_cache_block_tokens": self.block_tokens,
+                "prefix_cache_hits": self.hits,
+                "prefix_cache_misses": self.misses,
+                "prefix_cache_hit_tokens": self.hit_tokens,
+                "prefix_cache_evictions": self.evictions,
+            }
 
     # ------------------------------------------------------------------ internals (lock held)
     def _chain(self, tokens: Sequence[int], epoch: int, n_blocks: int) -> list[Block]:
@@ -169,7 +175,7 @@ class PrefixCache:
         chain: list[Block] = []
         parent = 0
         for j in range(n_blocks):
-            block = self._blocks.get((epoch, parent, tuple(tokens[j * bt:(j + 1) * bt])))
+            block = self._blocks.get((epoch, parent, tuple(tokens[j * bt : (j + 1) * bt])))
             if block is None:
                 break
             chain.append(block)

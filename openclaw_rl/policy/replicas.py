@@ -80,8 +80,12 @@ class EngineReplica:
         """Answers once the model is loaded; says where the replica runs and what it serves."""
         import ray
 
-        return {"index": self.index, "node": ray.get_runtime_context().get_node_id(),
-                "policy_version": self.engine.policy_version, "requests": self.requests}
+        return {
+            "index": self.index,
+            "node": ray.get_runtime_context().get_node_id(),
+            "policy_version": self.engine.policy_version,
+            "requests": self.requests,
+        }
 
     async def generate(self, req: GenRequest) -> AsyncIterator[Delta | Final]:
         """Stream one generation's events (``req.prompt_ids`` already set by the router)."""
@@ -129,7 +133,7 @@ class ReplicatedEngine(Engine):
         self.replicas: list[Any] = []
         self.nodes: list[str] = []
         self.affinity: OrderedDict[str, int] = OrderedDict()
-        self.sessions_on = [0] * self.n   # sessions currently remembered per replica
+        self.sessions_on = [0] * self.n  # sessions currently remembered per replica
         self.in_flight = [0] * self.n
         self.down: set[int] = set()
         self.failovers = 0
@@ -148,10 +152,17 @@ class ReplicatedEngine(Engine):
         actor = ray.remote(EngineReplica)
         # max_task_retries=0: a generation in flight on a dead replica fails instead of being
         # re-run blindly; the router decides (fail over before the first token, 503 after it).
-        self.replicas = [actor.options(num_cpus=self.pcfg.engine_num_cpus, num_gpus=self.pcfg.engine_num_gpus,
-                                       scheduling_strategy="SPREAD", max_restarts=-1, max_task_retries=0,
-                                       max_concurrency=max(1000, 4 * self.pcfg.max_concurrent))
-                         .remote(self.cfg.with_absolute_paths(), i) for i in range(self.n)]
+        self.replicas = [
+            actor.options(
+                num_cpus=self.pcfg.engine_num_cpus,
+                num_gpus=self.pcfg.engine_num_gpus,
+                scheduling_strategy="SPREAD",
+                max_restarts=-1,
+                max_task_retries=0,
+                max_concurrency=max(1000, 4 * self.pcfg.max_concurrent),
+            ).remote(self.cfg.with_absolute_paths(), i)
+            for i in range(self.n)
+        ]
         infos = ray.get([r.ready.remote() for r in self.replicas], timeout=READY_TIMEOUT_S)
         self.nodes = [info["node"] for info in infos]
         log.info("[policy_service] %d engine replicas on %d node(s)", self.n, len(set(self.nodes)))
@@ -178,8 +189,12 @@ class ReplicatedEngine(Engine):
 
     def stats(self) -> dict[str, Any]:
         """What ``/healthz`` adds for a replicated engine."""
-        return {"engines": self.n, "engines_down": len(self.down), "failovers": self.failovers,
-                "sessions_per_engine": list(self.sessions_on)}
+        return {
+            "engines": self.n,
+            "engines_down": len(self.down),
+            "failovers": self.failovers,
+            "sessions_per_engine": list(self.sessions_on),
+        }
 
     # -------------------------------------------------------------- routing
     def replica_for(self, session_id: str) -> int:
@@ -226,11 +241,19 @@ class ReplicatedEngine(Engine):
             except RayActorError as exc:
                 self._mark_down(i)
                 if started or attempt == 1:
-                    raise APIError(503, "the engine replica serving this session stopped mid-response; "
-                                   "send the request again", type_="server_error") from exc
+                    raise APIError(
+                        503,
+                        "the engine replica serving this session stopped mid-response; "
+                        "send the request again",
+                        type_="server_error",
+                    ) from exc
                 self.failovers += 1
-                log.warning("[policy_service] engine replica %d is down (%s); session %s moves to another",
-                            i, type(exc).__name__, sid)
+                log.warning(
+                    "[policy_service] engine replica %d is down (%s); session %s moves to another",
+                    i,
+                    type(exc).__name__,
+                    sid,
+                )
             finally:
                 self.in_flight[i] -= 1
 
@@ -273,12 +296,20 @@ class ReplicatedEngine(Engine):
             try:
                 self._ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
             except RayTaskError as exc:
-                raise WeightLoadError(f"engine replica {i} refused the weights at {path}: {exc.cause}") from None
+                raise WeightLoadError(
+                    f"engine replica {i} refused the weights at {path}: {exc.cause}"
+                ) from None
             except GetTimeoutError:
-                raise TimeoutError(f"engine replica {i} did not apply the weights within "
-                                   f"{2 * self.pcfg.request_timeout_sec:.0f}s") from None
+                raise TimeoutError(
+                    f"engine replica {i} did not apply the weights within "
+                    f"{2 * self.pcfg.request_timeout_sec:.0f}s"
+                ) from None
             except RayActorError:
-                log.warning("[policy_service] engine replica %d died during a swap; it gets version %d when "
-                            "it is back", i, version)
+                log.warning(
+                    "[policy_service] engine replica %d died during a swap; it gets version %d when "
+                    "it is back",
+                    i,
+                    version,
+                )
                 self.down.add(i)  # the next request that reaches it starts its revival
         self._version = version

@@ -35,7 +35,6 @@ from openclaw_rl.runtime.store import Store
 log = logging.getLogger("openclaw_rl.policy")
 
 
-
 def build_engine(cfg: Config) -> Engine:
     """The engine named by ``[policy_service] backend`` (the one place that chooses it)."""
     if cfg.policy_service.backend == "transformers":
@@ -82,20 +81,27 @@ class PolicyService:
         port = sock.getsockname()[1]
         host = self.pcfg.host
         self.url = f"http://{self.pcfg.connect_host}:{port}"
-        config = uvicorn.Config(app, log_level="warning", access_log=False,
-                                timeout_graceful_shutdown=int(self.pcfg.request_timeout_sec), lifespan="on")
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=int(self.pcfg.request_timeout_sec),
+            lifespan="on",
+        )
         server = uvicorn.Server(config)
         self._server = server
-        self._listen_line = (f"[policy_service] listening on {host}:{port}, "
-                             f"max_concurrent={self.pcfg.max_concurrent}")
+        self._listen_line = (
+            f"[policy_service] listening on {host}:{port}, max_concurrent={self.pcfg.max_concurrent}"
+        )
         return server, sock
 
     # ------------------------------------------------------------------ background
     def start(self) -> str:
         """Serve on a background thread; return the base URL once it accepts connections."""
         server, sock = self._prepare()
-        self._thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
-                                        name="policy-http", daemon=True)
+        self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name="policy-http", daemon=True
+        )
         self._thread.start()
         deadline = time.monotonic() + 30
         while not server.started:
@@ -138,8 +144,11 @@ class PolicyService:
                 self.store.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            print(f"[policy_service] stopped after {served} request(s); in-flight requests were drained "
-                  "and recorded", flush=True)
+            print(
+                f"[policy_service] stopped after {served} request(s); in-flight requests were drained "
+                "and recorded",
+                flush=True,
+            )
 
     def _note_signal(self, sig: int, frame: object) -> None:
         log.info("[policy_service] received signal %d after shutdown", sig)
@@ -175,8 +184,11 @@ def serve_command(cfg: Config, host: str | None, port: int | None) -> int:
             print(f"[policy_service] error: {exc}", file=sys.stderr)
             return 2
         except OSError as exc:
-            print(f"[policy_service] error: cannot listen on {cfg.policy_service.host}:"
-                  f"{cfg.policy_service.port}: {exc}", file=sys.stderr)
+            print(
+                f"[policy_service] error: cannot listen on {cfg.policy_service.host}:"
+                f"{cfg.policy_service.port}: {exc}",
+                file=sys.stderr,
+            )
             return 2
         return 0
 

@@ -79,7 +79,9 @@ def _bool_header(value: str | None, name: str) -> bool | None:
         return True
     if v in FALSE:
         return False
-    raise APIError(400, f"header {name}: expected true or false, got {escape_for_log(value, 40)!r}", param=name)
+    raise APIError(
+        400, f"header {name}: expected true or false, got {escape_for_log(value, 40)!r}", param=name
+    )
 
 
 def _episode_headers(headers: dict[str, str]) -> EpisodeTag | None:
@@ -90,31 +92,43 @@ def _episode_headers(headers: dict[str, str]) -> EpisodeTag | None:
     if group is None:
         if size is not None or outcome is not None:
             name = "X-Episode-Group-Size" if size is not None else "X-Episode-Outcome"
-            raise APIError(400, f"header {name} needs X-Episode-Group (the group the episode belongs to)",
-                           param=name)
+            raise APIError(
+                400, f"header {name} needs X-Episode-Group (the group the episode belongs to)", param=name
+            )
         return None
     fields: dict[str, Any] = {"group_id": group.strip()}
-    for name, raw, key, kind in (("X-Episode-Group-Size", size, "group_size", int),
-                                 ("X-Episode-Outcome", outcome, "outcome", float)):
+    for name, raw, key, kind in (
+        ("X-Episode-Group-Size", size, "group_size", int),
+        ("X-Episode-Outcome", outcome, "outcome", float),
+    ):
         if raw is None:
             continue
         try:
             fields[key] = kind(raw.strip())
         except ValueError:
-            raise APIError(400, f"header {name}: expected {'an integer' if kind is int else 'a number'}, "
-                           f"got {escape_for_log(raw, 40)!r}", param=name) from None
+            raise APIError(
+                400,
+                f"header {name}: expected {'an integer' if kind is int else 'a number'}, "
+                f"got {escape_for_log(raw, 40)!r}",
+                param=name,
+            ) from None
     try:
         return EpisodeTag(**fields)
     except ValidationError as exc:
         err = exc.errors()[0]
-        name = {"group_id": "X-Episode-Group", "group_size": "X-Episode-Group-Size",
-                "outcome": "X-Episode-Outcome"}[str(err["loc"][0])]
+        name = {
+            "group_id": "X-Episode-Group",
+            "group_size": "X-Episode-Group-Size",
+            "outcome": "X-Episode-Outcome",
+        }[str(err["loc"][0])]
         raise APIError(400, f"header {name}: {err['msg']}", param=name) from None
 
 
 def _logprob_entry(token: str, lp: float, top: list[tuple[str, float]] | None) -> dict[str, Any]:
     entry: dict[str, Any] = {"token": token, "logprob": lp, "bytes": list(token.encode("utf-8"))}
-    entry["top_logprobs"] = [{"token": t, "logprob": v, "bytes": list(t.encode("utf-8"))} for t, v in (top or [])]
+    entry["top_logprobs"] = [
+        {"token": t, "logprob": v, "bytes": list(t.encode("utf-8"))} for t, v in (top or [])
+    ]
     return entry
 
 
@@ -160,19 +174,37 @@ class Serving:
         return self._in_system
 
     def health(self) -> dict[str, Any]:
-        return {"status": "ok", "backend": self.engine.backend, "model": self.model_name,
-                "policy_version": self.engine.policy_version, "in_flight": self._in_system,
-                "generating": getattr(self.engine, "active_count", 0), "max_concurrent": self.pcfg.max_concurrent,
-                "max_queue": self.pcfg.max_queue, "served": self.served, "paused": self.paused,
-                **self.engine.stats()}
+        return {
+            "status": "ok",
+            "backend": self.engine.backend,
+            "model": self.model_name,
+            "policy_version": self.engine.policy_version,
+            "in_flight": self._in_system,
+            "generating": getattr(self.engine, "active_count", 0),
+            "max_concurrent": self.pcfg.max_concurrent,
+            "max_queue": self.pcfg.max_queue,
+            "served": self.served,
+            "paused": self.paused,
+            **self.engine.stats(),
+        }
 
     def models(self) -> dict[str, Any]:
-        return {"object": "list", "data": [{
-            "id": self.model_name, "object": "model", "created": int(self.started_at), "owned_by": "openclaw-rl",
-            "policy_version": self.engine.policy_version,
-            # The window under each name clients read: vLLM's, OpenRouter's / LiteLLM's, and others'.
-            "max_model_len": self.pcfg.max_model_len, "context_length": self.pcfg.max_model_len,
-            "context_window": self.pcfg.max_model_len}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": self.model_name,
+                    "object": "model",
+                    "created": int(self.started_at),
+                    "owned_by": "openclaw-rl",
+                    "policy_version": self.engine.policy_version,
+                    # The window under each name clients read: vLLM's, OpenRouter's / LiteLLM's, and others'.
+                    "max_model_len": self.pcfg.max_model_len,
+                    "context_length": self.pcfg.max_model_len,
+                    "context_window": self.pcfg.max_model_len,
+                }
+            ],
+        }
 
     def swap_weights(self, path: str | Path, version: int) -> int:
         """Replace the policy weights (blocking; in-flight requests complete) and record the version."""
@@ -217,30 +249,54 @@ class Serving:
             raise APIError(400, message, param=param) from None
         ttype = headers.get("x-turn-type")
         if ttype is not None and ttype.strip().lower() not in ("main", "side"):
-            raise APIError(400, f"header X-Turn-Type: expected main or side, got {escape_for_log(ttype, 40)!r}",
-                           param="X-Turn-Type")
+            raise APIError(
+                400,
+                f"header X-Turn-Type: expected main or side, got {escape_for_log(ttype, 40)!r}",
+                param="X-Turn-Type",
+            )
         requested = req.requested_max_tokens
-        if (requested is not None and requested > self.pcfg.max_model_len
-                and self.pcfg.max_tokens_overflow == "reject"):
-            raise APIError(400, f"This model's maximum context length is {self.pcfg.max_model_len} tokens. "
-                           f"However, you requested {requested} tokens for the completion alone "
-                           f"(max_tokens exceeds max_model_len). Please reduce max_tokens.",
-                           param="max_tokens", code="context_length_exceeded")
+        if (
+            requested is not None
+            and requested > self.pcfg.max_model_len
+            and self.pcfg.max_tokens_overflow == "reject"
+        ):
+            raise APIError(
+                400,
+                f"This model's maximum context length is {self.pcfg.max_model_len} tokens. "
+                f"However, you requested {requested} tokens for the completion alone "
+                f"(max_tokens exceeds max_model_len). Please reduce max_tokens.",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
         params = SamplingParams(
-            temperature=req.temperature, top_p=req.top_p,
+            temperature=req.temperature,
+            top_p=req.top_p,
             max_tokens=requested if requested is not None else self.pcfg.max_tokens_default,
-            stop=req.stops, seed=req.seed, top_logprobs=(req.top_logprobs or 0) if req.logprobs else 0)
-        gen = GenRequest(messages=req.messages, tools=req.tools if req.tools_enabled else None, params=params,
-                         max_tokens_given=requested is not None, tool_choice=req.tool_choice)
+            stop=req.stops,
+            seed=req.seed,
+            top_logprobs=(req.top_logprobs or 0) if req.logprobs else 0,
+        )
+        gen = GenRequest(
+            messages=req.messages,
+            tools=req.tools if req.tools_enabled else None,
+            params=params,
+            max_tokens_given=requested is not None,
+            tool_choice=req.tool_choice,
+        )
         return req, gen
 
     async def start_job(self, body: bytes, headers: dict[str, str]) -> _Job:
         """Validate, admit, assign a session and start generating; errors are APIError."""
         req, gen = self.parse(body, headers)
         if self._in_system >= self.capacity:
-            raise APIError(429, f"server busy: {self.pcfg.max_concurrent} requests generating and "
-                           f"{self.pcfg.max_queue} queued; retry shortly", type_="rate_limit_error",
-                           code="queue_full", headers={"Retry-After": "1"})
+            raise APIError(
+                429,
+                f"server busy: {self.pcfg.max_concurrent} requests generating and "
+                f"{self.pcfg.max_queue} queued; retry shortly",
+                type_="rate_limit_error",
+                code="queue_full",
+                headers={"Retry-After": "1"},
+            )
         self._in_system += 1
         try:
             await self._gate().wait()  # open unless a lock-step run is training
@@ -285,8 +341,11 @@ class Serving:
                 if isinstance(event, Final):
                     job.final = event
                     if event.error is None:
-                        content, calls = (event.text, event.tool_calls) if event.tool_calls else \
-                            parse_tool_calls(event.text, job.gen.tools)
+                        content, calls = (
+                            (event.text, event.tool_calls)
+                            if event.tool_calls
+                            else parse_tool_calls(event.text, job.gen.tools)
+                        )
                         job.content, job.tool_calls = content, calls
                         await asyncio.to_thread(self._record, job, event)
                     else:
@@ -298,7 +357,9 @@ class Serving:
         except Exception as exc:  # reported to this client as a 500; the service keeps serving
             log.exception("generation failed")
             await asyncio.to_thread(self._record_state_only, job)
-            await job.events.put(APIError(500, f"generation failed: {type(exc).__name__}", type_="server_error"))
+            await job.events.put(
+                APIError(500, f"generation failed: {type(exc).__name__}", type_="server_error")
+            )
         finally:
             self._in_system -= 1
             self.served += 1
@@ -306,25 +367,42 @@ class Serving:
     def _record(self, job: _Job, final: Final) -> None:
         a = job.assign
         turn = Turn(
-            session_id=a.session_id, turn_index=a.turn_index, turn_type=a.turn_type,
+            session_id=a.session_id,
+            turn_index=a.turn_index,
+            turn_type=a.turn_type,
             messages=[m.model_dump(exclude_none=True) for m in job.req.messages],
-            prompt_ids=final.prompt_ids, response_ids=final.response_ids, response_logprobs=final.logprobs,
-            response_text=final.text, tool_calls=job.tool_calls, finish_reason=final.finish_reason,
+            prompt_ids=final.prompt_ids,
+            response_ids=final.response_ids,
+            response_logprobs=final.logprobs,
+            response_text=final.text,
+            tool_calls=job.tool_calls,
+            finish_reason=final.finish_reason,
             policy_version=final.policy_version,
         )
         main = a.turn_type == "main"
         key = self.sessions.prefix_key(job.req.messages, job.content, job.tool_calls) if main else None
-        self.store.record_turn(turn, next_state_for_previous=a.next_state if main else None, prefix_digest=key,
-                               episode=a.episode)
+        self.store.record_turn(
+            turn, next_state_for_previous=a.next_state if main else None, prefix_digest=key, episode=a.episode
+        )
         if main:
             self.sessions.remember_key(key, a.session_id)
         if a.done:
             self.store.close_session(a.session_id)
         last = job.req.messages[-1]
-        log.info("[policy_service] session=%s turn=%d type=%s prompt_tokens=%d response_tokens=%d version=%d "
-                 "finish=%s stitched=%s last_%s=\"%s\"", escape_for_log(a.session_id, 80), a.turn_index,
-                 a.turn_type, len(final.prompt_ids), len(final.response_ids), final.policy_version,
-                 final.finish_reason, a.stitched, last.role, escape_for_log(last.text))
+        log.info(
+            "[policy_service] session=%s turn=%d type=%s prompt_tokens=%d response_tokens=%d version=%d "
+            'finish=%s stitched=%s last_%s="%s"',
+            escape_for_log(a.session_id, 80),
+            a.turn_index,
+            a.turn_type,
+            len(final.prompt_ids),
+            len(final.response_ids),
+            final.policy_version,
+            final.finish_reason,
+            a.stitched,
+            last.role,
+            escape_for_log(last.text),
+        )
 
     def _record_state_only(self, job: _Job) -> None:
         a = job.assign
@@ -359,12 +437,23 @@ class Serving:
         message: dict[str, Any] = {"role": "assistant", "content": job.content}
         if job.tool_calls:
             message["tool_calls"] = job.tool_calls
-        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": self.finish_reason(job),
-                                  "logprobs": {"content": logprobs} if job.req.logprobs else None}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": message,
+            "finish_reason": self.finish_reason(job),
+            "logprobs": {"content": logprobs} if job.req.logprobs else None,
+        }
         out: dict[str, Any] = {
-            "id": job.id, "object": "chat.completion", "created": job.created, "model": self.model_name,
-            "choices": [choice], "usage": self._usage(final), "policy_version": final.policy_version,
-            "session_id": job.assign.session_id, "turn_index": job.assign.turn_index}
+            "id": job.id,
+            "object": "chat.completion",
+            "created": job.created,
+            "model": self.model_name,
+            "choices": [choice],
+            "usage": self._usage(final),
+            "policy_version": final.policy_version,
+            "session_id": job.assign.session_id,
+            "turn_index": job.assign.turn_index,
+        }
         if job.req.return_token_ids:
             out["prompt_token_ids"] = final.prompt_ids
             choice["token_ids"] = final.response_ids
@@ -373,16 +462,36 @@ class Serving:
     @staticmethod
     def _usage(final: Final) -> dict[str, int]:
         n = len(final.response_ids)
-        return {"prompt_tokens": len(final.prompt_ids), "completion_tokens": n,
-                "total_tokens": len(final.prompt_ids) + n}
+        return {
+            "prompt_tokens": len(final.prompt_ids),
+            "completion_tokens": n,
+            "total_tokens": len(final.prompt_ids) + n,
+        }
 
     async def stream(self, job: _Job) -> AsyncIterator[str]:
         """``chat.completion.chunk`` SSE events as tokens are sampled, then ``data: [DONE]``."""
-        def chunk(delta: dict[str, Any], finish: str | None = None, extra: dict[str, Any] | None = None,
-                  choice_extra: dict[str, Any] | None = None) -> str:
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, **(choice_extra or {})}
-            body = {"id": job.id, "object": "chat.completion.chunk", "created": job.created,
-                    "model": self.model_name, "choices": [choice], **(extra or {})}
+
+        def chunk(
+            delta: dict[str, Any],
+            finish: str | None = None,
+            extra: dict[str, Any] | None = None,
+            choice_extra: dict[str, Any] | None = None,
+        ) -> str:
+            choice = {
+                "index": 0,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": finish,
+                **(choice_extra or {}),
+            }
+            body = {
+                "id": job.id,
+                "object": "chat.completion.chunk",
+                "created": job.created,
+                "model": self.model_name,
+                "choices": [choice],
+                **(extra or {}),
+            }
             return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
         first = {"session_id": job.assign.session_id, "turn_index": job.assign.turn_index}
@@ -391,13 +500,17 @@ class Serving:
             first["prompt_token_ids"] = job.gen.prompt_ids
         yield chunk({"role": "assistant", "content": ""}, extra=first)
         tools = job.gen.tools is not None
-        text = ""       # everything the engine produced so far
-        sent = 0        # characters of it sent as content
-        held = False    # a tool call started: the rest is not content
+        text = ""  # everything the engine produced so far
+        sent = 0  # characters of it sent as content
+        held = False  # a tool call started: the rest is not content
         while True:
             event = await job.events.get()
             if isinstance(event, APIError) or (isinstance(event, Final) and event.error is not None):
-                err = event if isinstance(event, APIError) else APIError(500, event.error or "", type_="server_error")
+                err = (
+                    event
+                    if isinstance(event, APIError)
+                    else APIError(500, event.error or "", type_="server_error")
+                )
                 yield f"data: {json.dumps(err.body())}\n\n"
                 yield "data: [DONE]\n\n"
                 return
@@ -420,8 +533,12 @@ class Serving:
             sent = max(sent, safe)
             extra: dict[str, Any] = {}
             if job.req.logprobs and event.tokens:
-                extra["logprobs"] = {"content": [_logprob_entry(t, lp, event.top[i] if event.top else None)
-                                                 for i, (t, lp) in enumerate(zip(event.tokens, event.logprobs, strict=True))]}
+                extra["logprobs"] = {
+                    "content": [
+                        _logprob_entry(t, lp, event.top[i] if event.top else None)
+                        for i, (t, lp) in enumerate(zip(event.tokens, event.logprobs, strict=True))
+                    ]
+                }
             if want_ids:
                 extra["token_ids"] = event.token_ids
             if piece or extra or event.tool_calls:
@@ -435,7 +552,13 @@ class Serving:
             yield chunk({"content": (job.content or "")[sent:]})
         yield chunk({}, finish=self.finish_reason(job), extra={"policy_version": final.policy_version})
         if job.req.stream_options is not None and job.req.stream_options.include_usage:
-            body = {"id": job.id, "object": "chat.completion.chunk", "created": job.created, "model": self.model_name,
-                    "choices": [], "usage": self._usage(final)}
+            body = {
+                "id": job.id,
+                "object": "chat.completion.chunk",
+                "created": job.created,
+                "model": self.model_name,
+                "choices": [],
+                "usage": self._usage(final),
+            }
             yield f"data: {json.dumps(body)}\n\n"
         yield "data: [DONE]\n\n"

@@ -64,7 +64,9 @@ def _canon_calls(calls: list[Any] | None) -> list[tuple[str, str]]:
     return out
 
 
-def canonical(role: str, text: str, tool_calls: list[Any] | None = None) -> tuple[str, str, list[tuple[str, str]]]:
+def canonical(
+    role: str, text: str, tool_calls: list[Any] | None = None
+) -> tuple[str, str, list[tuple[str, str]]]:
     return (role, text.strip(), _canon_calls(tool_calls))
 
 
@@ -111,7 +113,11 @@ class SessionManager:
         """The session whose remembered conversation is the longest prefix of ``messages``."""
         items = [canonical(m.role, m.text, m.tool_calls) for m in messages]
         # Longest first: every prefix that ends with an assistant message is a candidate.
-        keys = [digest(items[:end]) for end in range(len(messages), 0, -1) if messages[end - 1].role == "assistant"]
+        keys = [
+            digest(items[:end])
+            for end in range(len(messages), 0, -1)
+            if messages[end - 1].role == "assistant"
+        ]
         with self._lock:
             for key in keys:
                 sid = self._prefixes.get(key)
@@ -127,8 +133,9 @@ class SessionManager:
                 return stored[key]
         return None
 
-    def assign(self, messages: list[ChatMessage], session_id: str | None, turn_type: TurnType | None,
-               done: bool) -> Assignment:
+    def assign(
+        self, messages: list[ChatMessage], session_id: str | None, turn_type: TurnType | None, done: bool
+    ) -> Assignment:
         """Decide the session, turn index and next state for a request."""
         ttype: TurnType = turn_type or "main"
         stitched = False
@@ -140,12 +147,19 @@ class SessionManager:
         else:
             fresh = False
         state = None if fresh or ttype != "main" else next_state_of(messages)
-        return Assignment(session_id=session_id, turn_index=self._allocate(session_id), turn_type=ttype,
-                          next_state=state, done=done, stitched=stitched)
+        return Assignment(
+            session_id=session_id,
+            turn_index=self._allocate(session_id),
+            turn_type=ttype,
+            next_state=state,
+            done=done,
+            stitched=stitched,
+        )
 
     @staticmethod
-    def prefix_key(messages: list[ChatMessage], reply_text: str | None,
-                   reply_tool_calls: list[dict[str, Any]] | None) -> str:
+    def prefix_key(
+        messages: list[ChatMessage], reply_text: str | None, reply_tool_calls: list[dict[str, Any]] | None
+    ) -> str:
         """The digest of ``messages`` + the reply: what a continuation of this conversation starts with."""
         items = [canonical(m.role, m.text, m.tool_calls) for m in messages]
         items.append(canonical("assistant", reply_text or "", reply_tool_calls))

@@ -32,11 +32,17 @@ def tools_block(tools: list[ToolDef]) -> str:
     """The instruction text that describes the available functions to the model."""
     lines = ["# Tools", "", "You may call one or more of these functions. Their JSON schemas:"]
     for t in tools:
-        spec = {"name": t.function.name, "description": t.function.description or "",
-                "parameters": t.function.parameters or {"type": "object", "properties": {}}}
+        spec = {
+            "name": t.function.name,
+            "description": t.function.description or "",
+            "parameters": t.function.parameters or {"type": "object", "properties": {}},
+        }
         lines.append(json.dumps(spec, ensure_ascii=False))
-    lines += ["", "To call a function, reply with one block per call, exactly:",
-              f'{OPEN}{{"name": "<function name>", "arguments": {{<arguments as JSON>}}}}{CLOSE}']
+    lines += [
+        "",
+        "To call a function, reply with one block per call, exactly:",
+        f'{OPEN}{{"name": "<function name>", "arguments": {{<arguments as JSON>}}}}{CLOSE}',
+    ]
     return "\n".join(lines)
 
 
@@ -47,7 +53,9 @@ def _render_calls(msg: ChatMessage) -> str:
             args: Any = json.loads(call.function.arguments or "{}")
         except json.JSONDecodeError:
             args = call.function.arguments  # keep what the client sent; the model saw it that way
-        parts.append(OPEN + json.dumps({"name": call.function.name, "arguments": args}, ensure_ascii=False) + CLOSE)
+        parts.append(
+            OPEN + json.dumps({"name": call.function.name, "arguments": args}, ensure_ascii=False) + CLOSE
+        )
     return "\n".join(parts)
 
 
@@ -67,7 +75,9 @@ def template_messages(messages: list[ChatMessage], tools: list[ToolDef] | None) 
     return out
 
 
-def parse_tool_calls(text: str, tools: list[ToolDef] | None) -> tuple[str | None, list[dict[str, Any]] | None]:
+def parse_tool_calls(
+    text: str, tools: list[ToolDef] | None
+) -> tuple[str | None, list[dict[str, Any]] | None]:
     """Split sampled text into (content, tool_calls). Only well-formed calls of a declared function
     become ``tool_calls``; anything else stays in the content, so nothing the model said is lost."""
     if not tools or OPEN not in text:
@@ -86,9 +96,14 @@ def parse_tool_calls(text: str, tools: list[ToolDef] | None) -> tuple[str | None
         args = obj.get("arguments", {})
         if not isinstance(args, str):
             args = json.dumps(args, ensure_ascii=False)
-        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                      "function": {"name": obj["name"], "arguments": args}})
-        kept.append(text[pos:m.start()])
+        calls.append(
+            {
+                "id": f"call_{uuid.uuid4().hex[:24]}",
+                "type": "function",
+                "function": {"name": obj["name"], "arguments": args},
+            }
+        )
+        kept.append(text[pos : m.start()])
         pos = m.end()
     if not calls:
         return text, None

@@ -87,10 +87,10 @@ class _Row:
         self.prompt = list(req.prompt_ids or [])
         self.ids: list[int] = []
         self.logprobs: list[float] = []
-        self.text = ""        # decoded text of ids so far (eos excluded, stop-truncated at the end)
-        self.emitted = 0      # characters of text already sent
+        self.text = ""  # decoded text of ids so far (eos excluded, stop-truncated at the end)
+        self.emitted = 0  # characters of text already sent
         self.version = 0
-        self.epoch = 0        # the engine's weights epoch when admitted (prefix-cache entries are per epoch)
+        self.epoch = 0  # the engine's weights epoch when admitted (prefix-cache entries are per epoch)
         self.deferred = False  # sent back once to wait for a shared prefix another row is prefilling
         self.finish: str | None = None
 
@@ -205,9 +205,20 @@ class TransformersEngine(Engine):
         if self._prefix is not None:
             cache = self._prefix.stats()
         else:
-            cache = dict.fromkeys(("prefix_cache_bytes", "prefix_cache_max_bytes", "prefix_cache_peak_bytes",
-                                   "prefix_cache_entries", "prefix_cache_block_tokens", "prefix_cache_hits",
-                                   "prefix_cache_misses", "prefix_cache_hit_tokens", "prefix_cache_evictions"), 0)
+            cache = dict.fromkeys(
+                (
+                    "prefix_cache_bytes",
+                    "prefix_cache_max_bytes",
+                    "prefix_cache_peak_bytes",
+                    "prefix_cache_entries",
+                    "prefix_cache_block_tokens",
+                    "prefix_cache_hits",
+                    "prefix_cache_misses",
+                    "prefix_cache_hit_tokens",
+                    "prefix_cache_evictions",
+                ),
+                0,
+            )
         return {**cache, "prefix_cache_prefill_tokens": self.prefill_tokens}
 
     def _apply(self, state: dict[str, torch.Tensor], version: int) -> None:
@@ -243,7 +254,11 @@ class TransformersEngine(Engine):
                     self._cv.wait(timeout=0.5)
                     continue
                 if self._swap is None and self._pending and active < self.pcfg.max_concurrent:
-                    if active == 0 and self.pcfg.batch_wait_ms > 0 and len(self._pending) < self.pcfg.max_concurrent:
+                    if (
+                        active == 0
+                        and self.pcfg.batch_wait_ms > 0
+                        and len(self._pending) < self.pcfg.max_concurrent
+                    ):
                         # an idle engine waits a moment so that a burst of requests shares one prefill
                         self._cv.wait(timeout=self.pcfg.batch_wait_ms / 1000)
                     while self._pending and active + len(new) < self.pcfg.max_concurrent:
@@ -261,17 +276,34 @@ class TransformersEngine(Engine):
                     batch = self._decode(batch)
             except Exception as exc:  # a failed forward must not kill the service: fail these rows, go on
                 log.exception("engine step failed")
-                rows = (batch.rows if batch else []) + [r for r in new if batch is None or r not in batch.rows]
+                rows = (batch.rows if batch else []) + [
+                    r for r in new if batch is None or r not in batch.rows
+                ]
                 for r in rows:
-                    r.send(Final("error", r.prompt, r.ids, r.logprobs, r.text, r.version,
-                                 error=f"generation failed: {type(exc).__name__}: {exc}"))
+                    r.send(
+                        Final(
+                            "error",
+                            r.prompt,
+                            r.ids,
+                            r.logprobs,
+                            r.text,
+                            r.version,
+                            error=f"generation failed: {type(exc).__name__}: {exc}",
+                        )
+                    )
                 batch = None
             self.active_count = batch.size if batch else 0
 
     def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any):
         # transformers >= 5.24 names the cache argument ``cache``; older versions ``past_key_values``
-        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                         use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_arg: cache},
+        )
         new_cache = getattr(out, "cache", None)
         # sampling runs on the CPU (per-request seeded generators are CPU generators)
         logits = out.logits[:, -1, :].float().cpu()
@@ -304,7 +336,9 @@ class TransformersEngine(Engine):
             hits = {id(r): self._prefix.match(r.prompt, self._epoch) for r in rows}
             # rows with nothing cached apart from rows with a cached prefix: one group mixing a long
             # uncached prompt with a long cached prefix would pad every row to the sum of both
-            groups = [g for g in ([r for r in rows if not hits[id(r)]], [r for r in rows if hits[id(r)]]) if g]
+            groups = [
+                g for g in ([r for r in rows if not hits[id(r)]], [r for r in rows if hits[id(r)]]) if g
+            ]
         for group in groups:
             fresh = self._prefill_group(group, [hits.get(id(r), []) for r in group])
             if batch is None or batch.size == 0:
@@ -326,7 +360,9 @@ class TransformersEngine(Engine):
         if c_max == 0:
             width = max(len(r.prompt) for r in rows)
             ids = torch.tensor([[pad] * (width - len(r.prompt)) + r.prompt for r in rows], device=dev)
-            mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in rows], device=dev)
+            mask = torch.tensor(
+                [[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in rows], device=dev
+            )
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
             logits, cache = self._forward(ids, mask, positions, DynamicCache())
         else:
@@ -334,15 +370,25 @@ class TransformersEngine(Engine):
             new = [r.prompt[c:] for r, c in zip(rows, cached, strict=True)]
             width = max(len(t) for t in new)
             ids = torch.tensor([[pad] * (width - len(t)) + t for t in new], device=dev)
-            mask = torch.tensor([[0] * (c_max - c) + [1] * c + [0] * (width - len(t)) + [1] * len(t)
-                                 for c, t in zip(cached, new, strict=True)], device=dev)
+            mask = torch.tensor(
+                [
+                    [0] * (c_max - c) + [1] * c + [0] * (width - len(t)) + [1] * len(t)
+                    for c, t in zip(cached, new, strict=True)
+                ],
+                device=dev,
+            )
             positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, c_max:]
             logits, cache = self._forward(ids, mask, positions, self._cached_kv(blocks, c_max))
             if any(len(t) < width for t in new):  # padding between a cached prefix and its new tokens
                 mask = _compact(mask, cache)
         self.prefill_tokens += sum(len(r.prompt) - c for r, c in zip(rows, cached, strict=True))
-        fresh = _Batch(rows, cache, mask, torch.tensor([len(r.prompt) for r in rows], device=dev),
-                       torch.zeros(len(rows), dtype=torch.long, device=dev))
+        fresh = _Batch(
+            rows,
+            cache,
+            mask,
+            torch.tensor([len(r.prompt) for r in rows], device=dev),
+            torch.zeros(len(rows), dtype=torch.long, device=dev),
+        )
         self._sample(fresh, logits)
         if self._prefix is not None:  # after sampling: the first tokens are on their way meanwhile
             for i, r in enumerate(rows):
@@ -359,7 +405,7 @@ class TransformersEngine(Engine):
         for i, row in enumerate(blocks):
             start = width - len(row) * bt
             for j, block in enumerate(row):
-                kv[:, i, :, start + j * bt:start + (j + 1) * bt] = block.kv
+                kv[:, i, :, start + j * bt : start + (j + 1) * bt] = block.kv
         return DynamicCache(ddp_cache_data=[(kv[2 * n], kv[2 * n + 1]) for n in range(first.shape[0] // 2)])
 
     def _store(self, batch: _Batch, i: int, tokens: list[int]) -> None:
@@ -376,17 +422,25 @@ class TransformersEngine(Engine):
         layers = batch.cache.layers
 
         def kv_of(a: int, b: int) -> torch.Tensor:
-            return torch.stack([t[i, :, start + a:start + b] for layer in layers for t in (layer.keys, layer.values)])
+            return torch.stack(
+                [t[i, :, start + a : start + b] for layer in layers for t in (layer.keys, layer.values)]
+            )
 
         try:
             self._prefix.insert(tokens, self._epoch, kv_of)
-        except (RuntimeError, ValueError):  # e.g. out of memory: the cache is an optimisation, serving goes on
+        except (
+            RuntimeError,
+            ValueError,
+        ):  # e.g. out of memory: the cache is an optimisation, serving goes on
             log.exception("prefix cache: storing failed")
 
     def _decode(self, batch: _Batch) -> _Batch:
-        batch.mask = torch.cat([batch.mask, torch.ones(batch.size, 1, dtype=batch.mask.dtype,
-                                                       device=batch.mask.device)], dim=1)
-        logits, batch.cache = self._forward(batch.last[:, None], batch.mask, batch.positions[:, None], batch.cache)
+        batch.mask = torch.cat(
+            [batch.mask, torch.ones(batch.size, 1, dtype=batch.mask.dtype, device=batch.mask.device)], dim=1
+        )
+        logits, batch.cache = self._forward(
+            batch.last[:, None], batch.mask, batch.positions[:, None], batch.cache
+        )
         batch.positions = batch.positions + 1
         self._sample(batch, logits)
         self.steps += 1
@@ -400,7 +454,9 @@ class TransformersEngine(Engine):
     def _sample(self, batch: _Batch, logits: torch.Tensor) -> None:
         """Draw one token per row, record its log-prob, stream it, finish rows that are done."""
         rows = batch.rows
-        temps = torch.tensor([r.req.params.temperature if r.req.params.temperature > 0 else 1.0 for r in rows])
+        temps = torch.tensor(
+            [r.req.params.temperature if r.req.params.temperature > 0 else 1.0 for r in rows]
+        )
         model_logp = torch.log_softmax(logits, dim=-1)  # what is recorded (see the module docstring)
         logp = torch.log_softmax(logits / temps[:, None], dim=-1)  # what is sampled from
         toks: list[int | None] = [None] * len(rows)
@@ -434,8 +490,12 @@ class TransformersEngine(Engine):
             k = row.req.params.top_logprobs
             if k:
                 vals, idx = torch.topk(model_logp[i], k)
-                top = [[(self.tokenizer.decode([int(j)]), max(float(v), IMPOSSIBLE))
-                        for v, j in zip(vals, idx, strict=True)]]
+                top = [
+                    [
+                        (self.tokenizer.decode([int(j)]), max(float(v), IMPOSSIBLE))
+                        for v, j in zip(vals, idx, strict=True)
+                    ]
+                ]
             row.ids.append(tok)
             row.logprobs.append(lp)
             self._advance(row, tok, lp, top, limit)
@@ -446,8 +506,11 @@ class TransformersEngine(Engine):
         if tok in self.eos_ids:
             row.finish = "stop"
         else:
-            row.text = self.tokenizer.decode([t for t in row.ids if t not in self.eos_ids],
-                                             skip_special_tokens=True, clean_up_tokenization_spaces=False)
+            row.text = self.tokenizer.decode(
+                [t for t in row.ids if t not in self.eos_ids],
+                skip_special_tokens=True,
+                clean_up_tokenization_spaces=False,
+            )
             for s in p.stop:
                 at = row.text.find(s, max(0, row.emitted - len(s)))
                 if at >= 0:
@@ -462,7 +525,7 @@ class TransformersEngine(Engine):
                 safe = min(safe, len(row.text) - 1)
         else:
             safe = len(row.text)
-        chunk = row.text[row.emitted:safe] if safe > row.emitted else ""
+        chunk = row.text[row.emitted : safe] if safe > row.emitted else ""
         row.emitted = max(row.emitted, safe)
         row.send(Delta(chunk, [tok], [lp], [self.tokenizer.decode([tok])], top))
         if row.finish is not None:
@@ -479,8 +542,8 @@ def _compact(mask: torch.Tensor, cache: Any) -> torch.Tensor:
     idx = torch.empty(n, width, dtype=torch.long, device=mask.device)
     for i in range(n):
         cols = mask[i].nonzero().squeeze(1)
-        idx[i, width - len(cols):] = cols
-        idx[i, :width - len(cols)] = cols[0]
+        idx[i, width - len(cols) :] = cols
+        idx[i, : width - len(cols)] = cols[0]
     for layer in cache.layers:
         k = idx[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
         layer.keys = layer.keys.gather(2, k)
@@ -495,8 +558,9 @@ class _Batch:
     (``last``), which the next decode step feeds in.
     """
 
-    def __init__(self, rows: list[_Row], cache: Any, mask: torch.Tensor, positions: torch.Tensor,
-                 last: torch.Tensor):
+    def __init__(
+        self, rows: list[_Row], cache: Any, mask: torch.Tensor, positions: torch.Tensor, last: torch.Tensor
+    ):
         self.rows = rows
         self.cache = cache
         self.mask = mask
@@ -543,7 +607,9 @@ class _Batch:
 
         for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
             mine.keys = torch.cat([lpad(mine.keys, width - t_self, 2), lpad(theirs.keys, width - t_other, 2)])
-            mine.values = torch.cat([lpad(mine.values, width - t_self, 2), lpad(theirs.values, width - t_other, 2)])
+            mine.values = torch.cat(
+                [lpad(mine.values, width - t_self, 2), lpad(theirs.values, width - t_other, 2)]
+            )
         self.mask = torch.cat([lpad(self.mask, width - t_self, 1), lpad(other.mask, width - t_other, 1)])
         self.positions = torch.cat([self.positions, other.positions])
         self.last = torch.cat([self.last, other.last])

@@ -33,16 +33,19 @@ def load_policy_state(path: str | Path, base_dir: Path, dtype: torch.dtype) -> d
         try:
             merged = PeftModel.from_pretrained(base, p).merge_and_unload()
         except (ValueError, KeyError, RuntimeError, OSError) as exc:
-            raise WeightLoadError(f"path: {p} holds a LoRA adapter that does not fit the base model "
-                                  f"{base_dir}: {exc}") from exc
+            raise WeightLoadError(
+                f"path: {p} holds a LoRA adapter that does not fit the base model {base_dir}: {exc}"
+            ) from exc
         return merged.state_dict()
     if (p / "config.json").is_file() and any(p.glob("*.safetensors")) or any(p.glob("pytorch_model*.bin")):
         try:
             return AutoModelForCausalLM.from_pretrained(p, dtype=dtype).state_dict()
         except (ValueError, KeyError, RuntimeError, OSError) as exc:
             raise WeightLoadError(f"path: {p} is not a loadable model directory: {exc}") from exc
-    raise WeightLoadError(f"path: {p} has neither adapter_config.json (LoRA adapter) nor config.json + "
-                          "*.safetensors (full model)")
+    raise WeightLoadError(
+        f"path: {p} has neither adapter_config.json (LoRA adapter) nor config.json + "
+        "*.safetensors (full model)"
+    )
 
 
 LORA_SUFFIX_A = ".lora_A.weight"
@@ -63,15 +66,20 @@ def merge_lora_from_disk(adapter: Path, base_dir: Path, dtype: torch.dtype) -> d
     from safetensors.torch import load_file
 
     conf = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
-    if (conf.get("rank_pattern") or conf.get("alpha_pattern") or conf.get("use_dora")
-            or conf.get("modules_to_save") or conf.get("bias", "none") != "none"):
+    if (
+        conf.get("rank_pattern")
+        or conf.get("alpha_pattern")
+        or conf.get("use_dora")
+        or conf.get("modules_to_save")
+        or conf.get("bias", "none") != "none"
+    ):
         return None
     files = sorted(adapter.glob("adapter_model*.safetensors"))
     shards = sorted(base_dir.glob("*.safetensors"))
     if len(files) != 1 or not shards:
         return None
     r = int(conf["r"])
-    scale = float(conf["lora_alpha"]) / (r ** 0.5 if conf.get("use_rslora") else r)
+    scale = float(conf["lora_alpha"]) / (r**0.5 if conf.get("use_rslora") else r)
     lora = load_file(str(files[0]))
     where: dict[str, Path] = {}
     for shard in shards:
@@ -101,5 +109,7 @@ def check_compatible(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> 
     extra = sorted(set(state) - set(own))
     shapes = sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)
     if missing or extra or shapes:
-        raise WeightLoadError(f"weights do not match the serving model: missing {missing[:3]}, "
-                              f"unexpected {extra[:3]}, wrong shape {shapes[:3]}")
+        raise WeightLoadError(
+            f"weights do not match the serving model: missing {missing[:3]}, "
+            f"unexpected {extra[:3]}, wrong shape {shapes[:3]}"
+        )

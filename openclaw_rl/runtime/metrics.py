@@ -90,8 +90,10 @@ def plot_metrics(log_dir: Path) -> Path | None:
     base policy's score as a dashed reference line."""
     rows = read_metrics(log_dir)
     train = [r for r in rows if r.get("kind") == "train"]
-    evals = sorted((r for r in rows if r.get("kind") == "eval"), key=lambda r: (r.get("step", 0),
-                                                                                 r.get("policy_version", 0)))
+    evals = sorted(
+        (r for r in rows if r.get("kind") == "eval"),
+        key=lambda r: (r.get("step", 0), r.get("policy_version", 0)),
+    )
     if not train and not evals:
         return None
     import matplotlib
@@ -99,7 +101,11 @@ def plot_metrics(log_dir: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [("reward_mean", "reward (batch mean)"), ("kl", "KL to reference"), ("clip_frac", "clip fraction")]
+    panels = [
+        ("reward_mean", "reward (batch mean)"),
+        ("kl", "KL to reference"),
+        ("clip_frac", "clip fraction"),
+    ]
     if evals:
         panels.append(("score", "held-out eval score"))
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))

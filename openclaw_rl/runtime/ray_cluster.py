@@ -47,13 +47,17 @@ def parse_address(address: str) -> tuple[str, int]:
     target = raw if "://" in raw else f"ray://{raw}"
     parts = urlsplit(target)
     if parts.scheme not in ("ray", "http", "https") or not parts.hostname:
-        raise ValueError(f"[global] ray_address = {address!r} is not host:port (or ray://host:port or 'auto')")
+        raise ValueError(
+            f"[global] ray_address = {address!r} is not host:port (or ray://host:port or 'auto')"
+        )
     try:
         port = parts.port
     except ValueError:
         port = None
     if port is None:
-        raise ValueError(f"[global] ray_address = {address!r} has no valid port (the head's --port, e.g. 6379)")
+        raise ValueError(
+            f"[global] ray_address = {address!r} has no valid port (the head's --port, e.g. 6379)"
+        )
     return parts.hostname, port
 
 
@@ -64,13 +68,15 @@ def check_ray_address(address: str | None, timeout_s: float = ADDRESS_TIMEOUT_S)
     never waits longer than ``timeout_s`` (ray.init itself can retry for a minute or more).
     """
     if not address:
-        return "[global] ray_address is not set (the head's host:port, or \"auto\")"
+        return '[global] ray_address is not set (the head\'s host:port, or "auto")'
     resolved = address
     if address == "auto":
         resolved = _resolve_auto()
         if resolved is None:
-            return ("[global] ray_address = \"auto\": no Ray cluster recorded on this machine "
-                    "(no $RAY_ADDRESS, no /tmp/ray/ray_current_cluster); start one with `ray start --head`")
+            return (
+                '[global] ray_address = "auto": no Ray cluster recorded on this machine '
+                "(no $RAY_ADDRESS, no /tmp/ray/ray_current_cluster); start one with `ray start --head`"
+            )
     try:
         host, port = parse_address(resolved)
     except ValueError as exc:
@@ -79,8 +85,10 @@ def check_ray_address(address: str | None, timeout_s: float = ADDRESS_TIMEOUT_S)
         with socket.create_connection((host, port), timeout=timeout_s):
             return None
     except OSError as exc:
-        return (f"[global] ray_address = {address!r}: no Ray head reachable at {host}:{port} within "
-                f"{timeout_s:.0f}s ({exc.strerror or type(exc).__name__})")
+        return (
+            f"[global] ray_address = {address!r}: no Ray head reachable at {host}:{port} within "
+            f"{timeout_s:.0f}s ({exc.strerror or type(exc).__name__})"
+        )
 
 
 def connect(address: str | None, timeout_s: float = ADDRESS_TIMEOUT_S) -> Any:
@@ -91,8 +99,13 @@ def connect(address: str | None, timeout_s: float = ADDRESS_TIMEOUT_S) -> Any:
         raise ConnectionError(problem)
     if not ray.is_initialized():
         assert address is not None
-        ray.init(address=address if address != "auto" else _resolve_auto(), namespace=NAMESPACE,
-                 log_to_driver=False, include_dashboard=False, configure_logging=False)
+        ray.init(
+            address=address if address != "auto" else _resolve_auto(),
+            namespace=NAMESPACE,
+            log_to_driver=False,
+            include_dashboard=False,
+            configure_logging=False,
+        )
     return ray
 
 

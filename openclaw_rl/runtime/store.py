@@ -105,8 +105,12 @@ CREATE TABLE IF NOT EXISTS prefixes (
 #: (``ALTER TABLE ... ADD COLUMN``), so a run can resume on its old store.
 COLUMNS_ADDED = {
     "turns": {"claimed_by": "TEXT", "lease_until": "REAL"},
-    "sessions": {"group_id": "TEXT", "group_size": "INTEGER", "outcome": "REAL",
-                 "grouped": "INTEGER NOT NULL DEFAULT 0"},
+    "sessions": {
+        "group_id": "TEXT",
+        "group_size": "INTEGER",
+        "outcome": "REAL",
+        "grouped": "INTEGER NOT NULL DEFAULT 0",
+    },
 }
 
 #: Meta keys: the judge's running reward baseline, and its signal-health counters (judged / hinted
@@ -121,9 +125,11 @@ GROUP_QUIET_S = 600.0
 
 #: Due turns at ``now`` (bound twice): a next state attached and not judged (failed ones once their
 #: retry is due), and no live lease by a judge; oldest first.
-_DUE_TURNS = ("SELECT session_id, turn_index, data FROM turns "
-              "WHERE (status='ready' OR (status='failed' AND retry_at<=?)) "
-              "AND (claimed_by IS NULL OR lease_until<=?) ORDER BY updated_at, session_id, turn_index LIMIT ?")
+_DUE_TURNS = (
+    "SELECT session_id, turn_index, data FROM turns "
+    "WHERE (status='ready' OR (status='failed' AND retry_at<=?)) "
+    "AND (claimed_by IS NULL OR lease_until<=?) ORDER BY updated_at, session_id, turn_index LIMIT ?"
+)
 
 
 @dataclass(frozen=True)
@@ -132,16 +138,16 @@ class Counters:
 
     turns: int
     open: int
-    waiting: int          # next state attached, not yet judged
+    waiting: int  # next state attached, not yet judged
     judged: int
-    failed: int           # judge errors waiting for a retry
+    failed: int  # judge errors waiting for a retry
     samples_ready: int
     samples_claimed: int
     samples_trained: int
     samples_dropped: int
     reward_mean: float | None
     policy_version: int
-    trainer_step: int     # the last update whose checkpoint is on disk (its samples count as trained)
+    trainer_step: int  # the last update whose checkpoint is on disk (its samples count as trained)
     trainer_updates: int  # updates done, checkpointed or not
 
 
@@ -191,8 +197,13 @@ class Store:
             self._db.execute("COMMIT")
 
     # ---------------------------------------------------------------- serving side
-    def record_turn(self, turn: Turn, next_state_for_previous: NextState | None = None,
-                    prefix_digest: str | None = None, episode: EpisodeTag | None = None) -> None:
+    def record_turn(
+        self,
+        turn: Turn,
+        next_state_for_previous: NextState | None = None,
+        prefix_digest: str | None = None,
+        episode: EpisodeTag | None = None,
+    ) -> None:
         """Store a served turn and, in the same commit, attach ``next_state_for_previous`` to the
         session's newest open main turn (it becomes ``ready`` for the judge), remember
         ``prefix_digest`` (the conversation so far, reply included) as leading to this session, and
@@ -200,10 +211,13 @@ class Store:
         now = time.time()
         with self._tx() as db:
             if prefix_digest is not None:
-                db.execute("INSERT OR REPLACE INTO prefixes(digest, session_id, created_at) VALUES (?, ?, ?)",
-                           (prefix_digest, turn.session_id, now))
-            db.execute("INSERT OR IGNORE INTO sessions(session_id, created_at) VALUES (?, ?)",
-                       (turn.session_id, now))
+                db.execute(
+                    "INSERT OR REPLACE INTO prefixes(digest, session_id, created_at) VALUES (?, ?, ?)",
+                    (prefix_digest, turn.session_id, now),
+                )
+            db.execute(
+                "INSERT OR IGNORE INTO sessions(session_id, created_at) VALUES (?, ?)", (turn.session_id, now)
+            )
             if episode is not None:
                 self._tag(db, turn.session_id, episode)
             if next_state_for_previous is not None and turn.turn_type == "main":
@@ -218,14 +232,18 @@ class Store:
     def tag_session(self, session_id: str, episode: EpisodeTag) -> None:
         """Put a session in its episode group and record its outcome (when ``episode`` has one)."""
         with self._tx() as db:
-            db.execute("INSERT OR IGNORE INTO sessions(session_id, created_at) VALUES (?, ?)",
-                       (session_id, time.time()))
+            db.execute(
+                "INSERT OR IGNORE INTO sessions(session_id, created_at) VALUES (?, ?)",
+                (session_id, time.time()),
+            )
             self._tag(db, session_id, episode)
 
     @staticmethod
     def _tag(db: sqlite3.Connection, session_id: str, episode: EpisodeTag) -> None:
-        db.execute("UPDATE sessions SET group_id=?, group_size=?, outcome=COALESCE(?, outcome) WHERE session_id=?",
-                   (episode.group_id, episode.group_size, episode.outcome, session_id))
+        db.execute(
+            "UPDATE sessions SET group_id=?, group_size=?, outcome=COALESCE(?, outcome) WHERE session_id=?",
+            (episode.group_id, episode.group_size, episode.outcome, session_id),
+        )
 
     def session_group(self, session_id: str) -> str | None:
         """The episode group a session belongs to (None: a session on its own, e.g. personal traffic)."""
@@ -241,53 +259,70 @@ class Store:
     def _attach(db: sqlite3.Connection, session_id: str, state: NextState, now: float) -> bool:
         row = db.execute(
             "SELECT turn_index, data FROM turns WHERE session_id=? AND status='open' "
-            "ORDER BY turn_index DESC LIMIT 1", (session_id,)).fetchone()
+            "ORDER BY turn_index DESC LIMIT 1",
+            (session_id,),
+        ).fetchone()
         if row is None:
             return False
         turn = Turn.model_validate_json(row[1])
         turn.next_state = state
-        db.execute("UPDATE turns SET status='ready', data=?, updated_at=? WHERE session_id=? AND turn_index=?",
-                   (turn.model_dump_json(), now, session_id, row[0]))
+        db.execute(
+            "UPDATE turns SET status='ready', data=?, updated_at=? WHERE session_id=? AND turn_index=?",
+            (turn.model_dump_json(), now, session_id, row[0]),
+        )
         return True
 
     def close_session(self, session_id: str) -> None:
         """Mark a session done: its still-open last turn will never get a next state."""
         now = time.time()
         with self._tx() as db:
-            db.execute("INSERT OR IGNORE INTO sessions(session_id, created_at) VALUES (?, ?)", (session_id, now))
+            db.execute(
+                "INSERT OR IGNORE INTO sessions(session_id, created_at) VALUES (?, ?)", (session_id, now)
+            )
             db.execute("UPDATE sessions SET done=1 WHERE session_id=?", (session_id,))
-            db.execute("UPDATE turns SET status='closed', updated_at=? WHERE session_id=? AND status='open'",
-                       (now, session_id))
+            db.execute(
+                "UPDATE turns SET status='closed', updated_at=? WHERE session_id=? AND status='open'",
+                (now, session_id),
+            )
 
     def sessions_for_prefixes(self, digests: list[str]) -> dict[str, str]:
         """digest → session id for the ``digests`` the store remembers (see :meth:`record_turn`)."""
         found: dict[str, str] = {}
         for start in range(0, len(digests), 500):  # SQLite caps the number of bound parameters
-            chunk = digests[start:start + 500]
-            rows = self._db.execute(f"SELECT digest, session_id FROM prefixes WHERE digest IN "
-                                    f"({','.join('?' * len(chunk))})", chunk).fetchall()
+            chunk = digests[start : start + 500]
+            rows = self._db.execute(
+                f"SELECT digest, session_id FROM prefixes WHERE digest IN ({','.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
             found.update(dict(rows))
         return found
 
     def prune_prefixes(self, keep: int) -> int:
         """Forget all but the ``keep`` newest remembered prefixes; returns how many were dropped."""
         with self._tx() as db:
-            cur = db.execute("DELETE FROM prefixes WHERE digest NOT IN "
-                             "(SELECT digest FROM prefixes ORDER BY created_at DESC, rowid DESC LIMIT ?)", (keep,))
+            cur = db.execute(
+                "DELETE FROM prefixes WHERE digest NOT IN "
+                "(SELECT digest FROM prefixes ORDER BY created_at DESC, rowid DESC LIMIT ?)",
+                (keep,),
+            )
             return cur.rowcount
 
     def next_turn_index(self, session_id: str) -> int:
-        row = self._db.execute("SELECT MAX(turn_index) FROM turns WHERE session_id=?", (session_id,)).fetchone()
+        row = self._db.execute(
+            "SELECT MAX(turn_index) FROM turns WHERE session_id=?", (session_id,)
+        ).fetchone()
         return 0 if row[0] is None else row[0] + 1
 
     def session_turns(self, session_id: str) -> list[Turn]:
-        rows = self._db.execute("SELECT data FROM turns WHERE session_id=? ORDER BY turn_index",
-                                (session_id,)).fetchall()
+        rows = self._db.execute(
+            "SELECT data FROM turns WHERE session_id=? ORDER BY turn_index", (session_id,)
+        ).fetchall()
         return [Turn.model_validate_json(r[0]) for r in rows]
 
     def turn_status(self, session_id: str, turn_index: int) -> str | None:
-        row = self._db.execute("SELECT status FROM turns WHERE session_id=? AND turn_index=?",
-                               (session_id, turn_index)).fetchone()
+        row = self._db.execute(
+            "SELECT status FROM turns WHERE session_id=? AND turn_index=?", (session_id, turn_index)
+        ).fetchone()
         return None if row is None else row[0]
 
     # ---------------------------------------------------------------- judge side
@@ -317,25 +352,36 @@ class Store:
         now = time.time()
         with self._tx() as db:
             rows = db.execute(_DUE_TURNS, (now, now, limit)).fetchall()
-            db.executemany("UPDATE turns SET claimed_by=?, lease_until=? WHERE session_id=? AND turn_index=?",
-                           [(worker, now + lease_s, r[0], r[1]) for r in rows])
+            db.executemany(
+                "UPDATE turns SET claimed_by=?, lease_until=? WHERE session_id=? AND turn_index=?",
+                [(worker, now + lease_s, r[0], r[1]) for r in rows],
+            )
         return [Turn.model_validate_json(r[2]) for r in rows]
 
     def release_claims(self, worker: str) -> int:
         """Free every lease ``worker`` holds (a judge restarting under the same id: the turns its
         previous incarnation had in flight are due again at once). Returns how many were freed."""
         with self._tx() as db:
-            cur = db.execute("UPDATE turns SET claimed_by=NULL, lease_until=NULL WHERE claimed_by=?", (worker,))
+            cur = db.execute(
+                "UPDATE turns SET claimed_by=NULL, lease_until=NULL WHERE claimed_by=?", (worker,)
+            )
             return cur.rowcount
 
     def claimed_by(self, session_id: str, turn_index: int) -> str | None:
         """The judge holding a lease on the turn (expired or not), or None."""
-        row = self._db.execute("SELECT claimed_by FROM turns WHERE session_id=? AND turn_index=?",
-                               (session_id, turn_index)).fetchone()
+        row = self._db.execute(
+            "SELECT claimed_by FROM turns WHERE session_id=? AND turn_index=?", (session_id, turn_index)
+        ).fetchone()
         return None if row is None else row[0]
 
-    def save_judgement(self, turn: Turn, result: JudgeResult, samples: list[Sample] = (),
-                       retry_after_s: float = 10.0, worker: str | None = None) -> bool:
+    def save_judgement(
+        self,
+        turn: Turn,
+        result: JudgeResult,
+        samples: list[Sample] = (),
+        retry_after_s: float = 10.0,
+        worker: str | None = None,
+    ) -> bool:
         """Record a judgement next to its turn; True when it was applied.
 
         A failed one (``result.error``) is stored as an error and retried after ``retry_after_s`` —
@@ -348,15 +394,17 @@ class Store:
         now = time.time()
         key = (turn.session_id, turn.turn_index)
         with self._tx() as db:
-            row = db.execute("SELECT status, claimed_by FROM turns WHERE session_id=? AND turn_index=?",
-                             key).fetchone()
+            row = db.execute(
+                "SELECT status, claimed_by FROM turns WHERE session_id=? AND turn_index=?", key
+            ).fetchone()
             if row is None or row[0] not in ("ready", "failed") or row[1] not in (None, worker):
                 return False
             if result.ok:
                 db.execute(
                     "UPDATE turns SET status='judged', judge=?, score=?, error=NULL, updated_at=?, "
                     "claimed_by=NULL, lease_until=NULL WHERE session_id=? AND turn_index=?",
-                    (result.model_dump_json(), result.score, now, *key))
+                    (result.model_dump_json(), result.score, now, *key),
+                )
                 for s in samples:
                     self._insert_sample(db, s, now)
             else:
@@ -364,18 +412,21 @@ class Store:
                     "UPDATE turns SET status='failed', judge=?, error=?, judge_attempts=judge_attempts+1, "
                     "retry_at=?, updated_at=?, claimed_by=NULL, lease_until=NULL "
                     "WHERE session_id=? AND turn_index=?",
-                    (result.model_dump_json(), result.error, now + retry_after_s, now, *key))
+                    (result.model_dump_json(), result.error, now + retry_after_s, now, *key),
+                )
             return True
 
     def judgement(self, session_id: str, turn_index: int) -> JudgeResult | None:
-        row = self._db.execute("SELECT judge FROM turns WHERE session_id=? AND turn_index=?",
-                               (session_id, turn_index)).fetchone()
+        row = self._db.execute(
+            "SELECT judge FROM turns WHERE session_id=? AND turn_index=?", (session_id, turn_index)
+        ).fetchone()
         return None if row is None or row[0] is None else JudgeResult.model_validate_json(row[0])
 
     def judged_turns(self, session_id: str) -> tuple[list[Turn], dict[int, JudgeResult]]:
         """A session's turns, and the successful judgements of those judged, in one query."""
-        rows = self._db.execute("SELECT data, status, judge FROM turns WHERE session_id=? ORDER BY turn_index",
-                                (session_id,)).fetchall()
+        rows = self._db.execute(
+            "SELECT data, status, judge FROM turns WHERE session_id=? ORDER BY turn_index", (session_id,)
+        ).fetchall()
         turns, results = [], {}
         for data, status, judge in rows:
             turn = Turn.model_validate_json(data)
@@ -392,7 +443,8 @@ class Store:
             "SELECT s.session_id FROM sessions s WHERE s.done=1 AND s.guaranteed=0 AND s.group_id IS NULL "
             "AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.session_id=s.session_id "
             "                AND t.status IN ('open','ready','failed')) "
-            "AND NOT EXISTS (SELECT 1 FROM samples x WHERE x.session_id=s.session_id)").fetchall()
+            "AND NOT EXISTS (SELECT 1 FROM samples x WHERE x.session_id=s.session_id)"
+        ).fetchall()
         return [r[0] for r in rows]
 
     def groups_ready(self, quiet_s: float = GROUP_QUIET_S) -> list[str]:
@@ -404,23 +456,30 @@ class Store:
             "SELECT s.group_id, MAX(s.group_size), SUM(s.done), "
             "       (SELECT MAX(t.updated_at) FROM turns t JOIN sessions u ON u.session_id=t.session_id "
             "        WHERE u.group_id=s.group_id) "
-            "FROM sessions s WHERE s.group_id IS NOT NULL AND s.grouped=0 GROUP BY s.group_id").fetchall()
+            "FROM sessions s WHERE s.group_id IS NOT NULL AND s.grouped=0 GROUP BY s.group_id"
+        ).fetchall()
         ready = []
         for group_id, size, done, last in rows:
             if not done or (done < (size or 1) and now - (last or now) < quiet_s):
                 continue
             waiting = self._db.execute(
                 "SELECT 1 FROM turns t JOIN sessions s ON s.session_id=t.session_id "
-                "WHERE s.group_id=? AND s.done=1 AND t.status IN ('ready','failed') LIMIT 1", (group_id,)).fetchone()
+                "WHERE s.group_id=? AND s.done=1 AND t.status IN ('ready','failed') LIMIT 1",
+                (group_id,),
+            ).fetchone()
             if waiting is None:
                 ready.append(group_id)
         return ready
 
     def group_episodes(self, group_id: str) -> list[tuple[str, float | None]]:
         """(session id, outcome) of a group's finished members, oldest first."""
-        return [(r[0], r[1]) for r in self._db.execute(
-            "SELECT session_id, outcome FROM sessions WHERE group_id=? AND done=1 ORDER BY created_at, session_id",
-            (group_id,)).fetchall()]
+        return [
+            (r[0], r[1])
+            for r in self._db.execute(
+                "SELECT session_id, outcome FROM sessions WHERE group_id=? AND done=1 ORDER BY created_at, session_id",
+                (group_id,),
+            ).fetchall()
+        ]
 
     def apply_group(self, group_id: str, samples: list[Sample]) -> bool:
         """Insert a group's samples and mark every member as done with (so it is made once, even
@@ -452,7 +511,9 @@ class Store:
         """
         now = time.time()
         with self._tx() as db:
-            cur = db.execute("UPDATE sessions SET guaranteed=1 WHERE session_id=? AND guaranteed=0", (session_id,))
+            cur = db.execute(
+                "UPDATE sessions SET guaranteed=1 WHERE session_id=? AND guaranteed=0", (session_id,)
+            )
             if cur.rowcount != 1:
                 return False
             if sample is not None:
@@ -465,7 +526,8 @@ class Store:
         db.execute(
             "INSERT OR IGNORE INTO samples(sample_id, session_id, turn_index, policy_version, reward, status, "
             "data, created_at) VALUES (?, ?, ?, ?, ?, 'ready', ?, ?)",
-            (s.sample_id, s.session_id, s.turn_index, s.policy_version, s.reward, s.model_dump_json(), now))
+            (s.sample_id, s.session_id, s.turn_index, s.policy_version, s.reward, s.model_dump_json(), now),
+        )
 
     def add_samples(self, samples: list[Sample]) -> None:
         now = time.time()
@@ -476,18 +538,25 @@ class Store:
     def ready_count(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM samples WHERE status='ready'").fetchone()[0]
 
-    def claim_samples(self, n: int, step: int, current_version: int,
-                      max_staleness: int | None = None) -> list[Sample]:
+    def claim_samples(
+        self, n: int, step: int, current_version: int, max_staleness: int | None = None
+    ) -> list[Sample]:
         """Claim up to ``n`` oldest ready samples for training step ``step``. Samples more than
         ``max_staleness`` versions behind ``current_version`` are dropped (and counted)."""
         with self._tx() as db:
             if max_staleness is not None:
-                db.execute("UPDATE samples SET status='dropped' WHERE status='ready' AND policy_version < ?",
-                           (current_version - max_staleness,))
-            rows = db.execute("SELECT sample_id, data FROM samples WHERE status='ready' "
-                              "ORDER BY created_at, sample_id LIMIT ?", (n,)).fetchall()
-            db.executemany("UPDATE samples SET status='claimed', step=? WHERE sample_id=?",
-                           [(step, r[0]) for r in rows])
+                db.execute(
+                    "UPDATE samples SET status='dropped' WHERE status='ready' AND policy_version < ?",
+                    (current_version - max_staleness,),
+                )
+            rows = db.execute(
+                "SELECT sample_id, data FROM samples WHERE status='ready' "
+                "ORDER BY created_at, sample_id LIMIT ?",
+                (n,),
+            ).fetchall()
+            db.executemany(
+                "UPDATE samples SET status='claimed', step=? WHERE sample_id=?", [(step, r[0]) for r in rows]
+            )
         return [Sample.model_validate_json(r[1]) for r in rows]
 
     def commit_checkpoint(self, step: int, policy_version: int) -> None:
@@ -501,9 +570,13 @@ class Store:
         """On trainer start: claims newer than the checkpoint go back to ready; older ones were
         trained into it. Returns how many samples were released."""
         with self._tx() as db:
-            db.execute("UPDATE samples SET status='trained' WHERE status='claimed' AND step<=?", (checkpoint_step,))
-            cur = db.execute("UPDATE samples SET status='ready', step=NULL WHERE status='claimed' AND step>?",
-                             (checkpoint_step,))
+            db.execute(
+                "UPDATE samples SET status='trained' WHERE status='claimed' AND step<=?", (checkpoint_step,)
+            )
+            cur = db.execute(
+                "UPDATE samples SET status='ready', step=NULL WHERE status='claimed' AND step>?",
+                (checkpoint_step,),
+            )
             return cur.rowcount
 
     # ---------------------------------------------------------------- meta & counters
@@ -520,9 +593,14 @@ class Store:
         return default if row is None else json.loads(row[0])
 
     def counters(self) -> Counters:
-        turn_counts = dict(self._db.execute(
-            "SELECT status, COUNT(*) FROM turns WHERE turn_type='main' GROUP BY status").fetchall())
-        sample_counts = dict(self._db.execute("SELECT status, COUNT(*) FROM samples GROUP BY status").fetchall())
+        turn_counts = dict(
+            self._db.execute(
+                "SELECT status, COUNT(*) FROM turns WHERE turn_type='main' GROUP BY status"
+            ).fetchall()
+        )
+        sample_counts = dict(
+            self._db.execute("SELECT status, COUNT(*) FROM samples GROUP BY status").fetchall()
+        )
         reward = self._db.execute("SELECT AVG(score) FROM turns WHERE status='judged'").fetchone()[0]
         return Counters(
             turns=sum(turn_counts.values()),

@@ -40,13 +40,18 @@ def train_command(cfg: Config, samples_path: str, steps: int | None, resume: boo
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"[training] algorithm={tc.algorithm}, asymmetric_clip={str(tc.asymmetric_clip).lower()}, "
-          f"opd_enabled={str(tc.opd_enabled).lower()}, lora={str(tc.lora).lower()}, "
-          f"samples={len(samples)}", flush=True)
+    print(
+        f"[training] algorithm={tc.algorithm}, asymmetric_clip={str(tc.asymmetric_clip).lower()}, "
+        f"opd_enabled={str(tc.opd_enabled).lower()}, lora={str(tc.lora).lower()}, "
+        f"samples={len(samples)}",
+        flush=True,
+    )
     if resume:
         if trainer.resume():
-            print(f"[training] resumed at step={trainer.step}, policy_version={trainer.policy_version}",
-                  flush=True)
+            print(
+                f"[training] resumed at step={trainer.step}, policy_version={trainer.policy_version}",
+                flush=True,
+            )
         else:
             print(f"[training] no checkpoint under {trainer.checkpoint_root}; starting fresh", flush=True)
     target = steps or tc.max_steps or math.ceil(len(samples) / tc.batch_size)
@@ -66,9 +71,14 @@ def train_command(cfg: Config, samples_path: str, steps: int | None, resume: boo
         return 130
     finally:
         # On success, Ctrl-C or a crash: keep what was learned so far.
-        if trainer.step > 0 and trainer.latest_checkpoint() != trainer.checkpoint_root / f"step_{trainer.step:08d}":
+        if (
+            trainer.step > 0
+            and trainer.latest_checkpoint() != trainer.checkpoint_root / f"step_{trainer.step:08d}"
+        ):
             trainer.save_checkpoint()
     out = trainer.export_policy(RunDir.of(cfg).policies, trainer.policy_version)
-    print(f"[training] done: step={trainer.step}, policy_version={trainer.policy_version}, "
-          f"exported {out}", flush=True)
+    print(
+        f"[training] done: step={trainer.step}, policy_version={trainer.policy_version}, exported {out}",
+        flush=True,
+    )
     return 0

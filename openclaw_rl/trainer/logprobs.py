@@ -57,13 +57,22 @@ def _decoder_and_head(model):
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if decoder is None or head is None:
-        raise TypeError(f"{type(model).__name__} does not expose get_decoder()/get_output_embeddings(); "
-                        "a Hugging Face causal LM is required")
+        raise TypeError(
+            f"{type(model).__name__} does not expose get_decoder()/get_output_embeddings(); "
+            "a Hugging Face causal LM is required"
+        )
     return decoder, head
 
 
-def _chunk_stats(hidden: Tensor, targets: Tensor, weight: Tensor, bias: Tensor | None,
-                 want_entropy: bool, gather_ids: Tensor | None, topk: int) -> tuple[Tensor, ...]:
+def _chunk_stats(
+    hidden: Tensor,
+    targets: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    want_entropy: bool,
+    gather_ids: Tensor | None,
+    topk: int,
+) -> tuple[Tensor, ...]:
     """Reduce one chunk of hidden states ``[c, H]`` (c response tokens) to per-token statistics.
 
     Returns (target log-probs, entropy or empty, gathered log-probs or empty, top-K log-probs or empty,
@@ -89,8 +98,9 @@ def _chunk_stats(hidden: Tensor, targets: Tensor, weight: Tensor, bias: Tensor |
     return target_lp, entropy, gathered, top_lp, top_ids
 
 
-def _pad_batch(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int,
-               device: torch.device):
+def _pad_batch(
+    prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int, device: torch.device
+):
     """Right-pad prompt+response; return ids, attention mask, predicting positions, targets, mask."""
     if len(prompts) != len(responses):
         raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
@@ -98,8 +108,9 @@ def _pad_batch(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[in
         raise ValueError("empty batch")
     for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
         if len(p) == 0:
-            raise ValueError(f"sequence {i}: prompt is empty, so the first response token has no "
-                             "position predicting it")
+            raise ValueError(
+                f"sequence {i}: prompt is empty, so the first response token has no position predicting it"
+            )
         if len(r) == 0:
             raise ValueError(f"sequence {i}: response is empty")
     lengths = [len(p) + len(r) for p, r in zip(prompts, responses, strict=True)]
@@ -125,10 +136,17 @@ def _model_device(model) -> torch.device:
     return next(model.parameters()).device
 
 
-def batch_token_stats(model, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *,
-                      chunk_size: int = 256, with_entropy: bool = False,
-                      gather_ids: Sequence[Tensor | None] | None = None, topk: int = 0,
-                      pad_id: int = 0) -> TokenStats:
+def batch_token_stats(
+    model,
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    *,
+    chunk_size: int = 256,
+    with_entropy: bool = False,
+    gather_ids: Sequence[Tensor | None] | None = None,
+    topk: int = 0,
+    pad_id: int = 0,
+) -> TokenStats:
     """Per-response-token log-probs (and optional extras) of a batch, ``chunk_size`` tokens at a time.
 
     Gradients flow iff grad mode is enabled by the caller (use ``torch.no_grad()`` for scoring).
@@ -154,8 +172,9 @@ def batch_token_stats(model, prompts: Sequence[Sequence[int]], responses: Sequen
             if g is None:
                 continue
             if g.shape[0] != len(responses[i]):
-                raise ValueError(f"sequence {i}: gather_ids has {g.shape[0]} rows, response has "
-                                 f"{len(responses[i])} tokens")
+                raise ValueError(
+                    f"sequence {i}: gather_ids has {g.shape[0]} rows, response has {len(responses[i])} tokens"
+                )
             gid[i, : g.shape[0]] = g.to(device=device, dtype=torch.long)
 
     hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
@@ -177,8 +196,9 @@ def batch_token_stats(model, prompts: Sequence[Sequence[int]], responses: Sequen
         g = g_flat[sl] if g_flat is not None else None
         if use_ckpt:
             # Recompute this chunk's logits in backward rather than keeping [chunk, V] alive.
-            out = checkpoint(_chunk_stats, h_flat[sl], t_flat[sl], weight, bias, with_entropy, g, topk,
-                             use_reentrant=False)
+            out = checkpoint(
+                _chunk_stats, h_flat[sl], t_flat[sl], weight, bias, with_entropy, g, topk, use_reentrant=False
+            )
         else:
             out = _chunk_stats(h_flat[sl], t_flat[sl], weight, bias, with_entropy, g, topk)
         parts.append(out)
@@ -200,8 +220,9 @@ def batch_token_stats(model, prompts: Sequence[Sequence[int]], responses: Sequen
     return stats
 
 
-def sequence_logprobs(model, prompt_ids: list[int], response_ids: list[int], *, topk: int = 0,
-                      chunk_size: int = 256) -> tuple[Tensor, Tensor | None, Tensor | None]:
+def sequence_logprobs(
+    model, prompt_ids: list[int], response_ids: list[int], *, topk: int = 0, chunk_size: int = 256
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """Log-probs of ``response_ids`` given ``prompt_ids`` under ``model``, without gradient.
 
     Returns ``(logprobs [T], topk_ids [T, K] | None, topk_logprobs [T, K] | None)`` on CPU, float32,
@@ -218,8 +239,14 @@ def sequence_logprobs(model, prompt_ids: list[int], response_ids: list[int], *, 
     return lp, None, None
 
 
-def full_logsoftmax_logprobs(model, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
-                             *, with_entropy: bool = False, pad_id: int = 0) -> TokenStats:
+def full_logsoftmax_logprobs(
+    model,
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    *,
+    with_entropy: bool = False,
+    pad_id: int = 0,
+) -> TokenStats:
     """The plain implementation: full ``[B, L, V]`` float32 log-softmax. Reference for tests/bench."""
     device = _model_device(model)
     ids, attn, pos, targets, mask = _pad_batch(prompts, responses, pad_id, device)
@@ -234,10 +261,17 @@ def full_logsoftmax_logprobs(model, prompts: Sequence[Sequence[int]], responses:
     return stats
 
 
-def plain_token_stats(model, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *,
-                      chunk_size: int = 256, with_entropy: bool = False,
-                      gather_ids: Sequence[Tensor | None] | None = None, topk: int = 0,
-                      pad_id: int = 0) -> TokenStats:
+def plain_token_stats(
+    model,
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    *,
+    chunk_size: int = 256,
+    with_entropy: bool = False,
+    gather_ids: Sequence[Tensor | None] | None = None,
+    topk: int = 0,
+    pad_id: int = 0,
+) -> TokenStats:
     """Drop-in for :func:`batch_token_stats` built on :func:`full_logsoftmax_logprobs`.
 
     Exists only so the benchmark can run the *same* trainer with the plain implementation;

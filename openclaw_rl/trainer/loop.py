@@ -39,7 +39,9 @@ from openclaw_rl.trainer.ppo import Trainer
 from openclaw_rl.types import Sample
 
 
-def signal_health(batch: list[Sample], signal: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+def signal_health(
+    batch: list[Sample], signal: dict[str, float], before: dict[str, float]
+) -> dict[str, float]:
     """Is the learning signal worth training on? Metrics of one update.
 
     From the batch:
@@ -60,8 +62,13 @@ def signal_health(batch: list[Sample], signal: dict[str, float], before: dict[st
     advs = [abs(s.rl_signal) for s in batch if s.rl_signal is not None]
     if advs:
         out["adv_abs_mean"] = sum(advs) / len(advs)
-    gaps = [t - r for s in batch if s.teacher_logprobs is not None
-            for t, r, m in zip(s.teacher_logprobs, s.rollout_logprobs, s.loss_mask, strict=True) if m]
+    gaps = [
+        t - r
+        for s in batch
+        if s.teacher_logprobs is not None
+        for t, r, m in zip(s.teacher_logprobs, s.rollout_logprobs, s.loss_mask, strict=True)
+        if m
+    ]
     if gaps:
         out["teacher_minus_rollout"] = sum(gaps) / len(gaps)
 
@@ -81,8 +88,9 @@ def signal_health(batch: list[Sample], signal: dict[str, float], before: dict[st
 class TrainingLoop:
     """Owns one :class:`Trainer`, the store handle and the metrics sink; start/run/stop lifecycle."""
 
-    def __init__(self, cfg: Config, policy_url: str | None, store: Store | None = None,
-                 trainer: Trainer | None = None):
+    def __init__(
+        self, cfg: Config, policy_url: str | None, store: Store | None = None, trainer: Trainer | None = None
+    ):
         """``trainer``: an already built trainer (FSDP rank 0 passes its sharded one); by default
         :meth:`start` builds the single-process :class:`Trainer`."""
         self.cfg = cfg
@@ -106,12 +114,18 @@ class TrainingLoop:
         pointer = self.run_dir.read_policy_pointer()
         self.version = pointer[0] if pointer else 0
         processes = f", num_processes={self.trainer.world}" if tc.backend == "fsdp" else ""
-        print(f"[training] algorithm={tc.algorithm}, backend={tc.backend}{processes}, "
-              f"asymmetric_clip={str(tc.asymmetric_clip).lower()}, "
-              f"opd_enabled={str(tc.opd_enabled).lower()}", flush=True)
+        print(
+            f"[training] algorithm={tc.algorithm}, backend={tc.backend}{processes}, "
+            f"asymmetric_clip={str(tc.asymmetric_clip).lower()}, "
+            f"opd_enabled={str(tc.opd_enabled).lower()}",
+            flush=True,
+        )
         if resumed or released:
-            print(f"[training] resumed at step={self.trainer.step} version={self.version}, "
-                  f"{released} claimed sample(s) returned to the queue", flush=True)
+            print(
+                f"[training] resumed at step={self.trainer.step} version={self.version}, "
+                f"{released} claimed sample(s) returned to the queue",
+                flush=True,
+            )
 
     def stop(self) -> None:
         self._stop.set()
@@ -148,8 +162,11 @@ class TrainingLoop:
     def _set_paused(self, paused: bool) -> None:
         if self.policy_url and paused != self._paused:
             err = request_pause(self.cfg, self.policy_url, paused)
-            print(f"[async] lock-step: serving {'paused for training' if paused else 'resumed'}"
-                  + (f" — failed: {err}" if err else ""), flush=True)
+            print(
+                f"[async] lock-step: serving {'paused for training' if paused else 'resumed'}"
+                + (f" — failed: {err}" if err else ""),
+                flush=True,
+            )
         self._paused = paused
 
     def _lock_step_ready(self) -> bool:

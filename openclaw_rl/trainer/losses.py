@@ -49,8 +49,9 @@ def masked_sum(x: Tensor, mask: Tensor, weight: Tensor | None = None) -> Tensor:
     return _where(mask, x * w).sum()
 
 
-def masked_mean(x: Tensor, mask: Tensor, denom: float | Tensor | None = None,
-                weight: Tensor | None = None) -> Tensor:
+def masked_mean(
+    x: Tensor, mask: Tensor, denom: float | Tensor | None = None, weight: Tensor | None = None
+) -> Tensor:
     """``masked_sum / denom`` with ``denom`` defaulting to the number of masked tokens; 0 -> 1."""
     if denom is None:
         denom = (mask > 0).sum()
@@ -62,9 +63,18 @@ def masked_mean(x: Tensor, mask: Tensor, denom: float | Tensor | None = None,
 # Advantages (eqs. 5-7)
 # ---------------------------------------------------------------------------------------------
 
-def compute_advantages(rewards: Tensor, has_reward: Tensor, teacher_logprobs: Tensor, has_teacher: Tensor,
-                       old_logprobs: Tensor, *, binary_rl_weight: float = 1.0, opd_weight: float = 1.0,
-                       opd_adv_clip: float | None = None) -> Tensor:
+
+def compute_advantages(
+    rewards: Tensor,
+    has_reward: Tensor,
+    teacher_logprobs: Tensor,
+    has_teacher: Tensor,
+    old_logprobs: Tensor,
+    *,
+    binary_rl_weight: float = 1.0,
+    opd_weight: float = 1.0,
+    opd_adv_clip: float | None = None,
+) -> Tensor:
     """Per-token advantages ``[B, R]`` of the combined method (eq. 7).
 
     ``rewards`` / ``has_reward``: ``[B]`` the RL scalar ``r - b`` of eq. 5 (a sample's advantage, or
@@ -85,6 +95,7 @@ def compute_advantages(rewards: Tensor, has_reward: Tensor, teacher_logprobs: Te
 # ---------------------------------------------------------------------------------------------
 # Terms (eqs. 1-4, 8)
 # ---------------------------------------------------------------------------------------------
+
 
 def k3_kl(logp_new: Tensor, logp_ref: Tensor) -> Tensor:
     """Per-token low-variance KL estimate (eq. 4): ``exp(r) - r - 1`` with ``r = ref - new``; >= 0."""
@@ -121,13 +132,26 @@ class LossOutput:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def ppo_loss(logp_new: Tensor, logp_old: Tensor, advantages: Tensor, mask: Tensor, *,
-             clip_low: float, clip_high: float, sample_weight: Tensor | None = None,
-             logp_ref: Tensor | None = None, kl_coef: float = 0.0,
-             entropy: Tensor | None = None, entropy_coef: float = 0.0,
-             student_topk: Tensor | None = None, teacher_topk: Tensor | None = None,
-             topk_mask: Tensor | None = None, topk_coef: float = 1.0,
-             denom: float | None = None, behaviour_weight: Tensor | None = None) -> LossOutput:
+def ppo_loss(
+    logp_new: Tensor,
+    logp_old: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    sample_weight: Tensor | None = None,
+    logp_ref: Tensor | None = None,
+    kl_coef: float = 0.0,
+    entropy: Tensor | None = None,
+    entropy_coef: float = 0.0,
+    student_topk: Tensor | None = None,
+    teacher_topk: Tensor | None = None,
+    topk_mask: Tensor | None = None,
+    topk_coef: float = 1.0,
+    denom: float | None = None,
+    behaviour_weight: Tensor | None = None,
+) -> LossOutput:
     """The loss of eq. 3 (plus ``topk_coef`` x eq. 8 where ``topk_mask``), token means over ``mask``.
 
     ``logp_old`` is the ratio's denominator: the behaviour (rollout) log-probs, or with the decoupled

@@ -36,7 +36,9 @@ def load_samples(path: str | os.PathLike[str]) -> list[Sample]:
             try:
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise SampleFileError(f"{p}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+                raise SampleFileError(
+                    f"{p}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
+                ) from None
             if not isinstance(obj, dict):
                 raise SampleFileError(f"{p}:{lineno}: expected a JSON object, got {type(obj).__name__}")
             try:

@@ -29,8 +29,11 @@ pytestmark = pytest.mark.slow  # a real Node client, the real embedded model and
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT_BIN = ROOT / ".openclaw-client" / "node_modules" / ".bin"
-MESSAGES = ["Hi! What is 12 times 7?", "Thanks. And what is that number plus 16?",
-            "Please answer in one short sentence, without any extra words."]
+MESSAGES = [
+    "Hi! What is 12 times 7?",
+    "Thanks. And what is that number plus 16?",
+    "Please answer in one short sentence, without any extra words.",
+]
 
 
 def _json5_to_json(text: str) -> dict:
@@ -50,13 +53,16 @@ def openclaw() -> Path:
 
 @pytest.mark.timeout(1200)  # three Node start-ups, three answers and the judge on 2 cores
 def test_a_real_openclaw_session_is_served_recorded_and_judged(openclaw, tmp_path):
-    cfg = build_config({
-        "global": {"log_dir": str(tmp_path / "logs")},
-        "policy_service": {"port": 0, "host": "127.0.0.1", "batch_wait_ms": 2.0},
-        "env_service": {"enabled": False},
-        "prm_service": {"vote_count": 3},
-        "training": {"opd_enabled": True},
-    }, environ={})
+    cfg = build_config(
+        {
+            "global": {"log_dir": str(tmp_path / "logs")},
+            "policy_service": {"port": 0, "host": "127.0.0.1", "batch_wait_ms": 2.0},
+            "env_service": {"enabled": False},
+            "prm_service": {"vote_count": 3},
+            "training": {"opd_enabled": True},
+        },
+        environ={},
+    )
     service = PolicyService(cfg)
     url = service.start()
     try:
@@ -67,27 +73,41 @@ def test_a_real_openclaw_session_is_served_recorded_and_judged(openclaw, tmp_pat
         # a short answer keeps the test quick on 2 cores; everything else is the printed fragment
         config["models"]["providers"]["openclaw-rl"]["models"][0]["maxTokens"] = 48
         (tmp_path / "openclaw.json").write_text(json.dumps(config, indent=2))
-        env = {**os.environ, "PATH": f"{CLIENT_BIN}:{os.environ['PATH']}", "NO_COLOR": "1",
-               "OPENCLAW_CONFIG_PATH": str(tmp_path / "openclaw.json"), "OPENCLAW_STATE_DIR": str(tmp_path / "state"),
-               "HOME": str(tmp_path / "home")}
+        env = {
+            **os.environ,
+            "PATH": f"{CLIENT_BIN}:{os.environ['PATH']}",
+            "NO_COLOR": "1",
+            "OPENCLAW_CONFIG_PATH": str(tmp_path / "openclaw.json"),
+            "OPENCLAW_STATE_DIR": str(tmp_path / "state"),
+            "HOME": str(tmp_path / "home"),
+        }
         for message in MESSAGES:
-            proc = subprocess.run([str(openclaw), "agent", "--local", "--session-id", "e2e-1", "--message", message,
-                                   "--json"], env=env, capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(
+                [str(openclaw), "agent", "--local", "--session-id", "e2e-1", "--message", message, "--json"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
             out = json.loads(proc.stdout)
             text = " ".join(p.get("text") or "" for p in out.get("payloads") or [])
-            assert text.strip(), out                                   # every turn answered
-            assert not re.search(r"\b(error|HTTP 4\d\d|HTTP 5\d\d)\b", json.dumps(out.get("meta", {})), re.I), out
+            assert text.strip(), out  # every turn answered
+            assert not re.search(
+                r"\b(error|HTTP 4\d\d|HTTP 5\d\d)\b", json.dumps(out.get("meta", {})), re.I
+            ), out
         with sqlite3.connect(RunDir.of(cfg).store) as db:
             sids = [r[0] for r in db.execute("SELECT DISTINCT session_id FROM turns")]
         turns = [t for sid in sids for t in service.store.session_turns(sid)]
         main = [t for t in turns if t.turn_type == "main"]
         sessions = {t.session_id for t in main}
-        assert len(sessions) == 1, [(t.session_id, t.turn_index) for t in main]   # stitched into one session
+        assert len(sessions) == 1, [(t.session_id, t.turn_index) for t in main]  # stitched into one session
         assert [t.turn_index for t in main] == [0, 1, 2]
-        for turn, said in zip(main[:2], MESSAGES[1:], strict=True):   # each reply is the next state of the turn before
+        for turn, said in zip(
+            main[:2], MESSAGES[1:], strict=True
+        ):  # each reply is the next state of the turn before
             assert turn.next_state is not None and turn.next_state.role == "user"
-            assert turn.next_state.content == said                    # OpenClaw's timestamp / runtime lines removed
+            assert turn.next_state.content == said  # OpenClaw's timestamp / runtime lines removed
         assert all(t.response_ids and len(t.response_logprobs) == len(t.response_ids) for t in main)
     finally:
         service.stop()

@@ -22,7 +22,9 @@ from openclaw_rl.runtime.ports import free_port
 class ChatServer:
     """``with ChatServer(reply) as srv: srv.base_url`` — a uvicorn server in a background thread."""
 
-    def __init__(self, reply: Callable[[dict[str, Any]], str], api_key: str | None = None, port: int | None = None):
+    def __init__(
+        self, reply: Callable[[dict[str, Any]], str], api_key: str | None = None, port: int | None = None
+    ):
         self.requests: list[dict[str, Any]] = []
         self.closed: list[str] = []
         self.port = port or free_port()
@@ -33,20 +35,29 @@ class ChatServer:
             if api_key and request.headers.get("authorization") != f"Bearer {api_key}":
                 return JSONResponse({"error": {"message": "bad key"}}, status_code=401)
             body = await request.json()
-            self.requests.append({"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body})
+            self.requests.append(
+                {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body}
+            )
             text = reply(body)
-            return {"id": "cmpl-1", "object": "chat.completion", "created": int(time.time()),
-                    "model": body.get("model", "m"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": text}}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+            return {
+                "id": "cmpl-1",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", "m"),
+                "choices": [
+                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
 
         @app.post("/v1/admin/close_session")
         async def close_session(request: Request):
             self.closed.append((await request.json())["session_id"])
             return {"ok": True}
 
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property

@@ -32,23 +32,34 @@ def test_student_scorer_on_fixed_texts():
     assert personalization_score("student", AI_STYLE) == 0.0
     assert personalization_score("student", STUDENT_STYLE) == 1.0
     report = preference_report("student", STUDENT_STYLE.replace("so the answer is 36", "you get 36"))
-    assert report == {"no_markdown": True, "no_ai_phrases": True, "student_voice": False, "final_answer": False}
+    assert report == {
+        "no_markdown": True,
+        "no_ai_phrases": True,
+        "student_voice": False,
+        "final_answer": False,
+    }
     # not a length check: a long AI-styled reply scores as low as a short one
     assert personalization_score("student", AI_STYLE * 5) == 0.0
     assert personalization_score("student", "") == 0.0  # saying nothing meets no preference
     assert personalization_score("teacher", "") == 0.0
     # replies the untrained model really gives (greedy) must not pass as student-written
     refusal = "I'm ready to help. Please go ahead and provide the math problem."
-    assert preference_report("student", refusal) == {"no_markdown": True, "no_ai_phrases": False,
-                                                     "student_voice": False, "final_answer": False}
+    assert preference_report("student", refusal) == {
+        "no_markdown": True,
+        "no_ai_phrases": False,
+        "student_voice": False,
+        "final_answer": False,
+    }
     cut_off = "So 2 * 3 = 6 people.\nThe answer is 1/4 * 1 + "
     assert preference_report("student", cut_off)["final_answer"] is False
 
 
 def test_teacher_scorer_uses_context():
     ctx = {"student_name": "Maya", "correct_answer": "36"}
-    good = ("Maya, great effort! Your answer of 39 is not quite right: the correct answer is 36. Next time, "
-            "double-check the subtraction 100 - 64.")
+    good = (
+        "Maya, great effort! Your answer of 39 is not quite right: the correct answer is 36. Next time, "
+        "double-check the subtraction 100 - 64."
+    )
     curt = "Wrong. 39."
     assert personalization_score("teacher", good, ctx) == 1.0
     assert personalization_score("teacher", curt, ctx) < 0.2
@@ -80,25 +91,31 @@ def _run(persona, responses, seed, gsm8k_path):
 
 def test_student_episode_redo_then_thanks_then_save(gsm8k_path):
     good = "first i read it carefully and worked it out.\nso the answer is {answer}"
-    trace, info = _run("student", [AI_STYLE, "i did it and got 1.\nso the answer is 999999", good, "Saved!"], 7,
-                       gsm8k_path)
+    trace, info = _run(
+        "student", [AI_STYLE, "i did it and got 1.\nso the answer is 999999", good, "Saved!"], 7, gsm8k_path
+    )
     assert "homework" in trace[0] or "due" in trace[0]
     redo, correction, thanks, bye = trace[1], trace[2], trace[3], trace[4]
     assert redo[1] == 0.0 and not redo[2] and redo[4] is False
-    assert any(w in redo[0] for w in ("robot", "bold", "chatgpt", "voice", "answer", "formatting", "me",
-                                      "chatbot", "bullet"))
+    assert any(
+        w in redo[0]
+        for w in ("robot", "bold", "chatgpt", "voice", "answer", "formatting", "me", "chatbot", "bullet")
+    )
     assert correction[1] == 1.0 and info["context"]["answer"] in correction[0]  # a real correction
     assert "save" in thanks[0] and thanks[4] is True and not thanks[2]
     assert bye[2] and bye[4] is True
     # deterministic given the seed
-    again, _ = _run("student", [AI_STYLE, "i did it and got 1.\nso the answer is 999999", good, "Saved!"], 7,
-                    gsm8k_path)
+    again, _ = _run(
+        "student", [AI_STYLE, "i did it and got 1.\nso the answer is 999999", good, "Saved!"], 7, gsm8k_path
+    )
     assert again == trace
 
 
 def test_teacher_episode(gsm8k_path):
-    good = ("{student_name}, great effort! Your answer is not quite right: the correct answer is {correct_answer}. "
-            "Next time, double-check each step.")
+    good = (
+        "{student_name}, great effort! Your answer is not quite right: the correct answer is {correct_answer}. "
+        "Next time, double-check each step."
+    )
     trace, info = _run("teacher", ["Wrong.", good, "Saved."], 3, gsm8k_path)
     assert info["context"]["student_name"] in trace[0] and info["context"]["student_answer"] in trace[0]
     assert trace[1][1] < 0.5 and not trace[1][2]
@@ -122,8 +139,9 @@ def test_llm_user_mode_over_a_real_http_server(gsm8k_path):
         return '"ugh this still reads like a chatbot wrote it, can you make it sound like me?"'
 
     with ChatServer(reply, api_key="k-test") as srv:
-        writer = LLMUserWriter(base_url=srv.base_url + "/v1", api_key="k-test", model="user-model",
-                               timeout_sec=10, max_retries=0)
+        writer = LLMUserWriter(
+            base_url=srv.base_url + "/v1", api_key="k-test", model="user-model", timeout_sec=10, max_retries=0
+        )
         env = make("chat", persona="student", data_path=str(gsm8k_path), user_mode="llm", user_writer=writer)
         env.reset(seed=1)
         obs, r, term, trunc, info = env.step(AI_STYLE)
@@ -132,8 +150,9 @@ def test_llm_user_mode_over_a_real_http_server(gsm8k_path):
         assert seen[0]["model"] == "user-model" and "student" in seen[0]["messages"][0]["content"]
         assert "rewrite" in seen[0]["messages"][0]["content"]
         # a wrong key: the API refuses, the user falls back to the scripted reply and the env lives on
-        bad = LLMUserWriter(base_url=srv.base_url + "/v1", api_key="wrong", model="m", timeout_sec=5,
-                            max_retries=0)
+        bad = LLMUserWriter(
+            base_url=srv.base_url + "/v1", api_key="wrong", model="m", timeout_sec=5, max_retries=0
+        )
         env2 = make("chat", persona="student", data_path=str(gsm8k_path), user_mode="llm", user_writer=bad)
         env2.reset(seed=1)
         obs2, *_, info2 = env2.step(AI_STYLE)

@@ -30,10 +30,15 @@ def _cfg(tmp_path: Path, model: str | Path = "smollm2-135m-instruct", gsm8k: Pat
     env = {"interaction_types": ["chat"], "personas": ["student", "teacher"], "eval_size": 20}
     if gsm8k is not None:
         env["data_path"] = str(gsm8k)
-    return build_config({"global": {"log_dir": str(tmp_path / "logs")},
-                         "policy_service": {"model": str(model), "batch_wait_ms": 2.0, "weight_sync_interval": 1},
-                         "env_service": env,
-                         "training": {"eval_interval": 2, "eval_size": 2, **training}}, environ={})
+    return build_config(
+        {
+            "global": {"log_dir": str(tmp_path / "logs")},
+            "policy_service": {"model": str(model), "batch_wait_ms": 2.0, "weight_sync_interval": 1},
+            "env_service": env,
+            "training": {"eval_interval": 2, "eval_size": 2, **training},
+        },
+        environ={},
+    )
 
 
 def _publish(cfg, version: int, step: int | None, seed: int | None = None) -> Path:
@@ -87,7 +92,9 @@ def test_old_pointer_without_step_still_reads(tmp_path):
     assert published.step is None
     # no step anywhere: the step the trainer publishes version 3 at (weight_sync_interval = 1)
     assert policy_step(cfg, published) == 3
-    (path / "openclaw_policy.json").write_text(json.dumps({"version": 3, "step": 7}))  # what export_policy writes
+    (path / "openclaw_policy.json").write_text(
+        json.dumps({"version": 3, "step": 7})
+    )  # what export_policy writes
     assert policy_step(cfg, published) == 7
     run.publish_policy(4, path, step=12)
     assert run.read_policy_pointer() == (4, path) and run.read_published_policy().step == 12
@@ -110,10 +117,15 @@ def test_progress_line_shows_the_newest_eval_with_its_base(tmp_path):
 
 def test_two_writers_append_whole_rows(tmp_path):
     """The trainer and the evaluator append to one metrics.jsonl: rows never interleave."""
-    code = ("import sys; from pathlib import Path; from openclaw_rl.runtime.metrics import MetricsWriter\n"
-            "w = MetricsWriter(Path(sys.argv[1]), tensorboard=False)\n"
-            "for i in range(300): w.write(i, {'who': sys.argv[2], 'pad': 'x' * 3000}, kind=sys.argv[2])\n")
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), kind], cwd=ROOT) for kind in ("train", "eval")]
+    code = (
+        "import sys; from pathlib import Path; from openclaw_rl.runtime.metrics import MetricsWriter\n"
+        "w = MetricsWriter(Path(sys.argv[1]), tensorboard=False)\n"
+        "for i in range(300): w.write(i, {'who': sys.argv[2], 'pad': 'x' * 3000}, kind=sys.argv[2])\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(tmp_path), kind], cwd=ROOT)
+        for kind in ("train", "eval")
+    ]
     for p in procs:
         assert p.wait(timeout=120) == 0
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
@@ -130,9 +142,12 @@ def test_the_launcher_starts_the_evaluator_only_when_it_can_run(tmp_path):
     assert children["evaluator"].argv[1:] == ["-m", "openclaw_rl.envs.eval_loop", "--config", "run.toml"]
     assert STOP_ORDER.index("evaluator") < STOP_ORDER.index("training")  # stopped first, with the traffic
     off = _cfg(tmp_path, eval_interval=0)
-    assert "evaluator" not in build_children(off, "run.toml") and "eval_interval = 0" in live_eval_problem(off)
-    no_chat = build_config({"env_service": {"interaction_types": ["terminal"]}, "training": {"eval_interval": 4}},
-                           environ={})
+    assert "evaluator" not in build_children(off, "run.toml") and "eval_interval = 0" in live_eval_problem(
+        off
+    )
+    no_chat = build_config(
+        {"env_service": {"interaction_types": ["terminal"]}, "training": {"eval_interval": 4}}, environ={}
+    )
     assert "evaluator" not in build_children(no_chat, "run.toml") and "chat" in live_eval_problem(no_chat)
 
 
@@ -159,8 +174,9 @@ def test_a_crashing_evaluator_is_given_up_on_and_the_run_goes_on(capsys):
 
 
 @pytest.mark.slow
-def test_evaluator_base_once_new_versions_spaced_never_twice_nothing_trained(tmp_path, tiny_model_dir, gsm8k_path,
-                                                                               capsys):
+def test_evaluator_base_once_new_versions_spaced_never_twice_nothing_trained(
+    tmp_path, tiny_model_dir, gsm8k_path, capsys
+):
     cfg = _cfg(tmp_path, tiny_model_dir, gsm8k_path)
     training_store = Store(RunDir.of(cfg).store)  # the run's store, as the launcher opens it
     loop = EvalLoop(cfg, sizes=SIZES, tensorboard=True)
@@ -216,13 +232,20 @@ def test_evaluator_base_once_new_versions_spaced_never_twice_nothing_trained(tmp
 def test_evaluator_process_runs_niced_and_stops_on_sigterm(tmp_path, tiny_model_dir, gsm8k_path):
     conf = tmp_path / "run.toml"
     log_dir = tmp_path / "logs"
-    conf.write_text(f'[global]\nlog_dir = "{log_dir}"\n[policy_service]\nmodel = "{tiny_model_dir}"\n'
-                    f'batch_wait_ms = 2.0\nmax_tokens_default = 8\n'
-                    f'[env_service]\npersonas = ["student"]\ndata_path = "{gsm8k_path}"\neval_size = 20\n'
-                    f'[training]\neval_interval = 1\neval_size = 2\n')
-    proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.envs.eval_loop", "--config", str(conf)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    conf.write_text(
+        f'[global]\nlog_dir = "{log_dir}"\n[policy_service]\nmodel = "{tiny_model_dir}"\n'
+        f"batch_wait_ms = 2.0\nmax_tokens_default = 8\n"
+        f'[env_service]\npersonas = ["student"]\ndata_path = "{gsm8k_path}"\neval_size = 20\n'
+        f"[training]\neval_interval = 1\neval_size = 2\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "openclaw_rl.envs.eval_loop", "--config", str(conf)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         deadline = time.monotonic() + 240
         while not read_metrics(log_dir, kind="eval"):

@@ -21,15 +21,34 @@ pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains
 
 def test_eval_command_prints_scores_and_json(tmp_path, tiny_model_dir, gsm8k_path, capsys):
     cfg = tmp_path / "config.toml"
-    cfg.write_text(f'[global]\nlog_dir = "{tmp_path / "logs"}"\n'
-                   f'[policy_service]\nmodel = "{tiny_model_dir}"\nbatch_wait_ms = 2.0\n'
-                   f'[env_service]\ninteraction_types = ["chat", "terminal", "tool_call"]\nmax_turns = 1\n'
-                   f'data_path = "{gsm8k_path}"\neval_size = 20\n')
+    cfg.write_text(
+        f'[global]\nlog_dir = "{tmp_path / "logs"}"\n'
+        f'[policy_service]\nmodel = "{tiny_model_dir}"\nbatch_wait_ms = 2.0\n'
+        f'[env_service]\ninteraction_types = ["chat", "terminal", "tool_call"]\nmax_turns = 1\n'
+        f'data_path = "{gsm8k_path}"\neval_size = 20\n'
+    )
     out = tmp_path / "eval.json"
     # a "trained" checkpoint: same architecture, other weights, loaded into the served policy
     checkpoint = save_tiny_model(tmp_path / "ckpt", seed=1)
-    rc = main(["eval", "--config", str(cfg), "--checkpoint", str(checkpoint), "--chat-n", "2", "--terminal-n", "2", "--tool-call-n", "2",
-               "--max-tokens", "8", "--out", str(out)])
+    rc = main(
+        [
+            "eval",
+            "--config",
+            str(cfg),
+            "--checkpoint",
+            str(checkpoint),
+            "--chat-n",
+            "2",
+            "--terminal-n",
+            "2",
+            "--tool-call-n",
+            "2",
+            "--max-tokens",
+            "8",
+            "--out",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert rc == 0, printed
     assert f"[eval] policy={checkpoint} version=1" in printed
@@ -58,8 +77,9 @@ def test_eval_command_prints_scores_and_json(tmp_path, tiny_model_dir, gsm8k_pat
         for i, expected in enumerate(scored):
             _obs, info = env.reset(seed=i, options={"item": i})
             assert env.context["item_index"] in held_out  # type: ignore[attr-defined]
-            reply = client.chat.completions.create(model=conf.policy_service.model, messages=info["messages"],
-                                                   max_tokens=8, temperature=0.0)
+            reply = client.chat.completions.create(
+                model=conf.policy_service.model, messages=info["messages"], max_tokens=8, temperature=0.0
+            )
             assert env.score(reply.choices[0].message.content or "") == expected
     finally:
         service.stop()
@@ -72,7 +92,6 @@ def test_eval_rejects_missing_checkpoint(tmp_path, tiny_model_dir, capsys):
     assert "not a directory" in capsys.readouterr().out
 
 
-
 def test_eval_flags_default_to_the_eval_sizes(capsys):
     """The help text and the defaults come from EvalSizes, so they cannot disagree with it."""
     import pytest
@@ -81,8 +100,12 @@ def test_eval_flags_default_to_the_eval_sizes(capsys):
     from openclaw_rl.envs.evaluate import EvalSizes
 
     args = build_parser().parse_args(["eval", "--config", "c.toml"])
-    assert (args.chat_n, args.terminal_n, args.tool_call_n, args.max_tokens) == \
-        (EvalSizes.chat, EvalSizes.terminal, EvalSizes.tool_call, EvalSizes.max_tokens)
+    assert (args.chat_n, args.terminal_n, args.tool_call_n, args.max_tokens) == (
+        EvalSizes.chat,
+        EvalSizes.terminal,
+        EvalSizes.tool_call,
+        EvalSizes.max_tokens,
+    )
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
     assert f"per chat persona (default {EvalSizes.chat})" in capsys.readouterr().out

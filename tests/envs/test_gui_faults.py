@@ -45,17 +45,20 @@ def assert_alive(d: Driver) -> None:
     assert reward == 1.0, info["check"]
 
 
-@pytest.mark.parametrize("action, message", [
-    ("click 999", "there is no element [999] on this page"),
-    ("blah blah", "could not parse the action: not a command: 'blah blah'"),
-    ("", "the action is empty"),
-    ("click", "click needs an element id"),
-    ('type 3', "type needs text after the id"),
-    ("scroll sideways", "scroll needs a direction, up or down"),
-    ({"name": "click", "arguments": "{not json"}, "arguments are not valid JSON"),
-    ({"name": "fly", "arguments": {}}, "unknown tool 'fly'"),
-    ({"arguments": {"id": 1}}, "tool call has no 'name'"),
-])
+@pytest.mark.parametrize(
+    "action, message",
+    [
+        ("click 999", "there is no element [999] on this page"),
+        ("blah blah", "could not parse the action: not a command: 'blah blah'"),
+        ("", "the action is empty"),
+        ("click", "click needs an element id"),
+        ("type 3", "type needs text after the id"),
+        ("scroll sideways", "scroll needs a direction, up or down"),
+        ({"name": "click", "arguments": "{not json"}, "arguments are not valid JSON"),
+        ({"name": "fly", "arguments": {}}, "unknown tool 'fly'"),
+        ({"arguments": {"id": 1}}, "tool call has no 'name'"),
+    ],
+)
 def test_bad_actions_become_error_observations(d: Driver, action, message):
     d.reset("todo_add")
     page_before = d.obs.split("\n\n", 1)[1]
@@ -86,7 +89,9 @@ def test_id_from_an_earlier_page(d: Driver):
     add = d.id("button", "Add")
     d.click("link", "Settings")
     d.step(f"click {add}", ok=False)
-    assert d.info["error"].startswith(f"there is no element [{add}] on this page (it was [{add}] button \"Add\"")
+    assert d.info["error"].startswith(
+        f'there is no element [{add}] on this page (it was [{add}] button "Add"'
+    )
 
 
 def test_hanging_request_times_out(d: Driver):
@@ -109,10 +114,13 @@ def test_frozen_page_is_replaced(d: Driver):
     assert_alive(d)
 
 
-@pytest.mark.parametrize("link, why", [
-    ("External docs", "to http://example.com/: it is outside the local network the browser may use"),
-    ("Other local port", "to http://127.0.0.1:9/: it is not part of the app"),
-])
+@pytest.mark.parametrize(
+    "link, why",
+    [
+        ("External docs", "to http://example.com/: it is outside the local network the browser may use"),
+        ("Other local port", "to http://127.0.0.1:9/: it is not part of the app"),
+    ],
+)
 def test_leaving_the_site_is_blocked_and_undone(d: Driver, link, why):
     faults(d)
     d.step(f"click {d.id('link', link)}", ok=False)
@@ -145,7 +153,9 @@ def test_dialog_is_reported_and_accepted(d: Driver):
 
 def test_crashed_tab_is_reopened(d: Driver):
     d.reset("todo_add")
-    renderers = [p["id"] for p in d.env.host.run(d.env.host.processes(), timeout=10) if p["type"] == "renderer"]
+    renderers = [
+        p["id"] for p in d.env.host.run(d.env.host.processes(), timeout=10) if p["type"] == "renderer"
+    ]
     assert renderers
     for pid in renderers:  # kill the page's renderer: the tab crashes, the browser lives on
         os.kill(pid, signal.SIGKILL)

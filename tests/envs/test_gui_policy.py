@@ -25,12 +25,20 @@ CHROMIUM = "/usr/bin/chromium"
 def policy_url(tiny_model_dir, tmp_path_factory):
     from openclaw_rl.policy.server import PolicyService
 
-    cfg = build_config({
-        "global": {"log_dir": str(tmp_path_factory.mktemp("gui_policy"))},
-        "policy_service": {"model": str(tiny_model_dir), "host": "127.0.0.1", "port": 0,
-                           "max_tokens_default": 24, "batch_wait_ms": 2.0},
-        "env_service": {"enabled": False},
-    }, environ={})
+    cfg = build_config(
+        {
+            "global": {"log_dir": str(tmp_path_factory.mktemp("gui_policy"))},
+            "policy_service": {
+                "model": str(tiny_model_dir),
+                "host": "127.0.0.1",
+                "port": 0,
+                "max_tokens_default": 24,
+                "batch_wait_ms": 2.0,
+            },
+            "env_service": {"enabled": False},
+        },
+        environ={},
+    )
     svc = PolicyService(cfg)
     url = svc.start()
     yield svc, url
@@ -55,9 +63,17 @@ def test_episode_through_policy_service(policy_url):
             for _ in range(max_steps + 1):  # one more than the limit: the loop must end by itself
                 # Keep the prompt inside the tiny model's context: system + the last exchanges.
                 messages = [system, *history[-3:]]
-                r = client.post("/v1/chat/completions", headers={"X-Session-Id": session},
-                                json={"model": "policy", "messages": messages, "max_tokens": 24,
-                                      "temperature": 1.0, "tools": tools})
+                r = client.post(
+                    "/v1/chat/completions",
+                    headers={"X-Session-Id": session},
+                    json={
+                        "model": "policy",
+                        "messages": messages,
+                        "max_tokens": 24,
+                        "temperature": 1.0,
+                        "tools": tools,
+                    },
+                )
                 assert r.status_code == 200, r.text
                 reply = r.json()["choices"][0]["message"]
                 # As the environment service does: the whole message when it has tool calls.
@@ -66,8 +82,10 @@ def test_episode_through_policy_service(policy_url):
                 assert isinstance(obs, str) and obs.startswith("Step ")
                 assert info["messages"][0]["content"] == obs
                 observations.append(obs)
-                history += [{"role": "assistant", "content": reply.get("content") or ""},
-                            {"role": "user", "content": obs}]
+                history += [
+                    {"role": "assistant", "content": reply.get("content") or ""},
+                    {"role": "user", "content": obs},
+                ]
                 if term or trunc:
                     break
     finally:

@@ -136,12 +136,19 @@ def wrong_checkout_multi(d: Driver) -> None:  # never updates the quantity
 
 
 WRONG = {
-    "contact_billing": wrong_contact, "register_pro": wrong_register, "todo_add": wrong_todo_add,
-    "todo_complete": wrong_todo_complete, "todo_delete": wrong_todo_delete,
-    "todo_clear_done": wrong_todo_clear_done, "settings_dark": wrong_settings_dark,
-    "settings_language": wrong_settings_language, "settings_name": wrong_settings_name,
-    "products_cheapest_garden": wrong_cheapest_garden, "products_lighting_under_30": wrong_lighting,
-    "products_office_filter": wrong_office_filter, "checkout_mug": wrong_checkout_mug,
+    "contact_billing": wrong_contact,
+    "register_pro": wrong_register,
+    "todo_add": wrong_todo_add,
+    "todo_complete": wrong_todo_complete,
+    "todo_delete": wrong_todo_delete,
+    "todo_clear_done": wrong_todo_clear_done,
+    "settings_dark": wrong_settings_dark,
+    "settings_language": wrong_settings_language,
+    "settings_name": wrong_settings_name,
+    "products_cheapest_garden": wrong_cheapest_garden,
+    "products_lighting_under_30": wrong_lighting,
+    "products_office_filter": wrong_office_filter,
+    "checkout_mug": wrong_checkout_mug,
     "checkout_multi": wrong_checkout_multi,
 }
 
@@ -231,10 +238,18 @@ def test_tool_call_actions(d: Driver):
 def test_assistant_message_with_tool_calls(d: Driver):
     d.reset("todo_delete")
     delete = d.id("button", "Delete Call mom")
-    message = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_a", "type": "function", "function": {"name": "click", "arguments": json.dumps({"id": delete})}},
-        {"id": "call_b", "type": "function", "function": {"name": "done", "arguments": "{}"}},
-    ]}
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_a",
+                "type": "function",
+                "function": {"name": "click", "arguments": json.dumps({"id": delete})},
+            },
+            {"id": "call_b", "type": "function", "function": {"name": "done", "arguments": "{}"}},
+        ],
+    }
     d.step(message)
     assert d.info["next_state_role"] == "tool"
     first, second = d.info["messages"]
@@ -290,7 +305,12 @@ def test_screenshots_saved_per_step(host, tmp_path):
     finally:
         env.close()
     shots = sorted((tmp_path / "shots").glob("*.png"))
-    assert [p.name.rsplit("-", 1)[1] for p in shots] == ["step00.png", "step01.png", "step02.png", "step03.png"]
+    assert [p.name.rsplit("-", 1)[1] for p in shots] == [
+        "step00.png",
+        "step01.png",
+        "step02.png",
+        "step03.png",
+    ]
     for p in shots:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
 

@@ -23,9 +23,20 @@ def _cfg(tmp_path, port: int, types=("terminal",), num_envs=2, state_capture=Tru
     pol: dict[str, Any] = {"port": port, "host": "127.0.0.1", "request_timeout_sec": 30, "model": "m"}
     if api_key:
         pol["api_key"] = api_key
-    return build_config({"global": {"log_dir": str(tmp_path / "logs")}, "policy_service": pol,
-                         "env_service": {"num_envs": num_envs, "interaction_types": list(types),
-                                         "state_capture": state_capture, "max_turns": 2, **env}}, environ={})
+    return build_config(
+        {
+            "global": {"log_dir": str(tmp_path / "logs")},
+            "policy_service": pol,
+            "env_service": {
+                "num_envs": num_envs,
+                "interaction_types": list(types),
+                "state_capture": state_capture,
+                "max_turns": 2,
+                **env,
+            },
+        },
+        environ={},
+    )
 
 
 def _terminal_agent(body: dict[str, Any]) -> str:
@@ -45,8 +56,9 @@ def test_workers_speak_the_session_protocol(tmp_path, capsys):
     with ChatServer(_terminal_agent, api_key="sekret") as srv:
         cfg = _cfg(tmp_path, srv.port, api_key="sekret")
         got = []
-        svc = EnvLoop(cfg, on_episode=got.append, max_episodes=3,
-                         env_overrides={"terminal": {"task": "count_lines"}})
+        svc = EnvLoop(
+            cfg, on_episode=got.append, max_episodes=3, env_overrides={"terminal": {"task": "count_lines"}}
+        )
         svc.start()
         stats = svc.wait_episodes(3, timeout=60)
         svc.stop()
@@ -84,7 +96,9 @@ def test_state_capture_off_sends_no_next_state(tmp_path, caplog):
 def test_policy_down_workers_wait_and_retry(tmp_path, caplog):
     port = free_port()
     cfg = _cfg(tmp_path, port, num_envs=2)
-    svc = EnvLoop(cfg, max_episodes=2, backoff_max_sec=0.5, env_overrides={"terminal": {"task": "count_lines"}})
+    svc = EnvLoop(
+        cfg, max_episodes=2, backoff_max_sec=0.5, env_overrides={"terminal": {"task": "count_lines"}}
+    )
     with caplog.at_level(logging.WARNING, logger="openclaw_rl.env_service"):
         svc.start()
         time.sleep(2.0)  # nobody listens: workers back off and retry
@@ -139,13 +153,26 @@ def test_cloud_mode_is_rejected(tmp_path):
 
 def test_end_to_end_with_the_policy_service(tmp_path, tiny_model_dir, gsm8k_path):
     policy = pytest.importorskip("openclaw_rl.policy.server")
-    cfg = build_config({
-        "global": {"log_dir": str(tmp_path / "logs")},
-        "policy_service": {"model": str(tiny_model_dir), "port": 0, "host": "127.0.0.1", "batch_wait_ms": 2.0,
-                           "max_tokens_default": 12, "api_key": "e2e-key"},
-        "env_service": {"num_envs": 2, "interaction_types": ["chat", "terminal", "tool_call"], "max_turns": 2,
-                        "data_path": str(gsm8k_path)},
-    }, environ={})
+    cfg = build_config(
+        {
+            "global": {"log_dir": str(tmp_path / "logs")},
+            "policy_service": {
+                "model": str(tiny_model_dir),
+                "port": 0,
+                "host": "127.0.0.1",
+                "batch_wait_ms": 2.0,
+                "max_tokens_default": 12,
+                "api_key": "e2e-key",
+            },
+            "env_service": {
+                "num_envs": 2,
+                "interaction_types": ["chat", "terminal", "tool_call"],
+                "max_turns": 2,
+                "data_path": str(gsm8k_path),
+            },
+        },
+        environ={},
+    )
     ps = policy.PolicyService(cfg)
     url = ps.start()
     try:
@@ -171,8 +198,9 @@ def test_end_to_end_with_the_policy_service(tmp_path, tiny_model_dir, gsm8k_path
         # the llm user mode, driven through the same real OpenAI-compatible server
         from openclaw_rl.envs.chat import LLMUserWriter
 
-        writer = LLMUserWriter(base_url=url + "/v1", api_key="e2e-key", model=str(tiny_model_dir), timeout_sec=60,
-                               max_retries=0)
+        writer = LLMUserWriter(
+            base_url=url + "/v1", api_key="e2e-key", model=str(tiny_model_dir), timeout_sec=60, max_retries=0
+        )
         env = make("chat", persona="teacher", data_path=str(gsm8k_path), user_mode="llm", user_writer=writer)
         env.reset(seed=2)
         obs, reward, term, trunc, info = env.step("Wrong.")
@@ -190,8 +218,15 @@ def test_chat_episodes_carry_the_users_feedback(tmp_path, gsm8k_path):
         return "i added the numbers and checked it twice.\nso the answer is 7"
 
     with ChatServer(student_agent) as srv:
-        cfg = _cfg(tmp_path, srv.port, types=("chat",), num_envs=1, personas=["student"], max_turns=4,
-                   data_path=str(gsm8k_path))
+        cfg = _cfg(
+            tmp_path,
+            srv.port,
+            types=("chat",),
+            num_envs=1,
+            personas=["student"],
+            max_turns=4,
+            data_path=str(gsm8k_path),
+        )
         svc = EnvLoop(cfg, max_episodes=1)
         svc.start()
         (stats,) = svc.wait_episodes(1, timeout=30)
@@ -224,15 +259,19 @@ def test_a_group_plays_one_task_several_times_and_reports_its_outcome(tmp_path):
         for reqs in members:
             assert all(r["headers"]["x-episode-group-size"] == "3" for r in reqs)
             won = success[reqs[0]["headers"]["x-session-id"]]
-            assert [r["headers"].get("x-episode-outcome") for r in reqs] == \
-                [None] * (len(reqs) - 1) + ["1.0" if won else "-1.0"]
+            assert [r["headers"].get("x-episode-outcome") for r in reqs] == [None] * (len(reqs) - 1) + [
+                "1.0" if won else "-1.0"
+            ]
     assert {s.details["group"] for s in stats} == set(groups)
 
 
 def test_judged_episodes_played_alone_carry_no_group(tmp_path):
     with ChatServer(_terminal_agent) as srv:
-        svc = EnvLoop(_cfg(tmp_path, srv.port, num_envs=1), max_episodes=1,
-                      env_overrides={"terminal": {"task": "count_lines"}})
+        svc = EnvLoop(
+            _cfg(tmp_path, srv.port, num_envs=1),
+            max_episodes=1,
+            env_overrides={"terminal": {"task": "count_lines"}},
+        )
         svc.start()
         svc.wait_episodes(1, timeout=60)
         svc.stop()
@@ -243,8 +282,12 @@ def test_workers_wait_while_the_trainer_has_enough_samples(tmp_path):
     waiting = {"n": 100}
     with ChatServer(_terminal_agent) as srv:
         cfg = _cfg(tmp_path, srv.port, num_envs=2, max_ready_samples=8)
-        svc = EnvLoop(cfg, max_episodes=2, backlog=lambda: waiting["n"],
-                      env_overrides={"terminal": {"task": "count_lines"}})
+        svc = EnvLoop(
+            cfg,
+            max_episodes=2,
+            backlog=lambda: waiting["n"],
+            env_overrides={"terminal": {"task": "count_lines"}},
+        )
         svc.start()
         time.sleep(1.5)
         assert srv.requests == [] and svc.started_episodes == 0  # 100 samples wait: no new episode

@@ -64,7 +64,9 @@ def test_no_network(sb):
     t = threading.Thread(target=lambda: accepted.append(srv.accept()), daemon=True)
     t.start()
     try:
-        r = sb.run(f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\"")
+        r = sb.run(
+            f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\""
+        )
         assert r.exit_code != 0 and ("refused" in r.stderr or "unreachable" in r.stderr), r.as_observation()
         r = sb.run("python3 -c \"import socket; socket.create_connection(('93.184.216.34', 80), timeout=2)\"")
         assert r.exit_code != 0 and "unreachable" in r.stderr
@@ -77,7 +79,7 @@ def test_no_network(sb):
 def test_fork_bomb_is_contained(sb):
     r = sb.run("bomb() { bomb | bomb & }; bomb; sleep 1; ps -e | wc -l")
     assert "Resource temporarily unavailable" in r.stderr or r.timed_out, r.as_observation()
-    r = sb.run("python3 -c \"import os\nwhile True: os.fork()\"")
+    r = sb.run('python3 -c "import os\nwhile True: os.fork()"')
     assert "Resource temporarily unavailable" in r.stderr
     _alive(sb)
     # nothing survives the command: the PID namespace went with it
@@ -116,7 +118,7 @@ def test_sleep_past_timeout_is_killed(sb):
 
 
 def test_cpu_memory_and_file_size_limits(sb):
-    r = sb.run("python3 -c \"x = bytearray(2_000_000_000)\"")
+    r = sb.run('python3 -c "x = bytearray(2_000_000_000)"')
     assert "MemoryError" in r.stderr
     r = sb.run("head -c 20000000 /dev/zero > big")
     assert r.exit_code != 0 and any("file size limit" in n for n in r.notes)

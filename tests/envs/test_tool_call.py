@@ -11,15 +11,26 @@ from openclaw_rl.envs.tool_call import TOOLS, ToolError, calculate, new_call_id
 
 
 def _call(name, args):
-    return {"id": new_call_id(), "type": "function",
-            "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
+    return {
+        "id": new_call_id(),
+        "type": "function",
+        "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)},
+    }
 
 
 def test_calculator_is_safe_and_correct():
     assert calculate("(20 + 44) * 2 - 100 / 4") == 103
     assert calculate("1,000 + 2^3") == 1008
     assert calculate("sqrt(16) + abs(-2) + round(2.6)") == 9
-    for bad in ("__import__('os').system('id')", "open('/etc/passwd')", "[1]*9", "x + 1", "9**9**9", "1/0", ""):
+    for bad in (
+        "__import__('os').system('id')",
+        "open('/etc/passwd')",
+        "[1]*9",
+        "x + 1",
+        "9**9**9",
+        "1/0",
+        "",
+    ):
         with pytest.raises(ToolError):
             calculate(bad)
 
@@ -29,9 +40,15 @@ def test_gsm8k_episode_with_real_tools(gsm8k_path):
     obs, info = env.reset(seed=0, options={"item": 0})
     assert info["tools"] == TOOLS and info["messages"][-1]["content"] == obs
     answer = env.answer
-    obs, r, term, trunc, info = env.step({"content": "", "tool_calls": [
-        _call("calculator", {"expression": f"{answer} + 0"}),
-        _call("python", {"code": f"print({answer} * 1)"})]})
+    obs, r, term, trunc, info = env.step(
+        {
+            "content": "",
+            "tool_calls": [
+                _call("calculator", {"expression": f"{answer} + 0"}),
+                _call("python", {"code": f"print({answer} * 1)"}),
+            ],
+        }
+    )
     assert not term and info["next_state_role"] == "tool"
     assert [m["role"] for m in obs] == ["tool", "tool"]
     assert obs[0]["content"] == answer.replace(",", "") and f"stdout:\n{answer}" in obs[1]["content"]
@@ -51,8 +68,9 @@ def test_lookup_task_via_file_and_text_tool_call():
     env = make("tool_call", kind="lookup")
     obs, info = env.reset(seed=5)
     # text-form tool call (models without native tool calling)
-    obs, r, term, trunc, info = env.step('<tool_call>{"name": "file", "arguments": {"action": "read", '
-                                         '"path": "inventory.json"}}</tool_call>')
+    obs, r, term, trunc, info = env.step(
+        '<tool_call>{"name": "file", "arguments": {"action": "read", "path": "inventory.json"}}</tool_call>'
+    )
     assert isinstance(obs, str) and "price" in obs and info["next_state_role"] == "user"
     rows = json.loads(obs.split("\n", 1)[1])
     wrong = str(int(env.answer) + 1)
@@ -79,15 +97,24 @@ def test_malformed_calls_get_error_observations():
     for call, expected in cases:
         obs, r, term, trunc, info = env.step({"content": None, "tool_calls": [call]})
         assert not term and info["tool_errors"] == 1, call
-        assert obs[0]["role"] == "tool" and obs[0]["content"].startswith("error:") and expected in obs[0]["content"], (
-            call, obs)
+        assert (
+            obs[0]["role"] == "tool"
+            and obs[0]["content"].startswith("error:")
+            and expected in obs[0]["content"]
+        ), (call, obs)
     obs, *_ = env.step('<tool_call>{"name": "calculator", "arguments": </tool_call>')
     assert "not valid JSON" in obs
     # the python tool reports an exception trace as the next state
     obs, *_ = env.step({"tool_calls": [_call("python", {"code": "1/0"})]})
     assert "ZeroDivisionError" in obs[0]["content"] and "exit code: 1" in obs[0]["content"]
     # write then read back through the file tool and python (same sandbox dir)
-    obs, *_ = env.step({"tool_calls": [_call("file", {"action": "write", "path": "n/x.txt", "content": "42"}),
-                                       _call("python", {"code": "print(open('n/x.txt').read())"})]})
+    obs, *_ = env.step(
+        {
+            "tool_calls": [
+                _call("file", {"action": "write", "path": "n/x.txt", "content": "42"}),
+                _call("python", {"code": "print(open('n/x.txt').read())"}),
+            ]
+        }
+    )
     assert "wrote 2 bytes" in obs[0]["content"] and "42" in obs[1]["content"]
     env.close()

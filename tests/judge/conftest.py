@@ -51,20 +51,26 @@ def _app(remote: Remote) -> FastAPI:
             return JSONResponse({"error": {"message": "invalid api key"}}, status_code=401)
         if remote.fail_next:
             code = remote.fail_next.pop(0)
-            return JSONResponse({"error": {"message": f"canned {code}"}}, status_code=code,
-                                headers={"retry-after-ms": "20"})
+            return JSONResponse(
+                {"error": {"message": f"canned {code}"}}, status_code=code, headers={"retry-after-ms": "20"}
+            )
         if remote.delay_s:
             await asyncio.sleep(remote.delay_s)
         body = await request.json()
         system = body["messages"][0]["content"]
         text = remote.hint_reply if "VERDICT" in system else remote.eval_reply
-        return JSONResponse({
-            "id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()),
-            "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        })
+        return JSONResponse(
+            {
+                "id": "chatcmpl-test",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body["model"],
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        )
 
     @app.post("/api/v1/completions")
     async def completions(request: Request) -> JSONResponse:
@@ -75,12 +81,27 @@ def _app(remote: Remote) -> FastAPI:
             return JSONResponse({"error": {"message": "echo is not supported"}}, status_code=400)
         ids = body["prompt"]
         lps = [None] + [-(i / 100) for i in range(1, len(ids))]
-        return JSONResponse({
-            "id": "cmpl-test", "object": "text_completion", "created": int(time.time()), "model": body["model"],
-            "choices": [{"index": 0, "text": "", "finish_reason": "length",
-                         "logprobs": {"tokens": [str(i) for i in ids], "token_logprobs": lps,
-                                      "top_logprobs": None, "text_offset": list(range(len(ids)))}}],
-        })
+        return JSONResponse(
+            {
+                "id": "cmpl-test",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": "",
+                        "finish_reason": "length",
+                        "logprobs": {
+                            "tokens": [str(i) for i in ids],
+                            "token_logprobs": lps,
+                            "top_logprobs": None,
+                            "text_offset": list(range(len(ids))),
+                        },
+                    }
+                ],
+            }
+        )
 
     return app
 
@@ -115,8 +136,13 @@ def api_config(remote: Remote, api: dict | None = None, training: dict | None = 
     """A validated config whose judge is the loopback server (a channel named "taotoken")."""
     from openclaw_rl.config import build_config
 
-    prm_section = {"backend": "taotoken", "model": "judge-model", "vote_count": 3,
-                   "retry_interval_sec": 0.05, **prm}
+    prm_section = {
+        "backend": "taotoken",
+        "model": "judge-model",
+        "vote_count": 3,
+        "retry_interval_sec": 0.05,
+        **prm,
+    }
     api_section = {"base_url": remote.url, "api_key": KEY, "timeout_sec": 5, "max_retries": 2, **(api or {})}
     raw = {"api": api_section, "prm_service": prm_section}
     if training:

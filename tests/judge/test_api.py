@@ -19,6 +19,7 @@ def run(judge, response="**Answer:** 7", state=STATE):
             return await judge.score(response, state)
         finally:
             await judge.close()
+
     return asyncio.run(go())
 
 
@@ -72,7 +73,9 @@ def test_rate_limit_after_retries_is_an_error_not_a_zero(remote):
 
 def test_timeout_is_an_error(remote):
     remote.delay_s = 2.0
-    cfg = api_config(remote, api={"timeout_sec": 0.3, "max_retries": 0}, vote_count=1, extract_instruction=False)
+    cfg = api_config(
+        remote, api={"timeout_sec": 0.3, "max_retries": 0}, vote_count=1, extract_instruction=False
+    )
     result = run(make_judge(cfg))
     assert not result.ok and "timed out" in result.error and remote.url in result.error
 
@@ -87,7 +90,12 @@ def test_refused_key_is_a_clear_error_without_the_key(remote):
 def test_unreachable_api_is_an_error():
     from openclaw_rl.config import build_config
 
-    cfg = build_config({"api": {"base_url": "http://127.0.0.1:9", "timeout_sec": 1, "max_retries": 0},
-                        "prm_service": {"backend": "api", "vote_count": 1}}, environ={})
+    cfg = build_config(
+        {
+            "api": {"base_url": "http://127.0.0.1:9", "timeout_sec": 1, "max_retries": 0},
+            "prm_service": {"backend": "api", "vote_count": 1},
+        },
+        environ={},
+    )
     result = run(make_judge(cfg))
     assert not result.ok and "could not be reached" in result.error

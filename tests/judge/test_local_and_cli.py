@@ -18,8 +18,11 @@ from .conftest import api_config
 
 
 def test_local_backend_reads_answer_word_probabilities(tiny_model_dir):
-    cfg = Config(prm_service=PrmServiceConfig(backend="local", model=str(tiny_model_dir), vote_count=3,
-                                              reward_space=[1, -1]))
+    cfg = Config(
+        prm_service=PrmServiceConfig(
+            backend="local", model=str(tiny_model_dir), vote_count=3, reward_space=[1, -1]
+        )
+    )
     judge = make_judge(cfg)
     assert isinstance(judge, LocalJudge)
     assert len(set(judge.answer_ids.values())) == len(ANSWER_WORDS)

@@ -27,8 +27,15 @@ def tiny(tiny_model_dir):
 def record(store: Store, tok, sid: str, idx: int, user: str, previous_next_state: str | None = None) -> Turn:
     messages = [{"role": "user", "content": user}]
     ids = tok.encode(f"**Answer {idx}:** forty-two", add_special_tokens=False)
-    turn = Turn(session_id=sid, turn_index=idx, messages=messages, prompt_ids=template_ids(tok, messages),
-                response_ids=ids, response_logprobs=[-0.5] * len(ids), response_text=f"**Answer {idx}:** 42")
+    turn = Turn(
+        session_id=sid,
+        turn_index=idx,
+        messages=messages,
+        prompt_ids=template_ids(tok, messages),
+        response_ids=ids,
+        response_logprobs=[-0.5] * len(ids),
+        response_text=f"**Answer {idx}:** 42",
+    )
     state = NextState(role="user", content=previous_next_state) if previous_next_state else None
     store.record_turn(turn, next_state_for_previous=state)
     return turn
@@ -145,12 +152,25 @@ retry_interval_sec = 0.1
 """)
     store = Store(log_dir / "store.sqlite")
     for idx, state in ((0, None), (1, "thanks, that works")):
-        store.record_turn(Turn(session_id="p", turn_index=idx, messages=[{"role": "user", "content": "q"}],
-                               prompt_ids=[1, 2], response_ids=[3, 4], response_logprobs=[-0.1, -0.2]),
-                          next_state_for_previous=NextState(role="user", content=state) if state else None)
+        store.record_turn(
+            Turn(
+                session_id="p",
+                turn_index=idx,
+                messages=[{"role": "user", "content": "q"}],
+                prompt_ids=[1, 2],
+                response_ids=[3, 4],
+                response_logprobs=[-0.1, -0.2],
+            ),
+            next_state_for_previous=NextState(role="user", content=state) if state else None,
+        )
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.judge.loop", "--config", str(config)],
-                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "openclaw_rl.judge.loop", "--config", str(config)],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.time() + 120
         while store.turn_status("p", 0) != "judged" and time.time() < deadline and proc.poll() is None:
@@ -285,4 +305,6 @@ def test_a_group_with_a_dead_member_is_made_once_it_has_been_quiet(remote, tiny,
     assert store.groups_ready(quiet_s=0.0) == ["g2"]
     asyncio.run(JudgeLoop(cfg, store, group_quiet_s=0.0).run_once())
     # One finished member: nobody to compare with, so the running baseline (empty: 0) is used.
-    assert [(s.session_id, s.advantage) for s in store.claim_samples(10, step=1, current_version=0)] == [("done", 1.0)]
+    assert [(s.session_id, s.advantage) for s in store.claim_samples(10, step=1, current_version=0)] == [
+        ("done", 1.0)
+    ]

@@ -58,8 +58,12 @@ def test_shipped_data_is_valid_and_covers_every_label_and_style():
 
 def test_bad_training_line_names_file_and_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"role": "user", "next_state": "ok", "label": 1}) + "\n"
-                   + json.dumps({"role": "user", "next_state": "ok", "label": 2}) + "\n")
+    bad.write_text(
+        json.dumps({"role": "user", "next_state": "ok", "label": 1})
+        + "\n"
+        + json.dumps({"role": "user", "next_state": "ok", "label": 2})
+        + "\n"
+    )
     with pytest.raises(JudgeDataError, match=r"bad.jsonl:2: label must be 1, -1 or 0"):
         load_examples([bad])
     bad.write_text("{not json\n")
@@ -72,6 +76,7 @@ def test_accuracy_sanity_on_unseen_cases(judge):
 
     async def go():
         return [await judge.score("response", NextState(role=r, content=c)) for r, c, _ in CASES]
+
     results = asyncio.run(go())
     correct = [res.score == expected for res, (_, _, expected) in zip(results, CASES, strict=True)]
     assert sum(correct) >= len(CASES) - 1, [(c[1], r.score) for c, r in zip(CASES, results, strict=True)]
@@ -81,28 +86,36 @@ def test_accuracy_sanity_on_unseen_cases(judge):
 
 
 def _observation(exit_code: int, stdout: str = "", stderr: str = "") -> str:
-    return CommandResult(command="c", stdout=stdout, stderr=stderr, exit_code=exit_code,
-                         elapsed_s=0.0).as_observation()
+    return CommandResult(
+        command="c", stdout=stdout, stderr=stderr, exit_code=exit_code, elapsed_s=0.0
+    ).as_observation()
 
 
 # The four kinds the judge used to get wrong (fresh phrasings: in neither the training lines nor a
 # held-out set): a correction that states the right answer, a shell error with a non-zero exit code,
 # a bare successful exit, a redirection to another file.
-@pytest.mark.parametrize("role, text, expected", [
-    ("user", "that's wrong, it's 17", -1),
-    ("user", "wrong, the answer is 250 not 205", -1),
-    ("user", "nope, it's Thursday the 9th, not the 10th", -1),
-    ("environment", _observation(1, "", "grep: logs/today.txt: No such file or directory\n"), -1),
-    ("tool", "$ python run.py\nusage: run.py [-h] --input FILE\nrun.py: error: the following arguments are required: "
-             "--input\n[exit code 2]", -1),
-    ("tool", "Process exited with code 3", -1),
-    ("environment", _observation(0), 1),
-    ("tool", "$ mkdir -p build\n[exit code 0]", 1),
-    ("tool", "exit status 0", 1),
-    ("user", "no, I meant the other file, settings.py", -1),
-    ("user", "wrong file — I was asking about routes.ts, not app.ts", -1),
-    ("user", "not that one, I meant the invoices folder", -1),
-])
+@pytest.mark.parametrize(
+    "role, text, expected",
+    [
+        ("user", "that's wrong, it's 17", -1),
+        ("user", "wrong, the answer is 250 not 205", -1),
+        ("user", "nope, it's Thursday the 9th, not the 10th", -1),
+        ("environment", _observation(1, "", "grep: logs/today.txt: No such file or directory\n"), -1),
+        (
+            "tool",
+            "$ python run.py\nusage: run.py [-h] --input FILE\nrun.py: error: the following arguments are required: "
+            "--input\n[exit code 2]",
+            -1,
+        ),
+        ("tool", "Process exited with code 3", -1),
+        ("environment", _observation(0), 1),
+        ("tool", "$ mkdir -p build\n[exit code 0]", 1),
+        ("tool", "exit status 0", 1),
+        ("user", "no, I meant the other file, settings.py", -1),
+        ("user", "wrong file — I was asking about routes.ts, not app.ts", -1),
+        ("user", "not that one, I meant the invoices folder", -1),
+    ],
+)
 def test_formerly_missed_kinds_get_the_right_sign(judge, role, text, expected):
     res = asyncio.run(judge.score("previous action", NextState(role=role, content=text)))
     assert res.score == expected, res.votes
@@ -147,9 +160,14 @@ def test_negative_evidence_without_an_error_line_still_gives_a_hint(judge):
 
 
 def test_changed_training_set_or_recipe_invalidates_the_cached_head(judge, tmp_path):
-    examples = [Example("user", "thanks, perfect", 1), Example("user", "wrong, it's 4", -1),
-                Example("user", "brb", 0), Example("tool", "[exit 0]", 1),
-                Example("tool", "KeyError: 'x'", -1), Example("tool", "still running", 0)]
+    examples = [
+        Example("user", "thanks, perfect", 1),
+        Example("user", "wrong, it's 4", -1),
+        Example("user", "brb", 0),
+        Example("tool", "[exit 0]", 1),
+        Example("tool", "KeyError: 'x'", -1),
+        Example("tool", "still running", 0),
+    ]
     changed = [*examples[:-1], Example("tool", "still running", 1)]
     assert cache_key(examples, Recipe()) != cache_key(changed, Recipe())
     assert cache_key(examples, Recipe()) != cache_key([*examples, Example("user", "ok", 0)], Recipe())
@@ -176,8 +194,12 @@ def test_held_out_sets_are_disjoint_from_the_training_lines():
 
 
 def test_negative_user_reply_yields_extractive_hint(judge):
-    res = asyncio.run(judge.score("**1.** Add\n**2.** Multiply",
-                                  NextState(role="user", content="way too formal, and please lose the bullet points")))
+    res = asyncio.run(
+        judge.score(
+            "**1.** Add\n**2.** Multiply",
+            NextState(role="user", content="way too formal, and please lose the bullet points"),
+        )
+    )
     assert res.score == -1
     assert res.hint is not None and "bullet points" in res.hint and "formal" in res.hint
     pos = asyncio.run(judge.score("done", NextState(role="user", content="thanks, can you save it?")))
@@ -185,22 +207,39 @@ def test_negative_user_reply_yields_extractive_hint(judge):
 
 
 def test_votes_respect_reward_space():
-    cfg = Config(prm_service=PrmServiceConfig(backend="minilm", reward_space=[1, -1], vote_count=5,
-                                              temperature=1.0))
+    cfg = Config(
+        prm_service=PrmServiceConfig(backend="minilm", reward_space=[1, -1], vote_count=5, temperature=1.0)
+    )
     res = asyncio.run(make_judge(cfg).score("x", NextState(role="user", content="hmm")))
     assert len(res.votes) == 5 and all(v.score in (1, -1) for v in res.votes)
 
 
-@pytest.mark.parametrize("role, text, expected", [
-    ("user", "this sounds like a robot wrote it, no bold or numbered lists please",
-     "No bold or numbered lists please."),
-    ("user", "ugh. use the file tool instead", "Use the file tool instead."),
-    ("user", "wrong. it's Canberra",
-     'The user replied: "wrong. it\'s Canberra". Take this correction into account.'),
-    ("user", "you sound like a textbook. drop the bold, just talk to me", "Drop the bold. Just talk to me."),
-    ("tool", "Traceback (most recent call last):\n  File \"a.py\", line 1\nKeyError: 'id'\n[exit code 1]",
-     "The previous action failed with: KeyError: 'id'. Fix the cause of this error instead of repeating the action."),
-    ("tool", "42\n[exit code 0]", None),
-])
+@pytest.mark.parametrize(
+    "role, text, expected",
+    [
+        (
+            "user",
+            "this sounds like a robot wrote it, no bold or numbered lists please",
+            "No bold or numbered lists please.",
+        ),
+        ("user", "ugh. use the file tool instead", "Use the file tool instead."),
+        (
+            "user",
+            "wrong. it's Canberra",
+            'The user replied: "wrong. it\'s Canberra". Take this correction into account.',
+        ),
+        (
+            "user",
+            "you sound like a textbook. drop the bold, just talk to me",
+            "Drop the bold. Just talk to me.",
+        ),
+        (
+            "tool",
+            "Traceback (most recent call last):\n  File \"a.py\", line 1\nKeyError: 'id'\n[exit code 1]",
+            "The previous action failed with: KeyError: 'id'. Fix the cause of this error instead of repeating the action.",
+        ),
+        ("tool", "42\n[exit code 0]", None),
+    ],
+)
 def test_extract_hint(role, text, expected):
     assert extract_hint(role, text) == expected

@@ -11,9 +11,15 @@ from openclaw_rl.types import JudgeResult, NextState, Turn
 
 
 def turn(sid: str, idx: int, role: str = "user") -> Turn:
-    return Turn(session_id=sid, turn_index=idx, messages=[{"role": "user", "content": "q"}], prompt_ids=[1, 2],
-                response_ids=[3, 4, 5], response_logprobs=[-1.0, -1.0, -1.0],
-                next_state=NextState(role=role, content="next"))
+    return Turn(
+        session_id=sid,
+        turn_index=idx,
+        messages=[{"role": "user", "content": "q"}],
+        prompt_ids=[1, 2],
+        response_ids=[3, 4, 5],
+        response_logprobs=[-1.0, -1.0, -1.0],
+        next_state=NextState(role=role, content="next"),
+    )
 
 
 def episode(sid: str, scores: list[int], outcome: float | None = None, hint_at: int | None = None) -> Episode:
@@ -21,8 +27,11 @@ def episode(sid: str, scores: list[int], outcome: float | None = None, hint_at: 
     results = {}
     for i, s in enumerate(scores):
         hinted = i == hint_at
-        results[i] = JudgeResult(score=s, hint="Show the working." if hinted else None,
-                                 teacher_logprobs=[-0.5, -0.5, -0.5] if hinted else None)
+        results[i] = JudgeResult(
+            score=s,
+            hint="Show the working." if hinted else None,
+            teacher_logprobs=[-0.5, -0.5, -0.5] if hinted else None,
+        )
     return Episode(sid, turns, results, outcome)
 
 
@@ -67,8 +76,12 @@ def test_outcome_mode_gives_every_turn_its_episodes_outcome_advantage():
     samples, stats = group_samples("g", eps, tc, "outcome")
     got = by_turn(samples)
     assert {k: (s.reward, s.advantage) for k, s in got.items()} == {
-        ("win", 0): (1.0, 1.0), ("win", 1): (1.0, 1.0), ("win", 2): (1.0, 1.0),
-        ("lose", 0): (-1.0, -1.0), ("lose", 1): (-1.0, -1.0)}  # the judge's +1s are not used
+        ("win", 0): (1.0, 1.0),
+        ("win", 1): (1.0, 1.0),
+        ("win", 2): (1.0, 1.0),
+        ("lose", 0): (-1.0, -1.0),
+        ("lose", 1): (-1.0, -1.0),
+    }  # the judge's +1s are not used
     assert stats.reward_mean == 0.0 and stats.reward_spread == 1.0
 
 
@@ -76,7 +89,7 @@ def test_both_adds_the_outcome_at_the_last_turn():
     tc = TrainingConfig()
     eps = [episode("win", [1, 1], outcome=1.0), episode("lose", [-1, 1], outcome=-1.0)]
     got = by_turn(group_samples("g", eps, tc, "both")[0])
-    assert got[("win", 0)].advantage == pytest.approx(1.0)        # judge only: 1 - mean(1, -1)
+    assert got[("win", 0)].advantage == pytest.approx(1.0)  # judge only: 1 - mean(1, -1)
     assert got[("win", 1)].advantage == pytest.approx(0.0 + 1.0)  # judge 0 + outcome +1
     assert got[("lose", 1)].advantage == pytest.approx(0.0 - 1.0)
     assert got[("lose", 1)].reward == pytest.approx(1.0 - 1.0)
@@ -90,10 +103,10 @@ def test_chat_episodes_without_an_outcome_stay_judged_in_outcome_mode():
 
 def test_running_baseline_per_turn_kind():
     b = RunningBaseline(momentum=0.5)
-    assert b.advantage("user", -1.0) == -1.0   # nothing seen yet: b = 0
-    assert b.advantage("user", -1.0) == 0.0    # bias-corrected mean of one -1 is -1
+    assert b.advantage("user", -1.0) == -1.0  # nothing seen yet: b = 0
+    assert b.advantage("user", -1.0) == 0.0  # bias-corrected mean of one -1 is -1
     assert b.advantage("user", 1.0) == pytest.approx(2.0)
-    assert b.advantage("tool", 1.0) == 1.0     # kinds keep their own baselines
+    assert b.advantage("tool", 1.0) == 1.0  # kinds keep their own baselines
     restored = RunningBaseline.from_dict(b.to_dict(), 0.5)
     assert restored.mean("user") == pytest.approx(b.mean("user"))
     assert RunningBaseline.from_dict("garbage", 0.9).mean("user") == 0.0

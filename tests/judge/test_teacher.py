@@ -24,8 +24,15 @@ def tiny(tiny_model_dir):
 def make_turn(tok, messages, response="Sure! **Step 1:** add them. The answer is 7."):
     prompt = template_ids(tok, messages)
     ids = tok.encode(response, add_special_tokens=False)
-    return Turn(session_id="s", turn_index=0, messages=messages, prompt_ids=prompt, response_ids=ids,
-                response_logprobs=[-1.0] * len(ids), response_text=response)
+    return Turn(
+        session_id="s",
+        turn_index=0,
+        messages=messages,
+        prompt_ids=prompt,
+        response_ids=ids,
+        response_logprobs=[-1.0] * len(ids),
+        response_text=response,
+    )
 
 
 MESSAGES = [
@@ -75,13 +82,15 @@ def test_teacher_logprobs_equal_a_direct_forward_pass(tiny):
     assert len(out.logprobs) == len(turn.response_ids)
     assert out.logprobs == pytest.approx(expected, abs=1e-4)
     assert out.context_len == added
-    top = logp[n_p - 1:n_p - 1 + len(turn.response_ids)].topk(4, dim=-1)
+    top = logp[n_p - 1 : n_p - 1 + len(turn.response_ids)].topk(4, dim=-1)
     assert out.topk_ids == top.indices.tolist()
     flat = [x for row in out.topk_logprobs for x in row]
     assert flat == pytest.approx(top.values.flatten().tolist(), abs=1e-4)
     # The hint must matter: scoring without it gives different log-probs.
     with torch.no_grad():
-        base = torch.log_softmax(model(input_ids=torch.tensor([turn.prompt_ids + turn.response_ids])).logits[0], -1)
+        base = torch.log_softmax(
+            model(input_ids=torch.tensor([turn.prompt_ids + turn.response_ids])).logits[0], -1
+        )
     plain = [base[len(turn.prompt_ids) + j - 1, t].item() for j, t in enumerate(turn.response_ids)]
     assert out.logprobs != pytest.approx(plain, abs=1e-4)
 

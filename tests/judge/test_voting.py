@@ -24,18 +24,21 @@ def votes(*scores):
     return [Vote(raw=str(s), score=s) for s in scores]
 
 
-@pytest.mark.parametrize("scores, expected", [
-    ((1, 1, -1), 1),
-    ((-1, -1, 1), -1),
-    ((1, -1, 0), 0),          # three-way tie
-    ((1, -1), 0),             # two-way tie
-    ((1, None, None), 1),     # invalid votes are not counted
-    ((1, -1, None), 0),       # tie among the valid ones
-    ((None, None, None), 0),  # all invalid
-    ((), 0),
-    ((0, 0, 1), 0),
-    ((-1, -1, -1, 1, 1), -1),
-])
+@pytest.mark.parametrize(
+    "scores, expected",
+    [
+        ((1, 1, -1), 1),
+        ((-1, -1, 1), -1),
+        ((1, -1, 0), 0),  # three-way tie
+        ((1, -1), 0),  # two-way tie
+        ((1, None, None), 1),  # invalid votes are not counted
+        ((1, -1, None), 0),  # tie among the valid ones
+        ((None, None, None), 0),  # all invalid
+        ((), 0),
+        ((0, 0, 1), 0),
+        ((-1, -1, -1, 1, 1), -1),
+    ],
+)
 def test_majority(scores, expected):
     assert majority(votes(*scores), SPACE) == expected
 
@@ -69,11 +72,13 @@ def test_parse_hint_vote():
 
 
 def test_select_hint_keeps_longest_positive_over_ten_chars():
-    vs = [Vote(raw="", score=1, hint="Be brief."),                      # 9 chars: too short
-          Vote(raw="", score=1, hint="Use plain prose, no lists."),
-          Vote(raw="", score=1, hint="Use plain prose without any lists or bold."),
-          Vote(raw="", score=-1, hint="a much much longer hint from a negative vote, never kept"),
-          Vote(raw="", score=None)]
+    vs = [
+        Vote(raw="", score=1, hint="Be brief."),  # 9 chars: too short
+        Vote(raw="", score=1, hint="Use plain prose, no lists."),
+        Vote(raw="", score=1, hint="Use plain prose without any lists or bold."),
+        Vote(raw="", score=-1, hint="a much much longer hint from a negative vote, never kept"),
+        Vote(raw="", score=None),
+    ]
     assert select_hint(vs) == "Use plain prose without any lists or bold."
     assert select_hint([Vote(raw="", score=1, hint="too short")]) is None
     assert select_hint([Vote(raw="", score=1, hint="exactly 10")]) is None  # must be MORE than 10

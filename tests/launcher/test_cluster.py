@@ -27,12 +27,20 @@ RAY_BIN = Path(sys.executable).with_name("ray")
 
 
 def _cfg(tmp_path: Path, address: str, data: Path, port: int = 30000):
-    return build_config({
-        "global": {"log_dir": str(tmp_path / "logs"), "ray_address": address},
-        "policy_service": {"port": port, "host": "127.0.0.1", "model": "m", "request_timeout_sec": 30},
-        "env_service": {"mode": "cloud", "num_envs": 2, "interaction_types": ["chat"], "max_turns": 2,
-                        "data_path": str(data)},
-    }, environ={})
+    return build_config(
+        {
+            "global": {"log_dir": str(tmp_path / "logs"), "ray_address": address},
+            "policy_service": {"port": port, "host": "127.0.0.1", "model": "m", "request_timeout_sec": 30},
+            "env_service": {
+                "mode": "cloud",
+                "num_envs": 2,
+                "interaction_types": ["chat"],
+                "max_turns": 2,
+                "data_path": str(data),
+            },
+        },
+        environ={},
+    )
 
 
 def test_cloud_needs_ray_address(tmp_path):
@@ -45,9 +53,13 @@ def test_cloud_without_the_ray_package_is_a_clear_error(monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
     with pytest.raises(ConfigError) as exc:
-        build_config({"global": {"ray_address": "127.0.0.1:6379"}, "env_service": {"mode": "cloud"}}, environ={})
+        build_config(
+            {"global": {"ray_address": "127.0.0.1:6379"}, "env_service": {"mode": "cloud"}}, environ={}
+        )
     assert "pip install 'openclaw-rl[ray]'" in str(exc.value)
 
 
@@ -64,9 +76,14 @@ def test_configs_shipped_to_actors_carry_absolute_paths(tmp_path, monkeypatch, t
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "g.json").write_text(gsm8k_path.read_text())
-    cfg = build_config({"global": {"log_dir": "logs/run"},
-                        "policy_service": {"model": os.path.relpath(tiny_model_dir, tmp_path)},
-                        "env_service": {"data_path": "data/g.json"}}, environ={})
+    cfg = build_config(
+        {
+            "global": {"log_dir": "logs/run"},
+            "policy_service": {"model": os.path.relpath(tiny_model_dir, tmp_path)},
+            "env_service": {"data_path": "data/g.json"},
+        },
+        environ={},
+    )
     out = cfg.with_absolute_paths()
     assert out.global_.log_dir == str(tmp_path / "logs" / "run")  # one store for every actor
     assert out.env_service.data_path == str(tmp_path / "data" / "g.json")
@@ -80,7 +97,9 @@ def test_configs_shipped_to_actors_carry_absolute_paths(tmp_path, monkeypatch, t
 
 def _start(argv: list[str]) -> subprocess.Popen:
     # Own process group: teardown stops exactly these processes (and what they started), by id.
-    return subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        argv, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
 
 
 def _kill_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, wait: float = 20) -> None:
@@ -103,8 +122,18 @@ def ray_cluster(tmp_path_factory):
     address = f"127.0.0.1:{port}"
     common = ["--num-cpus=1", "--object-store-memory=78643200", "--disable-usage-stats", "--block"]
     env_cfg = '{"health_check_period_ms": 1000, "health_check_failure_threshold": 3}'
-    head = _start([str(RAY_BIN), "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
-                   "--include-dashboard=false", f"--system-config={env_cfg}", *common])
+    head = _start(
+        [
+            str(RAY_BIN),
+            "start",
+            "--head",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--include-dashboard=false",
+            f"--system-config={env_cfg}",
+            *common,
+        ]
+    )
     worker = None
     try:
         deadline = time.monotonic() + 90
@@ -112,7 +141,9 @@ def ray_cluster(tmp_path_factory):
             assert head.poll() is None, "ray head exited during start-up"
             assert time.monotonic() < deadline, "ray head did not come up in 90 s"
             time.sleep(0.5)
-        worker = _start([str(RAY_BIN), "start", f"--address={address}", "--node-ip-address=127.0.0.1", *common])
+        worker = _start(
+            [str(RAY_BIN), "start", f"--address={address}", "--node-ip-address=127.0.0.1", *common]
+        )
         from openclaw_rl.runtime.ray_cluster import connect, live_nodes
 
         connect(address)
@@ -133,20 +164,36 @@ def test_dry_run_fails_fast_on_an_unreachable_cluster(tmp_path, gsm8k_path):
     pytest.importorskip("ray", reason="ray is not installed (pip install 'openclaw-rl[ray]')")
     root = Path(__file__).resolve().parents[2]
     path = tmp_path / "c.toml"
-    path.write_text(f'[global]\nray_address = "127.0.0.1:{free_port()}"\n[policy_service]\nnum_engines = 2\n'
-                    f'[env_service]\nmode = "cloud"\nnum_envs = 1\ndata_path = "{gsm8k_path}"\n')
+    path.write_text(
+        f'[global]\nray_address = "127.0.0.1:{free_port()}"\n[policy_service]\nnum_engines = 2\n'
+        f'[env_service]\nmode = "cloud"\nnum_envs = 1\ndata_path = "{gsm8k_path}"\n'
+    )
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "openclaw_rl.launcher", "--config", str(path), "--dry-run"],
-                          cwd=root, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "openclaw_rl.launcher", "--config", str(path), "--dry-run"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert time.monotonic() - t0 < 30
     assert proc.returncode == 1
     assert "[dry-run] env_service: FAILED" in proc.stdout and "no Ray head reachable" in proc.stdout
     assert "2 engine replicas on the cluster" in proc.stdout
     t0 = time.monotonic()  # and at start: nothing is launched, a one-line error instead of a hang
-    proc = subprocess.run([sys.executable, "-m", "openclaw_rl.launcher", "--config", str(path)],
-                          cwd=root, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "openclaw_rl.launcher", "--config", str(path)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert time.monotonic() - t0 < 30
-    assert proc.returncode == 2 and "error: env_service:" in proc.stderr and "no Ray head reachable" in proc.stderr
+    assert (
+        proc.returncode == 2
+        and "error: env_service:" in proc.stderr
+        and "no Ray head reachable" in proc.stderr
+    )
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
@@ -162,7 +209,7 @@ def test_end_to_end_training_on_the_cluster(ray_cluster, tmp_path, tiny_model_di
     path = tmp_path / "cluster.toml"
     path.write_text(f"""
 [global]
-log_dir = "{tmp_path / 'logs'}"
+log_dir = "{tmp_path / "logs"}"
 ray_address = "{address}"
 [policy_service]
 model = "{tiny_model_dir}"
@@ -208,7 +255,6 @@ num_cpus = 0.25
     assert (cfg.log_dir / "checkpoints" / "latest").is_file()
 
 
-
 def test_engine_replicas_keep_sessions_and_survive_a_dead_replica(ray_cluster, tmp_path, tiny_model_dir):
     """Two engine replicas (one per node) behind one endpoint: sessions stick to a replica, new ones
     spread, a swap reaches both, and a killed replica's session fails over and comes back resynced."""
@@ -221,12 +267,21 @@ def test_engine_replicas_keep_sessions_and_survive_a_dead_replica(ray_cluster, t
     from tests.helpers import save_tiny_model
 
     address, _ = ray_cluster
-    cfg = build_config({
-        "global": {"log_dir": str(tmp_path / "logs"), "ray_address": address},
-        "policy_service": {"model": str(tiny_model_dir), "port": 0, "max_tokens_default": 6, "num_engines": 2,
-                           "engine_num_cpus": 0.5, "request_timeout_sec": 60},
-        "env_service": {"mode": "cloud", "num_envs": 1},
-    }, environ={})
+    cfg = build_config(
+        {
+            "global": {"log_dir": str(tmp_path / "logs"), "ray_address": address},
+            "policy_service": {
+                "model": str(tiny_model_dir),
+                "port": 0,
+                "max_tokens_default": 6,
+                "num_engines": 2,
+                "engine_num_cpus": 0.5,
+                "request_timeout_sec": 60,
+            },
+            "env_service": {"mode": "cloud", "num_envs": 1},
+        },
+        environ={},
+    )
     svc = PolicyService(cfg)
     assert isinstance(svc.engine, ReplicatedEngine)
     url = svc.start()
@@ -235,21 +290,27 @@ def test_engine_replicas_keep_sessions_and_survive_a_dead_replica(ray_cluster, t
         assert len(set(engine.nodes)) == 2, engine.nodes  # SPREAD: one replica per node
 
         def turn(sid: str, text: str) -> dict:
-            r = httpx.post(f"{url}/v1/chat/completions", headers={"X-Session-Id": sid}, timeout=60,
-                           json={"messages": [{"role": "user", "content": text}], "temperature": 0})
+            r = httpx.post(
+                f"{url}/v1/chat/completions",
+                headers={"X-Session-Id": sid},
+                timeout=60,
+                json={"messages": [{"role": "user", "content": text}], "temperature": 0},
+            )
             assert r.status_code == 200, r.text
             return r.json()
 
         sessions = [f"s{i}" for i in range(6)]
         for round_ in range(2):
-            threads = [threading.Thread(target=turn, args=(sid, f"turn {round_} of {sid}")) for sid in sessions]
+            threads = [
+                threading.Thread(target=turn, args=(sid, f"turn {round_} of {sid}")) for sid in sessions
+            ]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join(timeout=120)
         served = ray.get([r.served_sessions.remote() for r in engine.replicas], timeout=30)
-        assert all(served), served                               # load spread over both replicas
-        assert set(served[0]).isdisjoint(served[1])              # each session on exactly one replica
+        assert all(served), served  # load spread over both replicas
+        assert set(served[0]).isdisjoint(served[1])  # each session on exactly one replica
         assert set(served[0]) | set(served[1]) == set(sessions)
         assert all(n == 2 for per in served for n in per.values())  # both turns of a session, same replica
         health = httpx.get(f"{url}/healthz", timeout=10).json()
@@ -257,10 +318,16 @@ def test_engine_replicas_keep_sessions_and_survive_a_dead_replica(ray_cluster, t
 
         run = RunDir.of(cfg)
         weights = save_tiny_model(run.policies / "v000001", seed=1)  # the run's export folder
-        r = httpx.post(f"{url}/v1/admin/load_weights", json={"path": str(weights), "version": 1},
-                       headers={"Authorization": f"Bearer {run.admin_key()}"}, timeout=120)
+        r = httpx.post(
+            f"{url}/v1/admin/load_weights",
+            json={"path": str(weights), "version": 1},
+            headers={"Authorization": f"Bearer {run.admin_key()}"},
+            timeout=120,
+        )
         assert r.status_code == 200, r.text
-        versions = [i["policy_version"] for i in ray.get([x.ready.remote() for x in engine.replicas], timeout=30)]
+        versions = [
+            i["policy_version"] for i in ray.get([x.ready.remote() for x in engine.replicas], timeout=30)
+        ]
         assert versions == [1, 1]
 
         # Kill the replica that holds s0 (Ray restarts it with the base weights): s0's next turn is
@@ -274,7 +341,7 @@ def test_engine_replicas_keep_sessions_and_survive_a_dead_replica(ray_cluster, t
             assert time.monotonic() < deadline, "the killed replica did not come back"
             time.sleep(0.5)
         back = ray.get(engine.replicas[victim].ready.remote(), timeout=30)
-        assert back["policy_version"] == 1 and back["requests"] == 0   # a fresh actor, resynced
+        assert back["policy_version"] == 1 and back["requests"] == 0  # a fresh actor, resynced
     finally:
         svc.stop()
     store = Store(cfg.log_dir / "store.sqlite")
@@ -321,8 +388,9 @@ def test_workers_spread_and_a_dead_node_loses_no_episode(ray_cluster, tmp_path, 
                 in_flight.set()
 
         result = {}
-        t = threading.Thread(target=lambda: result.setdefault("r", runner.run(max_episodes=4,
-                                                                               on_dispatch=on_dispatch)))
+        t = threading.Thread(
+            target=lambda: result.setdefault("r", runner.run(max_episodes=4, on_dispatch=on_dispatch))
+        )
         t.start()
         assert in_flight.wait(60), "no episode was dealt to the second node"
         time.sleep(1.0)  # its first request is in flight now

@@ -22,9 +22,19 @@ pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains
 
 
 def _cfg(tmp_path, backend="vllm", **pol):
-    return build_config({"global": {"log_dir": str(tmp_path / "logs")},
-                         "policy_service": {"backend": backend, "model": "org/model-4b", "launch": True,
-                                            "port": 30000, **pol}}, environ={})
+    return build_config(
+        {
+            "global": {"log_dir": str(tmp_path / "logs")},
+            "policy_service": {
+                "backend": backend,
+                "model": "org/model-4b",
+                "launch": True,
+                "port": 30000,
+                **pol,
+            },
+        },
+        environ={},
+    )
 
 
 def test_missing_package_is_a_clear_error(tmp_path):

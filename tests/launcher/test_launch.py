@@ -15,9 +15,17 @@ pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _launch(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "openclaw_rl.launcher", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+def _launch(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "openclaw_rl.launcher", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_dry_run_local_default_is_ready():
@@ -30,9 +38,15 @@ def test_dry_run_local_default_is_ready():
 
 def test_dry_run_unreachable_hosts_fail_fast_and_keep_key_secret():
     start = time.monotonic()
-    proc = _launch("--config", "configs/example.toml", "--dry-run",
-                   env={"TAOTOKEN_API_KEY": "sk-never-printed-0123456789",
-                        "OPENCLAW_RL_API_KEY": "client-key-never-printed"})
+    proc = _launch(
+        "--config",
+        "configs/example.toml",
+        "--dry-run",
+        env={
+            "TAOTOKEN_API_KEY": "sk-never-printed-0123456789",
+            "OPENCLAW_RL_API_KEY": "client-key-never-printed",
+        },
+    )
     elapsed = time.monotonic() - start
     assert elapsed < 30, f"dry run took {elapsed:.1f}s"
     assert proc.returncode == 1
@@ -73,13 +87,30 @@ def test_status_prints_the_run_counters(tmp_path):
     from openclaw_rl.types import Sample
 
     store = Store(tmp_path / "logs" / "store.sqlite")
-    store.add_samples([Sample(sample_id="a", session_id="s", turn_index=0, prompt_ids=[1], response_ids=[2],
-                              rollout_logprobs=[-1.0], loss_mask=[1], reward=1.0)])
+    store.add_samples(
+        [
+            Sample(
+                sample_id="a",
+                session_id="s",
+                turn_index=0,
+                prompt_ids=[1],
+                response_ids=[2],
+                rollout_logprobs=[-1.0],
+                loss_mask=[1],
+                reward=1.0,
+            )
+        ]
+    )
     store.close()
     path = tmp_path / "c.toml"
     path.write_text(f'[global]\nlog_dir = "{tmp_path / "logs"}"\n')
-    proc = subprocess.run([sys.executable, "-m", "openclaw_rl.cli", "status", "--config", str(path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "openclaw_rl.cli", "status", "--config", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "samples ready=1" in proc.stdout and "version=0" in proc.stdout
 
@@ -87,11 +118,15 @@ def test_status_prints_the_run_counters(tmp_path):
 def test_a_run_checks_before_starting_and_stops_with_one_line(tmp_path):
     """A missing data file stops the run at once: the dry run's message, exit 2, no traceback, no store."""
     path = tmp_path / "c.toml"
-    path.write_text(f'[global]\nlog_dir = "{tmp_path / "logs"}"\n[env_service]\nnum_envs = 1\n'
-                    f'data_path = "{tmp_path / "missing.json"}"\n')
+    path.write_text(
+        f'[global]\nlog_dir = "{tmp_path / "logs"}"\n[env_service]\nnum_envs = 1\n'
+        f'data_path = "{tmp_path / "missing.json"}"\n'
+    )
     proc = _launch("--config", str(path))
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "error: env_service:" in proc.stderr and "missing.json" in proc.stderr and "not found" in proc.stderr
+    assert (
+        "error: env_service:" in proc.stderr and "missing.json" in proc.stderr and "not found" in proc.stderr
+    )
     assert "Traceback" not in proc.stdout + proc.stderr
     assert not (tmp_path / "logs" / "store.sqlite").exists()  # nothing was started
 

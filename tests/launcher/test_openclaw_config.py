@@ -32,19 +32,31 @@ def test_fragment_follows_the_config():
     (model,) = provider["models"]
     assert provider["baseUrl"] == "http://127.0.0.1:30000/v1" and provider["api"] == "openai-completions"
     assert model["id"] == "smollm2-135m-instruct" and model["contextWindow"] == 8192
-    assert 0 < model["maxTokens"] <= 8192 // 4                     # room left for the prompt
+    assert 0 < model["maxTokens"] <= 8192 // 4  # room left for the prompt
     assert frag["agents"]["defaults"]["model"]["primary"] == "openclaw-rl/smollm2-135m-instruct"
     assert frag["tools"]["profile"] == "minimal" and frag["agents"]["defaults"]["skipBootstrap"] is True
     assert frag["agents"]["defaults"]["compaction"]["keepRecentTokens"] < 8192 // 4
     assert frag["agents"]["defaults"]["compaction"]["qualityGuard"] == {"enabled": False}
     assert frag == openclaw_fragment(cfg)
 
-    keyed = build_config({"policy_service": {"host": "0.0.0.0", "port": 31000, "api_key": "sk-secret-value",
-                                             "max_model_len": 131072, "model": "my-8b"}}, environ={})
+    keyed = build_config(
+        {
+            "policy_service": {
+                "host": "0.0.0.0",
+                "port": 31000,
+                "api_key": "sk-secret-value",
+                "max_model_len": 131072,
+                "model": "my-8b",
+            }
+        },
+        environ={},
+    )
     text = render(keyed)
-    assert "sk-secret-value" not in text                            # the key itself is never printed
+    assert "sk-secret-value" not in text  # the key itself is never printed
     frag = _parse(text)
     provider = frag["models"]["providers"]["openclaw-rl"]
-    assert provider["apiKey"] == "${OPENCLAW_RL_API_KEY}" and provider["baseUrl"] == "http://127.0.0.1:31000/v1"
+    assert (
+        provider["apiKey"] == "${OPENCLAW_RL_API_KEY}" and provider["baseUrl"] == "http://127.0.0.1:31000/v1"
+    )
     assert provider["models"][0]["contextWindow"] == 131072 and provider["models"][0]["maxTokens"] == 4096
-    assert "compaction" not in frag["agents"]["defaults"]           # a large window keeps OpenClaw's default
+    assert "compaction" not in frag["agents"]["defaults"]  # a large window keeps OpenClaw's default

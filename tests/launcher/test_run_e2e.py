@@ -23,8 +23,12 @@ from openclaw_rl.runtime.store import Store
 pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
 
 ROOT = Path(__file__).resolve().parents[2]
-REPLIES = ["no, that's wrong, redo it without bold please", "thanks, that's perfect!",
-           "this sounds like a robot wrote it, try again", "great, moving on to the next one"]
+REPLIES = [
+    "no, that's wrong, redo it without bold please",
+    "thanks, that's perfect!",
+    "this sounds like a robot wrote it, try again",
+    "great, moving on to the next one",
+]
 
 
 def _drive(url: str, stop: threading.Event, seen: dict) -> None:
@@ -34,22 +38,32 @@ def _drive(url: str, stop: threading.Event, seen: dict) -> None:
         msgs = [{"role": "user", "content": f"What is {s} plus {s}?"}]
         try:
             for t in range(3):
-                r = httpx.post(f"{url}/v1/chat/completions", timeout=60,
-                               json={"model": "policy", "messages": msgs, "max_tokens": 10},
-                               headers={"X-Session-Id": f"e2e-{s}", "X-Session-Done": "true" if t == 2 else "false"})
+                r = httpx.post(
+                    f"{url}/v1/chat/completions",
+                    timeout=60,
+                    json={"model": "policy", "messages": msgs, "max_tokens": 10},
+                    headers={"X-Session-Id": f"e2e-{s}", "X-Session-Done": "true" if t == 2 else "false"},
+                )
                 seen["ok" if r.status_code == 200 else "errors"] += 1
                 seen["max_version"] = max(seen["max_version"], r.json().get("policy_version", 0))
-                msgs += [{"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]},
-                         {"role": "user", "content": REPLIES[(s + t) % 4]}]
+                msgs += [
+                    {"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]},
+                    {"role": "user", "content": REPLIES[(s + t) % 4]},
+                ]
         except httpx.HTTPError:
             if not stop.is_set():
                 time.sleep(0.5)  # the server is still starting (or stopping at the end)
         s += 1
 
 
-@pytest.mark.parametrize("async_mode, env_workers", [(True, False), (False, False), (True, True)],
-                         ids=["async", "lock-step", "env-workers"])
-def test_main_job_trains_swaps_and_keeps_serving(tiny_model_dir, tmp_path, gsm8k_path, async_mode, env_workers):
+@pytest.mark.parametrize(
+    "async_mode, env_workers",
+    [(True, False), (False, False), (True, True)],
+    ids=["async", "lock-step", "env-workers"],
+)
+def test_main_job_trains_swaps_and_keeps_serving(
+    tiny_model_dir, tmp_path, gsm8k_path, async_mode, env_workers
+):
     """Traffic comes from scripted sessions (a person, in personal-agent mode) or from the
     launcher's own environment workers playing the student persona in groups of two attempts."""
     port = free_port()
@@ -81,9 +95,14 @@ mini_batch_size = 1
 checkpoint_interval = 1
 max_steps = 3
 """)
-    launcher = subprocess.Popen([sys.executable, "-m", "openclaw_rl.launcher", "--config", str(conf)], cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "openclaw_rl.launcher", "--config", str(conf)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     stop, seen = threading.Event(), {"ok": 0, "errors": 0, "max_version": 0}
     driver = threading.Thread(target=_drive, args=(f"http://127.0.0.1:{port}", stop, seen), daemon=True)
     if not env_workers:
@@ -97,9 +116,15 @@ max_steps = 3
     if not env_workers:
         driver.join(60)
     assert launcher.returncode == 0, out[-4000:]
-    for line in ("[policy_service] listening on", "[prm_service] backend=minilm", "[training] algorithm=ppo",
-                 "[async] weight_sync_interval=2, non_blocking=true", "[rollout] step=", "[train] ppo_update done",
-                 "[policy_service] weights swapped, policy_version=1"):
+    for line in (
+        "[policy_service] listening on",
+        "[prm_service] backend=minilm",
+        "[training] algorithm=ppo",
+        "[async] weight_sync_interval=2, non_blocking=true",
+        "[rollout] step=",
+        "[train] ppo_update done",
+        "[policy_service] weights swapped, policy_version=1",
+    ):
         assert line in out, f"missing {line!r} in:\n{out[-4000:]}"
     assert ("[async] lock-step: serving paused for training" in out) == (not async_mode)
     if env_workers:
@@ -109,7 +134,9 @@ max_steps = 3
         assert seen["max_version"] >= 1, "no response was served by the new policy version"
     store = Store(log_dir / "store.sqlite")
     c = store.counters()
-    grouped = store._db.execute("SELECT COUNT(*) FROM samples WHERE data LIKE '%\"group_id\":\"grp-chat-%'").fetchone()[0]
+    grouped = store._db.execute(
+        'SELECT COUNT(*) FROM samples WHERE data LIKE \'%"group_id":"grp-chat-%\''
+    ).fetchone()[0]
     signal = store.get_meta("signal", {})
     store.close()
     # environment episodes are compared within their group; a person's turns against a running baseline

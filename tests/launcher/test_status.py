@@ -16,16 +16,30 @@ def _cfg(tmp_path, **training):
 
 
 def test_progress_line_without_and_with_an_evaluation():
-    c = Counters(turns=0, open=0, waiting=0, judged=0, failed=0, samples_ready=0, samples_claimed=0,
-                 samples_trained=0, samples_dropped=0, reward_mean=None, policy_version=0, trainer_step=0,
-                 trainer_updates=0)
+    c = Counters(
+        turns=0,
+        open=0,
+        waiting=0,
+        judged=0,
+        failed=0,
+        samples_ready=0,
+        samples_claimed=0,
+        samples_trained=0,
+        samples_dropped=0,
+        reward_mean=None,
+        policy_version=0,
+        trainer_step=0,
+        trainer_updates=0,
+    )
     plain = progress_line(c)
     assert plain.startswith("[progress] turns=0 ") and "eval=" not in plain
     assert progress_line(c, None) == plain
     line = progress_line(c, {"score": 0.4712, "base_score": 0.3351, "policy_version": 3, "step": 8})
     assert line == plain + " eval=0.47 (base 0.34)"
     assert progress_line(c, {"score": 0.5, "base_score": None}).endswith(" eval=0.50 (base n/a)")
-    assert progress_line(c, {"policy_version": 3, "error": "broken"}) == plain  # a failed evaluation shows nothing
+    assert (
+        progress_line(c, {"policy_version": 3, "error": "broken"}) == plain
+    )  # a failed evaluation shows nothing
 
 
 def test_status_prints_the_same_line_as_the_launcher(tmp_path, capsys):

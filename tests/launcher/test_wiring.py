@@ -54,12 +54,19 @@ def test_a_restarted_run_serves_its_newest_published_policy(tmp_path, tiny_model
     from openclaw_rl.runtime.rundir import RunDir
     from tests.helpers import save_tiny_model
 
-    cfg = build_config({"global": {"log_dir": str(tmp_path / "logs")},
-                        "policy_service": {"model": str(tiny_model_dir), "port": free_port()},
-                        "env_service": {"enabled": False}}, environ={})
+    cfg = build_config(
+        {
+            "global": {"log_dir": str(tmp_path / "logs")},
+            "policy_service": {"model": str(tiny_model_dir), "port": free_port()},
+            "env_service": {"enabled": False},
+        },
+        environ={},
+    )
     conf = tmp_path / "run.toml"
-    conf.write_text(f'[global]\nlog_dir = "{tmp_path / "logs"}"\n[policy_service]\nmodel = "{tiny_model_dir}"\n'
-                    f'port = {cfg.policy_service.port}\n[env_service]\nenabled = false\n')
+    conf.write_text(
+        f'[global]\nlog_dir = "{tmp_path / "logs"}"\n[policy_service]\nmodel = "{tiny_model_dir}"\n'
+        f"port = {cfg.policy_service.port}\n[env_service]\nenabled = false\n"
+    )
     run = RunDir.of(cfg)
     run.publish_policy(3, save_tiny_model(run.policies / "v000003", seed=1))  # what the trainer left behind
     server = build_children(cfg, str(conf))["policy_service"]
@@ -75,7 +82,13 @@ def test_each_loop_process_gets_its_share_of_threads(tmp_path, monkeypatch):
     from openclaw_rl.config import build_config
     from openclaw_rl.launcher.wiring import Child, build_children, thread_shares
 
-    assert thread_shares(2) == {"policy_service": 1, "training": 1, "prm_service": 1, "env_service": 1, "evaluator": 1}
+    assert thread_shares(2) == {
+        "policy_service": 1,
+        "training": 1,
+        "prm_service": 1,
+        "env_service": 1,
+        "evaluator": 1,
+    }
     assert thread_shares(16)["policy_service"] == 8 and thread_shares(16)["training"] == 8
     cfg = build_config({"global": {"log_dir": str(tmp_path)}}, environ={})
     children = build_children(cfg, str(tmp_path / "c.toml"))
@@ -83,8 +96,10 @@ def test_each_loop_process_gets_its_share_of_threads(tmp_path, monkeypatch):
 
     def threads_in_child(out: Path) -> str:
         """What torch in a started child really uses (it reads OMP_NUM_THREADS), and that variable."""
-        code = (f"import os, torch; open({str(out)!r}, 'w').write("
-                "f'{torch.get_num_threads()} {os.environ.get(\"OMP_NUM_THREADS\")}')")
+        code = (
+            f"import os, torch; open({str(out)!r}, 'w').write("
+            "f'{torch.get_num_threads()} {os.environ.get(\"OMP_NUM_THREADS\")}')"
+        )
         child = Child("probe", [sys.executable, "-c", code], threads=1)
         child.start()
         child.proc.wait(timeout=120)

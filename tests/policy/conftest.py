@@ -16,10 +16,19 @@ KEY = "test-key-3f9a"
 
 
 def make_config(log_dir: Path, model: str | Path, api: dict[str, Any] | None = None, **policy: Any) -> Config:
-    raw: dict[str, Any] = {"global": {"log_dir": str(log_dir)},
-           "policy_service": {"model": str(model), "port": 0, "host": "127.0.0.1", "batch_wait_ms": 2.0,
-                              "max_tokens_default": 16, "weight_sync_interval": 10, **policy},
-           "env_service": {"enabled": False}}
+    raw: dict[str, Any] = {
+        "global": {"log_dir": str(log_dir)},
+        "policy_service": {
+            "model": str(model),
+            "port": 0,
+            "host": "127.0.0.1",
+            "batch_wait_ms": 2.0,
+            "max_tokens_default": 16,
+            "weight_sync_interval": 10,
+            **policy,
+        },
+        "env_service": {"enabled": False},
+    }
     if api is not None:
         raw["api"] = api
     return build_config(raw, environ={})
@@ -30,8 +39,9 @@ def start_service(tmp_path) -> Iterator[Callable[..., tuple[PolicyService, str]]
     """Start a PolicyService with config overrides; every one started is stopped at teardown."""
     started: list[PolicyService] = []
 
-    def start(model: str | Path, name: str = "svc", api: dict[str, Any] | None = None,
-              **policy: Any) -> tuple[PolicyService, str]:
+    def start(
+        model: str | Path, name: str = "svc", api: dict[str, Any] | None = None, **policy: Any
+    ) -> tuple[PolicyService, str]:
         svc = PolicyService(make_config(tmp_path / name, model, api=api, **policy))
         url = svc.start()
         started.append(svc)
@@ -70,7 +80,8 @@ def weight_dirs(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
     full = save_tiny_model(root / "full", seed=1)
     base, _ = tiny_model(seed=0)
     torch.manual_seed(3)
-    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                                 init_lora_weights=False))
+    peft_model = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
     peft_model.save_pretrained(root / "adapter")
     return {"full": full, "adapter": root / "adapter"}

@@ -14,8 +14,13 @@ from openclaw_rl.policy.protocol import ChatCompletionRequest
 
 TRAFFIC = Path(__file__).resolve().parents[1] / "fixtures" / "openclaw" / "traffic.jsonl"
 #: What the recording labelled as OpenClaw's own requests (how each was produced: record.py there).
-HOUSEKEEPING = {"memory_flush", "compaction_summary", "compaction_merge", "compaction_turn_prefix",
-                "agent_overflow_retry"}
+HOUSEKEEPING = {
+    "memory_flush",
+    "compaction_summary",
+    "compaction_merge",
+    "compaction_turn_prefix",
+    "agent_overflow_retry",
+}
 
 
 def _recorded() -> list[dict]:
@@ -34,8 +39,10 @@ def test_every_recorded_request_is_classified_as_its_label_says():
 
 
 def test_decorations_are_removed_from_the_users_words():
-    first = ("[Wed 2026-12-02 21:59 UTC] Hi! Why do bicycles have gears?\n\nRuntime: agent=main | "
-             "session=agent:main:explicit:chat-1 | sessionId=chat-1 | host=vm | shell=bash")
+    first = (
+        "[Wed 2026-12-02 21:59 UTC] Hi! Why do bicycles have gears?\n\nRuntime: agent=main | "
+        "session=agent:main:explicit:chat-1 | sessionId=chat-1 | host=vm | shell=bash"
+    )
     assert clean_user_text(first, ["openclaw"]) == "Hi! Why do bicycles have gears?"
     assert clean_user_text("[Thu 2026-12-03 08:05 CET] ok, thanks", ["openclaw"]) == "ok, thanks"
     plain = "[note] keep the brackets: this is not a timestamp"
@@ -61,10 +68,14 @@ def test_replayed_traffic_trains_only_the_users_turns(start_service, tiny_model_
     main = [t for t in turns if t.turn_type == "main"]
     for t in main:
         state = t.next_state
-        assert state is None or ("Runtime: agent=" not in state.content and not state.content.startswith("[Wed "))
+        assert state is None or (
+            "Runtime: agent=" not in state.content and not state.content.startswith("[Wed ")
+        )
     for t in turns:
         if t.turn_type == "side":  # never judged, never a sample, never anyone's next state
             assert svc.store.turn_status(sid, t.turn_index) == "side"
-            assert not any(m.next_state and "Pre-compaction memory flush" in m.next_state.content for m in main)
+            assert not any(
+                m.next_state and "Pre-compaction memory flush" in m.next_state.content for m in main
+            )
     users = [t.next_state.content for t in main if t.next_state is not None and t.next_state.role == "user"]
     assert users and all(not u.startswith(("Pre-compaction", "Continue the current task")) for u in users)

@@ -11,7 +11,9 @@ from openclaw_rl.policy.weights import check_compatible, load_policy_state, merg
 
 def test_fast_merge_matches_peft(tiny_model_dir, tmp_path):
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"]))
+    peft_model = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"])
+    )
     torch.manual_seed(1)
     with torch.no_grad():
         for name, p in peft_model.named_parameters():
@@ -20,8 +22,11 @@ def test_fast_merge_matches_peft(tiny_model_dir, tmp_path):
     peft_model.save_pretrained(tmp_path / "adapter")
 
     fast = merge_lora_from_disk(tmp_path / "adapter", tiny_model_dir, torch.float32)
-    reference = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-                                          tmp_path / "adapter").merge_and_unload().state_dict()
+    reference = (
+        PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), tmp_path / "adapter")
+        .merge_and_unload()
+        .state_dict()
+    )
     assert fast is not None and len(fast) == 2 * 3  # 2 layers x 3 target modules
     for key, value in fast.items():
         torch.testing.assert_close(value, reference[key], rtol=1e-5, atol=1e-6)

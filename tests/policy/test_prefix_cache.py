@@ -21,11 +21,16 @@ from openclaw_rl.policy.transformers_engine import TransformersEngine
 
 from .conftest import make_config
 
-SYSTEM = ("You are a coding agent. Tools: " + " ".join(
+SYSTEM = "You are a coding agent. Tools: " + " ".join(
     f'{{"name": "tool_{i}", "description": "does step {i} of the plan", "parameters": {{"arg{i}": "string"}}}}'
-    for i in range(12)))
-USERS = ["List the files in the repository.", "Now open the README and summarise it in one line.",
-         "Run the tests and tell me which ones fail.", "Thanks. What should we fix first?"]
+    for i in range(12)
+)
+USERS = [
+    "List the files in the repository.",
+    "Now open the README and summarise it in one line.",
+    "Run the tests and tell me which ones fail.",
+    "Thanks. What should we fix first?",
+]
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -40,11 +45,21 @@ def _ids(engine: TransformersEngine, text: str) -> list[int]:
     return engine.tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-async def _gen(engine: TransformersEngine, prompt: list[int], n: int, delay: float = 0.0,
-               temp: float = 0.0, seed: int | None = None) -> Final:
+async def _gen(
+    engine: TransformersEngine,
+    prompt: list[int],
+    n: int,
+    delay: float = 0.0,
+    temp: float = 0.0,
+    seed: int | None = None,
+) -> Final:
     await asyncio.sleep(delay)
-    req = GenRequest([ChatMessage(role="user", content="-")], None,
-                     SamplingParams(temperature=temp, max_tokens=n, seed=seed), prompt_ids=list(prompt))
+    req = GenRequest(
+        [ChatMessage(role="user", content="-")],
+        None,
+        SamplingParams(temperature=temp, max_tokens=n, seed=seed),
+        prompt_ids=list(prompt),
+    )
     async for ev in engine.generate(req):
         if isinstance(ev, Final):
             assert ev.error is None, ev.error
@@ -58,9 +73,11 @@ def _same(a: Final, b: Final) -> None:
     assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
 
 
-def _conversation(engine: TransformersEngine, turns: int, n: int = 12,
-                  before_turn: Any = None) -> list[Final]:
+def _conversation(
+    engine: TransformersEngine, turns: int, n: int = 12, before_turn: Any = None
+) -> list[Final]:
     """A multi-turn session: each prompt is the last prompt + its response + a new user message."""
+
     async def run() -> list[Final]:
         out: list[Final] = []
         prompt = _ids(engine, SYSTEM + "\nUser: " + USERS[0] + "\nAssistant:")
@@ -89,7 +106,9 @@ def engines(tiny_model_dir, tmp_path):
 def test_multi_turn_equals_no_cache_and_prefills_only_new_tokens(engines):
     on, off = engines
     counts: list[int] = []  # prompt tokens prefilled so far, before each turn and after the last
-    cached = _conversation(on, 3, before_turn=lambda: counts.append(on.stats()["prefix_cache_prefill_tokens"]))
+    cached = _conversation(
+        on, 3, before_turn=lambda: counts.append(on.stats()["prefix_cache_prefill_tokens"])
+    )
     counts.append(on.stats()["prefix_cache_prefill_tokens"])
     plain = _conversation(off, 3)
     for a, b in zip(cached, plain, strict=True):
@@ -163,8 +182,12 @@ def test_shared_system_prompt_and_one_batch_with_different_cached_lengths(engine
         async def run() -> list[Final]:
             a1 = await _gen(engine, sys_ids + user(0, USERS[0]), 40)
             a2 = a1.prompt_ids + a1.response_ids + user(0, USERS[1])
-            prompts = [a2, sys_ids + user(1, USERS[2]), sys_ids + user(2, USERS[3] + " " + USERS[0]),
-                       _ids(engine, "A different system prompt entirely. " * 8)]
+            prompts = [
+                a2,
+                sys_ids + user(1, USERS[2]),
+                sys_ids + user(2, USERS[3] + " " + USERS[0]),
+                _ids(engine, "A different system prompt entirely. " * 8),
+            ]
             # admitted as one batch: hold the engine's lock while every request queues
             with engine._cv:
                 tasks = [asyncio.ensure_future(_gen(engine, p, 8 + 3 * i)) for i, p in enumerate(prompts)]
@@ -173,8 +196,11 @@ def test_shared_system_prompt_and_one_batch_with_different_cached_lengths(engine
             # then: a long generation running, cached turns joining it at step boundaries
             b2 = together[1].prompt_ids + together[1].response_ids + user(1, USERS[0])
             c2 = together[2].prompt_ids + together[2].response_ids + user(2, USERS[1])
-            joined = await asyncio.gather(_gen(engine, _ids(engine, "Tell me a long story. " * 5), 30),
-                                          _gen(engine, b2, 10, delay=0.05), _gen(engine, c2, 6, delay=0.1))
+            joined = await asyncio.gather(
+                _gen(engine, _ids(engine, "Tell me a long story. " * 5), 30),
+                _gen(engine, b2, 10, delay=0.05),
+                _gen(engine, c2, 6, delay=0.1),
+            )
             return [a1, *together, *joined]
 
         return asyncio.run(run())
@@ -236,8 +262,12 @@ def test_weight_swap_drops_the_cache(tiny_model_dir, weight_dirs, tmp_path):
         prompt = _ids(engine, "Count slowly from one to one hundred. " * 6)
 
         async def straddle() -> Final:
-            req = GenRequest([ChatMessage(role="user", content="-")], None,
-                             SamplingParams(temperature=0, max_tokens=300), prompt_ids=prompt)
+            req = GenRequest(
+                [ChatMessage(role="user", content="-")],
+                None,
+                SamplingParams(temperature=0, max_tokens=300),
+                prompt_ids=prompt,
+            )
             final = None
             async for ev in engine.generate(req):
                 if isinstance(ev, Delta) and engine.mid_batch_swaps == 0:
@@ -263,7 +293,9 @@ def test_eviction_keeps_the_engine_under_its_bound(tiny_model_dir, tmp_path):
     """1 MB holds ~2,000 tiny-model tokens: five ~600-token prompts evict the oldest, keep the newest."""
     engine = _engine(tmp_path, tiny_model_dir, "evict", prefix_cache_mb=1)
     try:
-        prompts = [_ids(engine, f"Document {i}: " + " ".join(f"w{i}x{j}" for j in range(200))) for i in range(5)]
+        prompts = [
+            _ids(engine, f"Document {i}: " + " ".join(f"w{i}x{j}" for j in range(200))) for i in range(5)
+        ]
         assert all(len(p) > 500 for p in prompts)
 
         async def run() -> list[int]:
@@ -314,7 +346,9 @@ def test_lru_evicts_least_recent_leaves_first_and_stays_under_bound():
     assert cache.match(a, 0) and cache.bytes == 4 * block_bytes  # a is now more recent than b
     assert cache.insert(c, 0, _seq_kv(c)) == 2  # needs one block: b's last
     assert cache.bytes <= cache.max_bytes and cache.evictions == 1
-    assert cache.cached_tokens(a, 0) == 8 and cache.cached_tokens(c, 0) == 8 and cache.cached_tokens(b, 0) == 4
+    assert (
+        cache.cached_tokens(a, 0) == 8 and cache.cached_tokens(c, 0) == 8 and cache.cached_tokens(b, 0) == 4
+    )
     # every parent is more recent than its children: the next to go is a leaf
     first = cache.lru_keys()[0]
     assert first[2] == tuple(b[:4]) and len(cache) == 5

@@ -16,9 +16,19 @@ from openclaw_rl.trainer.logprobs import sequence_logprobs
 
 def test_recorded_logprobs_match_a_training_forward_pass(start_service, tiny_model_dir):
     svc, url = start_service(tiny_model_dir)
-    r = httpx.post(f"{url}/v1/chat/completions", timeout=60, headers={"X-Session-Id": "lp"},
-                   json={"model": "m", "messages": [{"role": "user", "content": "Count to five."}],
-                         "max_tokens": 24, "temperature": 0.7, "top_p": 0.9, "seed": 3})
+    r = httpx.post(
+        f"{url}/v1/chat/completions",
+        timeout=60,
+        headers={"X-Session-Id": "lp"},
+        json={
+            "model": "m",
+            "messages": [{"role": "user", "content": "Count to five."}],
+            "max_tokens": 24,
+            "temperature": 0.7,
+            "top_p": 0.9,
+            "seed": 3,
+        },
+    )
     assert r.status_code == 200, r.text
     turn = svc.store.session_turns("lp")[0]
     assert len(turn.response_ids) > 1

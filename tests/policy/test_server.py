@@ -33,9 +33,19 @@ def _sse(resp: httpx.Response) -> list[dict | str]:
 
 def test_chat_records_exact_ids_and_logprobs(tiny_service, client, tiny_model_dir):
     svc, _ = tiny_service
-    r = client.post("/v1/chat/completions", json={
-        "messages": USER, "max_tokens": 6, "logprobs": True, "top_logprobs": 3, "temperature": 0.8,
-        "top_p": 0.9, "seed": 7, "return_token_ids": True})
+    r = client.post(
+        "/v1/chat/completions",
+        json={
+            "messages": USER,
+            "max_tokens": 6,
+            "logprobs": True,
+            "top_logprobs": 3,
+            "temperature": 0.8,
+            "top_p": 0.9,
+            "seed": 7,
+            "return_token_ids": True,
+        },
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     choice = body["choices"][0]
@@ -44,8 +54,10 @@ def test_chat_records_exact_ids_and_logprobs(tiny_service, client, tiny_model_di
     turn = _turns(svc, sid)[idx]
     tok = load_tokenizer(str(tiny_model_dir))
     from openclaw_rl.policy.protocol import ChatMessage
-    text = tok.apply_chat_template(template_messages([ChatMessage(**m) for m in USER], None),
-                                   add_generation_prompt=True, tokenize=False)
+
+    text = tok.apply_chat_template(
+        template_messages([ChatMessage(**m) for m in USER], None), add_generation_prompt=True, tokenize=False
+    )
     assert turn.prompt_ids == tok(text, add_special_tokens=False)["input_ids"] == body["prompt_token_ids"]
     assert turn.response_ids == choice["token_ids"]
     assert len(turn.response_ids) == len(turn.response_logprobs) == body["usage"]["completion_tokens"] == 6
@@ -58,12 +70,25 @@ def test_chat_records_exact_ids_and_logprobs(tiny_service, client, tiny_model_di
     assert turn.policy_version == 0 and turn.turn_type == "main" and turn.messages == USER
     assert choice["finish_reason"] == "length"
     # same seed, same answer; streaming carries the same tokens, ending with [DONE]
-    again = client.post("/v1/chat/completions", json={
-        "messages": USER, "max_tokens": 6, "temperature": 0.8, "top_p": 0.9, "seed": 7}).json()
+    again = client.post(
+        "/v1/chat/completions",
+        json={"messages": USER, "max_tokens": 6, "temperature": 0.8, "top_p": 0.9, "seed": 7},
+    ).json()
     assert again["choices"][0]["message"]["content"] == choice["message"]["content"]
-    with client.stream("POST", "/v1/chat/completions", json={
-            "messages": USER, "max_tokens": 6, "temperature": 0.8, "top_p": 0.9, "seed": 7, "stream": True,
-            "logprobs": True, "stream_options": {"include_usage": True}}) as s:
+    with client.stream(
+        "POST",
+        "/v1/chat/completions",
+        json={
+            "messages": USER,
+            "max_tokens": 6,
+            "temperature": 0.8,
+            "top_p": 0.9,
+            "seed": 7,
+            "stream": True,
+            "logprobs": True,
+            "stream_options": {"include_usage": True},
+        },
+    ) as s:
         assert s.status_code == 200 and s.headers["content-type"].startswith("text/event-stream")
         events = _sse(s)
     assert events[-1] == "[DONE]"
@@ -71,19 +96,26 @@ def test_chat_records_exact_ids_and_logprobs(tiny_service, client, tiny_model_di
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     streamed = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
     assert streamed == choice["message"]["content"]
-    n_lp = sum(len(c["choices"][0]["logprobs"]["content"]) for c in chunks if c["choices"] and c["choices"][0]["logprobs"])
+    n_lp = sum(
+        len(c["choices"][0]["logprobs"]["content"])
+        for c in chunks
+        if c["choices"] and c["choices"][0]["logprobs"]
+    )
     assert n_lp == 6 and chunks[-1]["usage"]["completion_tokens"] == 6
 
 
 def test_stop_sequence_and_greedy(client):
-    base = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 10, "temperature": 0}).json()
+    base = client.post(
+        "/v1/chat/completions", json={"messages": USER, "max_tokens": 10, "temperature": 0}
+    ).json()
     text = base["choices"][0]["message"]["content"]
     assert len(text) > 4
     stop = text[2:4]
-    r = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 10, "temperature": 0,
-                                                 "stop": [stop]}).json()
+    r = client.post(
+        "/v1/chat/completions", json={"messages": USER, "max_tokens": 10, "temperature": 0, "stop": [stop]}
+    ).json()
     assert r["choices"][0]["finish_reason"] == "stop"
-    assert r["choices"][0]["message"]["content"] == text[:text.find(stop)]
+    assert r["choices"][0]["message"]["content"] == text[: text.find(stop)]
 
 
 def test_explicit_sessions_next_state_side_turns_and_done(tiny_service, client):
@@ -91,12 +123,18 @@ def test_explicit_sessions_next_state_side_turns_and_done(tiny_service, client):
     h = {"X-Session-Id": "sess-A"}
     r0 = client.post("/v1/chat/completions", headers=h, json={"messages": USER, "max_tokens": 4}).json()
     reply = r0["choices"][0]["message"]["content"]
-    side = client.post("/v1/chat/completions", headers={**h, "X-Turn-Type": "side"},
-                       json={"messages": [{"role": "user", "content": "Title for this chat?"}], "max_tokens": 3})
+    side = client.post(
+        "/v1/chat/completions",
+        headers={**h, "X-Turn-Type": "side"},
+        json={"messages": [{"role": "user", "content": "Title for this chat?"}], "max_tokens": 3},
+    )
     assert side.status_code == 200
     msgs = USER + [{"role": "assistant", "content": reply}, {"role": "user", "content": "No, that's wrong."}]
-    r2 = client.post("/v1/chat/completions", headers={**h, "X-Session-Done": "true"},
-                     json={"messages": msgs, "max_tokens": 4})
+    r2 = client.post(
+        "/v1/chat/completions",
+        headers={**h, "X-Session-Done": "true"},
+        json={"messages": msgs, "max_tokens": 4},
+    )
     assert r2.status_code == 200
     turns = _turns(svc, "sess-A")
     assert [t.turn_type for t in turns] == ["main", "side", "main"]
@@ -106,20 +144,28 @@ def test_explicit_sessions_next_state_side_turns_and_done(tiny_service, client):
     assert svc.store.turn_status("sess-A", 1) == "side"
     assert svc.store.turn_status("sess-A", 2) == "closed"  # session done: the last turn gets no next state
     # the same keys in the body work too
-    b = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 2, "session_id": "sess-B",
-                                                 "turn_type": "side"}).json()
+    b = client.post(
+        "/v1/chat/completions",
+        json={"messages": USER, "max_tokens": 2, "session_id": "sess-B", "turn_type": "side"},
+    ).json()
     assert b["session_id"] == "sess-B" and _turns(svc, "sess-B")[0].turn_type == "side"
 
 
 def test_an_abandoned_session_is_closed_through_the_admin_route(tiny_service, client):
     svc, _ = tiny_service
-    r = client.post("/v1/chat/completions", headers={"X-Session-Id": "gone"}, json={"messages": USER, "max_tokens": 2})
+    r = client.post(
+        "/v1/chat/completions", headers={"X-Session-Id": "gone"}, json={"messages": USER, "max_tokens": 2}
+    )
     assert r.status_code == 200 and svc.store.turn_status("gone", 0) == "open"
     admin = {"Authorization": f"Bearer {RunDir.of(svc.cfg).admin_key()}"}
     closed = client.post("/v1/admin/close_session", json={"session_id": "gone"}, headers=admin)
     assert closed.status_code == 200 and closed.json() == {"ok": True, "session_id": "gone"}
     assert svc.store.turn_status("gone", 0) == "closed"  # no next state will come: not left open
-    for body, says in (({}, "session_id"), ({"session_id": ""}, "session_id"), ({"session_id": "x", "y": 1}, "y")):
+    for body, says in (
+        ({}, "session_id"),
+        ({"session_id": ""}, "session_id"),
+        ({"session_id": "x", "y": 1}, "y"),
+    ):
         bad = client.post("/v1/admin/close_session", json=body, headers=admin)
         assert bad.status_code == 400 and says in bad.json()["error"]["message"], bad.text
 
@@ -134,27 +180,32 @@ def test_plain_client_is_stitched_by_prefix(tiny_service, client):
     t0 = _turns(svc, r1["session_id"])[0]
     assert t0.next_state is not None and t0.next_state.content == "Another one, please."
     # a different conversation is a different session
-    r3 = client.post("/v1/chat/completions", json={"messages": first[:1] + [
-        {"role": "user", "content": "Name a fruit."}], "max_tokens": 2}).json()
+    r3 = client.post(
+        "/v1/chat/completions",
+        json={"messages": first[:1] + [{"role": "user", "content": "Name a fruit."}], "max_tokens": 2},
+    ).json()
     assert r3["session_id"] != r1["session_id"]
-
 
 
 def test_a_plain_conversation_continues_its_session_after_a_restart(start_service, tiny_model_dir):
     svc, url = start_service(tiny_model_dir, name="restart")
     first = [{"role": "user", "content": "Name a colour."}]
-    r1 = httpx.post(f"{url}/v1/chat/completions", json={"messages": first, "max_tokens": 4}, timeout=60).json()
+    r1 = httpx.post(
+        f"{url}/v1/chat/completions", json={"messages": first, "max_tokens": 4}, timeout=60
+    ).json()
     svc.stop()
     svc2, url2 = start_service(tiny_model_dir, name="restart")  # same log_dir, same store, fresh memory
     msgs = first + [r1["choices"][0]["message"], {"role": "user", "content": "Another one."}]
-    r2 = httpx.post(f"{url2}/v1/chat/completions", json={"messages": msgs, "max_tokens": 4}, timeout=60).json()
+    r2 = httpx.post(
+        f"{url2}/v1/chat/completions", json={"messages": msgs, "max_tokens": 4}, timeout=60
+    ).json()
     assert (r2["session_id"], r2["turn_index"]) == (r1["session_id"], r1["turn_index"] + 1)
     t0 = _turns(svc2, r1["session_id"])[0]
     assert t0.next_state is not None and t0.next_state.content == "Another one."
 
 
 BAD = [
-    (b"{\"messages\": [", "not valid JSON"),
+    (b'{"messages": [', "not valid JSON"),
     (b"", "body is empty"),
     (b"[1, 2]", "must be a JSON object"),
     (b"{}", "messages: Field required"),
@@ -165,9 +216,15 @@ BAD = [
     (b'{"messages": [{"role": "user", "content": "x"}], "n": 3}', "n = 3 is not supported"),
     (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', "max_tokens"),
     (b'{"messages": [{"role": "user", "content": "x"}], "stream": "yes"}', "stream"),
-    (b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}', "tools[0].function"),
-    (b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": '
-     b'{"name": "f", "parameters": {"type": "string"}}}]}', "type 'object'"),
+    (
+        b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}',
+        "tools[0].function",
+    ),
+    (
+        b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": '
+        b'{"name": "f", "parameters": {"type": "string"}}}]}',
+        "type 'object'",
+    ),
     (b'{"messages": [{"role": "user", "content": "x"}], "tools": {"name": "f"}}', "tools"),
 ]
 
@@ -186,9 +243,13 @@ def test_bad_input_gets_a_clear_400_and_the_server_keeps_serving(tiny_service, c
 
 def test_over_long_context_and_bad_session_header(tiny_service, client):
     svc, _ = tiny_service
-    r0 = client.post("/v1/chat/completions", headers={"X-Session-Id": "long"}, json={"messages": USER, "max_tokens": 2})
+    r0 = client.post(
+        "/v1/chat/completions", headers={"X-Session-Id": "long"}, json={"messages": USER, "max_tokens": 2}
+    )
     long = USER + [r0.json()["choices"][0]["message"], {"role": "user", "content": "word " * 9000}]
-    r = client.post("/v1/chat/completions", headers={"X-Session-Id": "long"}, json={"messages": long, "max_tokens": 1})
+    r = client.post(
+        "/v1/chat/completions", headers={"X-Session-Id": "long"}, json={"messages": long, "max_tokens": 1}
+    )
     assert r.status_code == 400 and "maximum context length is 8192 tokens" in r.json()["error"]["message"]
     assert r.json()["error"]["code"] == "context_length_exceeded"
     # no answer, but the message is still the previous turn's next state: nothing is lost
@@ -200,12 +261,19 @@ def test_over_long_context_and_bad_session_header(tiny_service, client):
     assert r.status_code == 400 and "X-Session-Done" in r.json()["error"]["message"]
 
 
-ADMIN_ROUTES = ["/v1/admin/load_weights", "/v1/admin/pause", "/update_weights_from_disk", "/v1/load_lora_adapter",
-                "/v1/admin/close_session"]
+ADMIN_ROUTES = [
+    "/v1/admin/load_weights",
+    "/v1/admin/pause",
+    "/update_weights_from_disk",
+    "/v1/load_lora_adapter",
+    "/v1/admin/close_session",
+]
 
 
-@pytest.mark.parametrize("method, path", [("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
-                                          *(("POST", p) for p in ADMIN_ROUTES)])
+@pytest.mark.parametrize(
+    "method, path",
+    [("POST", "/v1/chat/completions"), ("GET", "/v1/models"), *(("POST", p) for p in ADMIN_ROUTES)],
+)
 def test_every_route_but_healthz_needs_a_key(tiny_service, method, path):
     svc, url = tiny_service
     wrong = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}]
@@ -229,14 +297,22 @@ def test_models_and_health(client):
 def test_key_never_in_records_or_logs(tiny_service, client, caplog):
     svc, _ = tiny_service
     with caplog.at_level("INFO", logger="openclaw_rl.policy"):
-        r = client.post("/v1/chat/completions", json={
-            "messages": [{"role": "user", "content": "line1\r\n[policy_service] forged\x07"}], "max_tokens": 2})
+        r = client.post(
+            "/v1/chat/completions",
+            json={
+                "messages": [{"role": "user", "content": "line1\r\n[policy_service] forged\x07"}],
+                "max_tokens": 2,
+            },
+        )
     assert r.status_code == 200
     text = caplog.text
     assert "forged" in text and "\\r\\n[policy_service] forged\\u0007" in text
     assert KEY not in text
-    raw = svc.store.path.read_bytes() + (svc.store.path.with_suffix(".sqlite-wal").read_bytes()
-                                         if svc.store.path.with_suffix(".sqlite-wal").exists() else b"")
+    raw = svc.store.path.read_bytes() + (
+        svc.store.path.with_suffix(".sqlite-wal").read_bytes()
+        if svc.store.path.with_suffix(".sqlite-wal").exists()
+        else b""
+    )
     assert KEY.encode() not in raw
 
 
@@ -246,8 +322,12 @@ def test_queue_full_gets_429_with_retry_after(start_service, tiny_model_dir):
     results: list[int] = []
 
     def long_stream():
-        with httpx.stream("POST", url + "/v1/chat/completions", timeout=120,
-                          json={"messages": USER, "stream": True, "max_tokens": 400, "temperature": 0}) as s:
+        with httpx.stream(
+            "POST",
+            url + "/v1/chat/completions",
+            timeout=120,
+            json={"messages": USER, "stream": True, "max_tokens": 400, "temperature": 0},
+        ) as s:
             for _ in s.iter_lines():
                 held.set()
             results.append(s.status_code)
@@ -266,37 +346,76 @@ def test_queue_full_gets_429_with_retry_after(start_service, tiny_model_dir):
     for t in threads:
         t.join(120)
     assert results == [200, 200]
-    assert httpx.post(url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 1},
-                      timeout=30).status_code == 200
+    assert (
+        httpx.post(
+            url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 1}, timeout=30
+        ).status_code
+        == 200
+    )
 
 
-WEATHER_TOOL = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 
 
 def test_tools_are_rendered_and_tool_results_become_next_state(tiny_service, client):
     svc, _ = tiny_service
     h = {"X-Session-Id": "tools-1"}
-    r0 = client.post("/v1/chat/completions", headers=h, json={
-        "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER_TOOL], "max_tokens": 3})
+    r0 = client.post(
+        "/v1/chat/completions",
+        headers=h,
+        json={
+            "messages": [{"role": "user", "content": "Weather in Paris?"}],
+            "tools": [WEATHER_TOOL],
+            "max_tokens": 3,
+        },
+    )
     assert r0.status_code == 200
-    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
-    r1 = client.post("/v1/chat/completions", headers=h, json={"tools": [WEATHER_TOOL], "max_tokens": 3, "messages": [
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "18C and sunny"}]})
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+    }
+    r1 = client.post(
+        "/v1/chat/completions",
+        headers=h,
+        json={
+            "tools": [WEATHER_TOOL],
+            "max_tokens": 3,
+            "messages": [
+                {"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "18C and sunny"},
+            ],
+        },
+    )
     assert r1.status_code == 200, r1.text
     t0, t1 = svc.store.session_turns("tools-1")
     prompt = svc.engine.tokenizer.decode(t1.prompt_ids)
     assert '"name": "get_weather"' in prompt and "# Tools" in prompt
     assert '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>' in prompt
     assert "<|im_start|>tool\n18C and sunny" in prompt
-    assert t0.next_state is not None and (t0.next_state.role, t0.next_state.content) == ("tool", "18C and sunny")
+    assert t0.next_state is not None and (t0.next_state.role, t0.next_state.content) == (
+        "tool",
+        "18C and sunny",
+    )
     # tool_choice "none": the tools are not shown to the model
-    r2 = client.post("/v1/chat/completions", headers={"X-Session-Id": "tools-2"}, json={
-        "messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER_TOOL], "tool_choice": "none",
-        "max_tokens": 2})
+    r2 = client.post(
+        "/v1/chat/completions",
+        headers={"X-Session-Id": "tools-2"},
+        json={
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [WEATHER_TOOL],
+            "tool_choice": "none",
+            "max_tokens": 2,
+        },
+    )
     assert "# Tools" not in svc.engine.tokenizer.decode(svc.store.session_turns("tools-2")[0].prompt_ids)
     assert r2.status_code == 200
 
@@ -320,8 +439,12 @@ def test_stream_formatter_turns_tool_markup_into_tool_calls(tiny_service):
 
     async def run() -> list[str]:
         from openclaw_rl.policy.engine import GenRequest, SamplingParams
-        job = _Job(req, GenRequest(req.messages, [ToolDef.model_validate(WEATHER_TOOL)], SamplingParams()),
-                   Assignment("fmt", 0, "main", None, False, False))
+
+        job = _Job(
+            req,
+            GenRequest(req.messages, [ToolDef.model_validate(WEATHER_TOOL)], SamplingParams()),
+            Assignment("fmt", 0, "main", None, False, False),
+        )
         for i, p in enumerate(pieces):
             await job.events.put(Delta(p, [i], [-0.1], [p]))
         job.final = Final("stop", [1], [0, 1, 2], [-0.1] * 3, text, 0)
@@ -334,7 +457,9 @@ def test_stream_formatter_turns_tool_markup_into_tool_calls(tiny_service):
     bodies = [json.loads(c[6:]) for c in chunks[:-1]]
     content = "".join(b["choices"][0]["delta"].get("content", "") for b in bodies)
     assert content == "Sure. "
-    calls = [b["choices"][0]["delta"]["tool_calls"] for b in bodies if "tool_calls" in b["choices"][0]["delta"]]
+    calls = [
+        b["choices"][0]["delta"]["tool_calls"] for b in bodies if "tool_calls" in b["choices"][0]["delta"]
+    ]
     assert len(calls) == 1 and calls[0][0]["function"]["name"] == "get_weather"
     assert json.loads(calls[0][0]["function"]["arguments"]) == {"city": "Oslo"}
     assert bodies[-1]["choices"][0]["finish_reason"] == "tool_calls"
@@ -356,8 +481,12 @@ def test_max_tokens_beyond_the_window_is_clamped_or_rejected(start_service, tiny
     _, strict = start_service(tiny_model_dir, "strict", max_model_len=48, max_tokens_overflow="reject")
     with pytest.raises(BadRequestError) as exc:
         OpenAI(base_url=f"{strict}/v1", api_key="none", timeout=60).chat.completions.create(
-            model="m", messages=USER, max_tokens=8192)
-    assert exc.value.body["code"] == "context_length_exceeded" and "maximum context length is 48" in exc.value.message
+            model="m", messages=USER, max_tokens=8192
+        )
+    assert (
+        exc.value.body["code"] == "context_length_exceeded"
+        and "maximum context length is 48" in exc.value.message
+    )
 
 
 def test_a_prompt_that_cannot_fit_gets_openais_overflow_error(start_service, tiny_model_dir):
@@ -366,7 +495,8 @@ def test_a_prompt_that_cannot_fit_gets_openais_overflow_error(start_service, tin
     _, url = start_service(tiny_model_dir, "overflow", max_model_len=32)
     with pytest.raises(BadRequestError) as exc:
         OpenAI(base_url=f"{url}/v1", api_key="none", timeout=60).chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "word " * 100}], max_tokens=4)
+            model="m", messages=[{"role": "user", "content": "word " * 100}], max_tokens=4
+        )
     err = exc.value.body
     assert err["code"] == "context_length_exceeded" and err["type"] == "invalid_request_error"
     assert err["param"] == "messages" and "maximum context length is 32 tokens" in err["message"]
@@ -379,17 +509,25 @@ def test_episode_group_and_outcome_headers_are_kept_on_the_session(tiny_service,
     assert r0.status_code == 200
     assert svc.store.session_group("ep-1") == "grp-7"
     msgs = USER + [r0.json()["choices"][0]["message"], {"role": "user", "content": "exit code: 0"}]
-    r1 = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 2},
-                     headers={**group, "X-Session-Done": "true", "X-Episode-Outcome": "1"})
+    r1 = client.post(
+        "/v1/chat/completions",
+        json={"messages": msgs, "max_tokens": 2},
+        headers={**group, "X-Session-Done": "true", "X-Episode-Outcome": "1"},
+    )
     assert r1.status_code == 200
     assert svc.store.group_episodes("grp-7") == [("ep-1", 1.0)]
-    for headers, names in (({"X-Episode-Group-Size": "2"}, "X-Episode-Group-Size needs X-Episode-Group"),
-                           ({"X-Episode-Group": "g", "X-Episode-Group-Size": "two"}, "X-Episode-Group-Size"),
-                           ({"X-Episode-Group": "g", "X-Episode-Group-Size": "0"}, "X-Episode-Group-Size"),
-                           ({"X-Episode-Group": "g", "X-Episode-Outcome": "7"}, "X-Episode-Outcome"),
-                           ({"X-Episode-Group": "g", "X-Episode-Outcome": "nan"}, "X-Episode-Outcome")):
-        r = client.post("/v1/chat/completions", headers={"X-Session-Id": "bad-ep", **headers},
-                        json={"messages": USER, "max_tokens": 2})
+    for headers, names in (
+        ({"X-Episode-Group-Size": "2"}, "X-Episode-Group-Size needs X-Episode-Group"),
+        ({"X-Episode-Group": "g", "X-Episode-Group-Size": "two"}, "X-Episode-Group-Size"),
+        ({"X-Episode-Group": "g", "X-Episode-Group-Size": "0"}, "X-Episode-Group-Size"),
+        ({"X-Episode-Group": "g", "X-Episode-Outcome": "7"}, "X-Episode-Outcome"),
+        ({"X-Episode-Group": "g", "X-Episode-Outcome": "nan"}, "X-Episode-Outcome"),
+    ):
+        r = client.post(
+            "/v1/chat/completions",
+            headers={"X-Session-Id": "bad-ep", **headers},
+            json={"messages": USER, "max_tokens": 2},
+        )
         assert r.status_code == 400, headers
         assert names in r.json()["error"]["message"] and r.json()["error"]["param"] in names
     assert svc.store.session_turns("bad-ep") == []  # refused before anything was recorded

@@ -28,12 +28,19 @@ sys.exit(serve_command(load_config(sys.argv[1]), None, int(sys.argv[2])))
 
 def test_sigterm_drains_and_records(tmp_path: Path, tiny_model_dir):
     cfg = tmp_path / "config.toml"
-    cfg.write_text(f'[global]\nlog_dir = "{tmp_path / "logs"}"\n[policy_service]\nmodel = "{tiny_model_dir}"\n'
-                   'host = "127.0.0.1"\nweight_sync_interval = 10\n[env_service]\nenabled = false\n')
+    cfg.write_text(
+        f'[global]\nlog_dir = "{tmp_path / "logs"}"\n[policy_service]\nmodel = "{tiny_model_dir}"\n'
+        'host = "127.0.0.1"\nweight_sync_interval = 10\n[env_service]\nenabled = false\n'
+    )
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(cfg), str(port)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, str(cfg), str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         line = ""
         deadline = time.monotonic() + 120
@@ -43,9 +50,18 @@ def test_sigterm_drains_and_records(tmp_path: Path, tiny_model_dir):
         assert line.strip() == f"[policy_service] listening on 127.0.0.1:{port}, max_concurrent=64"
         url = f"http://127.0.0.1:{port}"
         chunks = []
-        with httpx.stream("POST", url + "/v1/chat/completions", timeout=120, json={
-                "messages": [{"role": "user", "content": "hi"}], "max_tokens": 300, "temperature": 0,
-                "stream": True, "session_id": "term"}) as s:
+        with httpx.stream(
+            "POST",
+            url + "/v1/chat/completions",
+            timeout=120,
+            json={
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 300,
+                "temperature": 0,
+                "stream": True,
+                "session_id": "term",
+            },
+        ) as s:
             for data in s.iter_lines():
                 if data.startswith("data: "):
                     chunks.append(data)

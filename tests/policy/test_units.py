@@ -14,9 +14,20 @@ from openclaw_rl.policy.tools import parse_tool_calls, template_messages
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.types import Turn
 
-WEATHER = ToolDef.model_validate({"type": "function", "function": {
-    "name": "get_weather", "description": "Weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}})
+WEATHER = ToolDef.model_validate(
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+)
 
 
 def test_tool_calls_round_trip_through_the_prompt():
@@ -27,17 +38,31 @@ def test_tool_calls_round_trip_through_the_prompt():
     assert calls[0]["function"]["name"] == "get_weather"
     assert json.loads(calls[0]["function"]["arguments"]) == {"city": "Paris"}
     # the call echoed back by a client renders into the same markup the model produced
-    echoed = ChatMessage.model_validate({"role": "assistant", "content": "Let me check.", "tool_calls": calls})
-    rendered = template_messages([ChatMessage(role="user", content="hi"), echoed,
-                                  ChatMessage(role="tool", content="18C", tool_call_id=calls[0]["id"])], [WEATHER])
+    echoed = ChatMessage.model_validate(
+        {"role": "assistant", "content": "Let me check.", "tool_calls": calls}
+    )
+    rendered = template_messages(
+        [
+            ChatMessage(role="user", content="hi"),
+            echoed,
+            ChatMessage(role="tool", content="18C", tool_call_id=calls[0]["id"]),
+        ],
+        [WEATHER],
+    )
     assert rendered[0]["role"] == "system" and '"get_weather"' in rendered[0]["content"]
-    assert '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>' in rendered[2]["content"]
+    assert (
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+        in rendered[2]["content"]
+    )
     assert rendered[3] == {"role": "tool", "content": "18C"}
 
 
 def test_malformed_or_undeclared_tool_calls_stay_content():
-    for text in ('<tool_call>{"name": "nope", "arguments": {}}</tool_call>', "<tool_call>{not json}</tool_call>",
-                 "plain answer"):
+    for text in (
+        '<tool_call>{"name": "nope", "arguments": {}}</tool_call>',
+        "<tool_call>{not json}</tool_call>",
+        "plain answer",
+    ):
         assert parse_tool_calls(text, [WEATHER]) == (text, None)
     assert parse_tool_calls('<tool_call>{"name": "get_weather"}</tool_call>', None)[1] is None
 
@@ -46,11 +71,22 @@ def _msgs(*pairs: tuple[str, str]) -> list[ChatMessage]:
     return [ChatMessage(role=r, content=c) for r, c in pairs]
 
 
-def _record(sm: SessionManager, session_id: str, messages: list[ChatMessage], reply: str, index: int = 0) -> None:
+def _record(
+    sm: SessionManager, session_id: str, messages: list[ChatMessage], reply: str, index: int = 0
+) -> None:
     """What serving does after a main turn: store the turn with its prefix digest, keep the digest."""
     key = SessionManager.prefix_key(messages, reply, None)
-    sm.store.record_turn(Turn(session_id=session_id, turn_index=index, messages=[], prompt_ids=[1],
-                              response_ids=[2], response_logprobs=[-0.1]), prefix_digest=key)
+    sm.store.record_turn(
+        Turn(
+            session_id=session_id,
+            turn_index=index,
+            messages=[],
+            prompt_ids=[1],
+            response_ids=[2],
+            response_logprobs=[-0.1],
+        ),
+        prefix_digest=key,
+    )
     sm.remember_key(key, session_id)
 
 
@@ -71,25 +107,47 @@ def test_prefix_stitching(tmp_path):
 
 
 def test_next_state_joins_parallel_tool_results():
-    msgs = [ChatMessage(role="user", content="go"),
-            ChatMessage.model_validate({"role": "assistant", "content": None, "tool_calls": [
-                {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}),
-            ChatMessage(role="tool", content="one"), ChatMessage(role="tool", content="two")]
+    msgs = [
+        ChatMessage(role="user", content="go"),
+        ChatMessage.model_validate(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            }
+        ),
+        ChatMessage(role="tool", content="one"),
+        ChatMessage(role="tool", content="two"),
+    ]
     state = next_state_of(msgs)
     assert state is not None and state.role == "tool" and state.content == "one\ntwo"
     assert next_state_of(_msgs(("user", "x"), ("assistant", "y"))) is None
 
 
-@pytest.mark.parametrize("body, where", [
-    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
-    ({"messages": [{"role": "user"}]}, "messages[0]"),
-    ({"messages": [{"role": "user", "content": "x"}], "top_p": 0}, "top_p"),
-    ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}, "top_logprobs requires logprobs"),
-    ({"messages": [{"role": "user", "content": "x"}], "stop": ["a", "b", "c", "d", "e"]}, "at most 4"),
-    ({"messages": [{"role": "user", "content": "x"}],
-      "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]}, "type 'object'"),
-    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "only text parts"),
-])
+@pytest.mark.parametrize(
+    "body, where",
+    [
+        ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+        ({"messages": [{"role": "user"}]}, "messages[0]"),
+        ({"messages": [{"role": "user", "content": "x"}], "top_p": 0}, "top_p"),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3},
+            "top_logprobs requires logprobs",
+        ),
+        ({"messages": [{"role": "user", "content": "x"}], "stop": ["a", "b", "c", "d", "e"]}, "at most 4"),
+        (
+            {
+                "messages": [{"role": "user", "content": "x"}],
+                "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}],
+            },
+            "type 'object'",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+            "only text parts",
+        ),
+    ],
+)
 def test_validation_messages_say_where(body, where):
     with pytest.raises(ValidationError) as err:
         ChatCompletionRequest.model_validate_json(json.dumps(body), strict=True)
@@ -118,5 +176,8 @@ def test_prefix_stitching_survives_a_restart(tmp_path):
     for i in range(3):
         _record(after, f"s{i}", _msgs(("user", f"q{i}")), f"a{i}")
     assert after.store.prune_prefixes(keep=2) == 2
-    assert set(after.store.sessions_for_prefixes(
-        [SessionManager.prefix_key(_msgs(("user", f"q{i}")), f"a{i}", None) for i in range(3)]).values()) == {"s1", "s2"}
+    assert set(
+        after.store.sessions_for_prefixes(
+            [SessionManager.prefix_key(_msgs(("user", f"q{i}")), f"a{i}", None) for i in range(3)]
+        ).values()
+    ) == {"s1", "s2"}

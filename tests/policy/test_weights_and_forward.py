@@ -22,7 +22,9 @@ USER = [{"role": "user", "content": "Count to ten."}]
 
 def _all_turns(store_path) -> list[Turn]:
     with sqlite3.connect(store_path) as db:
-        return [Turn.model_validate_json(r[0]) for r in db.execute("SELECT data FROM turns ORDER BY updated_at")]
+        return [
+            Turn.model_validate_json(r[0]) for r in db.execute("SELECT data FROM turns ORDER BY updated_at")
+        ]
 
 
 def test_swap_during_in_flight_requests_completes_them_all(start_service, tiny_model_dir, weight_dirs):
@@ -33,9 +35,18 @@ def test_swap_during_in_flight_requests_completes_them_all(start_service, tiny_m
 
     def stream_one(i: int) -> None:
         seen = 0
-        with httpx.stream("POST", url + "/v1/chat/completions", timeout=120, json={
-                "messages": USER, "stream": True, "max_tokens": 120, "temperature": 0,
-                "session_id": f"inflight-{i}"}) as s:
+        with httpx.stream(
+            "POST",
+            url + "/v1/chat/completions",
+            timeout=120,
+            json={
+                "messages": USER,
+                "stream": True,
+                "max_tokens": 120,
+                "temperature": 0,
+                "session_id": f"inflight-{i}",
+            },
+        ) as s:
             pieces = []
             for line in s.iter_lines():
                 seen += line.startswith("data: ")
@@ -56,7 +67,9 @@ def test_swap_during_in_flight_requests_completes_them_all(start_service, tiny_m
     for i in range(4):
         (turn,) = svc.store.session_turns(f"inflight-{i}")
         assert turn.policy_version == 0 and len(turn.response_ids) == 120  # finished on the old weights
-    after = httpx.post(url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 3}, timeout=60).json()
+    after = httpx.post(
+        url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 3}, timeout=60
+    ).json()
     assert after["policy_version"] == 1
     assert httpx.get(url + "/healthz").json()["policy_version"] == 1
     assert svc.store.get_meta("policy_version") == 1
@@ -66,20 +79,24 @@ def test_swap_during_in_flight_requests_completes_them_all(start_service, tiny_m
     admin = {"Authorization": f"Bearer {run.admin_key()}"}
     exported = run.policies / "v000002"  # where the trainer's export lands: the only folder the route loads
     shutil.copytree(weight_dirs["adapter"], exported)
-    r = httpx.post(url + "/v1/admin/load_weights", json={"path": str(exported), "version": 2}, headers=admin,
-                   timeout=120)
+    r = httpx.post(
+        url + "/v1/admin/load_weights", json={"path": str(exported), "version": 2}, headers=admin, timeout=120
+    )
     assert r.status_code == 200 and r.json() == {"ok": True, "policy_version": 2}
     assert not torch.equal(q_before, svc.engine.model.model.layers[0].self_attn.q_proj.weight)
     assert httpx.get(url + "/v1/models").json()["data"][0]["policy_version"] == 2
     # a bad directory is refused with a reason, and serving goes on with version 2
-    bad = httpx.post(url + "/v1/admin/load_weights", json={"path": str(run.policies / "nope"), "version": 3},
-                     headers=admin)
+    bad = httpx.post(
+        url + "/v1/admin/load_weights", json={"path": str(run.policies / "nope"), "version": 3}, headers=admin
+    )
     assert bad.status_code == 400 and "not a directory" in bad.json()["error"]["message"]
     bad = httpx.post(url + "/v1/admin/load_weights", json={"path": str(exported)}, headers=admin)
     assert bad.status_code == 400 and "version" in bad.json()["error"]["message"]
     # anything outside the export folder is refused without a word about what is there
     for outside in (weight_dirs["full"], "/etc", str(run.policies / ".." / "store.sqlite")):
-        bad = httpx.post(url + "/v1/admin/load_weights", json={"path": str(outside), "version": 4}, headers=admin)
+        bad = httpx.post(
+            url + "/v1/admin/load_weights", json={"path": str(outside), "version": 4}, headers=admin
+        )
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "path_not_allowed", bad.text
         assert "config.json" not in bad.text and "safetensors" not in bad.text
     assert svc.policy_version == 2
@@ -93,9 +110,18 @@ def test_non_blocking_swap_applies_mid_batch_and_fails_nothing(start_service, ti
 
     def stream_one(i: int) -> None:
         seen = 0
-        with httpx.stream("POST", url + "/v1/chat/completions", timeout=120, json={
-                "messages": USER, "stream": True, "max_tokens": 400, "temperature": 0,
-                "session_id": f"nb-{i}"}) as s:
+        with httpx.stream(
+            "POST",
+            url + "/v1/chat/completions",
+            timeout=120,
+            json={
+                "messages": USER,
+                "stream": True,
+                "max_tokens": 400,
+                "temperature": 0,
+                "session_id": f"nb-{i}",
+            },
+        ) as s:
             for line in s.iter_lines():
                 seen += line.startswith("data: ")
                 if seen == 2 and line.startswith("data: "):
@@ -127,9 +153,19 @@ def test_forwarding_backends_record_the_engine_ids(start_service, tiny_model_dir
     engine, engine_url = start_service(tiny_model_dir, "engine")
     key = {"engine_api_key": "engine-secret"}
     fwd, url = start_service(tiny_model_dir, "fwd", backend="vllm", engine_url=engine_url, **key)
-    r = httpx.post(url + "/v1/chat/completions", timeout=60, json={
-        "messages": USER, "max_tokens": 5, "logprobs": True, "top_logprobs": 2, "temperature": 0.7, "seed": 1,
-        "session_id": "fw"})
+    r = httpx.post(
+        url + "/v1/chat/completions",
+        timeout=60,
+        json={
+            "messages": USER,
+            "max_tokens": 5,
+            "logprobs": True,
+            "top_logprobs": 2,
+            "temperature": 0.7,
+            "seed": 1,
+            "session_id": "fw",
+        },
+    )
     assert r.status_code == 200, r.text
     (turn,) = fwd.store.session_turns("fw")
     (engine_turn,) = _all_turns(engine.store.path)
@@ -139,8 +175,12 @@ def test_forwarding_backends_record_the_engine_ids(start_service, tiny_model_dir
     entries = r.json()["choices"][0]["logprobs"]["content"]
     assert [e["logprob"] for e in entries] == turn.response_logprobs and len(entries[0]["top_logprobs"]) == 2
     # streaming is relayed chunk by chunk and still recorded exactly
-    with httpx.stream("POST", url + "/v1/chat/completions", timeout=60, json={
-            "messages": USER, "max_tokens": 4, "stream": True, "session_id": "fw2"}) as s:
+    with httpx.stream(
+        "POST",
+        url + "/v1/chat/completions",
+        timeout=60,
+        json={"messages": USER, "max_tokens": 4, "stream": True, "session_id": "fw2"},
+    ) as s:
         lines = [json.loads(x[6:]) for x in s.iter_lines() if x.startswith("data: {")]
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in lines if c["choices"])
     (turn2,) = fwd.store.session_turns("fw2")
@@ -154,16 +194,20 @@ def test_forwarding_backends_record_the_engine_ids(start_service, tiny_model_dir
     sg, sg_url = start_service(tiny_model_dir, "sg", backend="sglang", engine_url=engine_url, **key)
     sg.swap_weights(full, 8)
     assert engine.policy_version == 2 and sg.policy_version == 8
-    r = httpx.post(sg_url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 2, "session_id": "sg"},
-                   timeout=60)
+    r = httpx.post(
+        sg_url + "/v1/chat/completions",
+        json={"messages": USER, "max_tokens": 2, "session_id": "sg"},
+        timeout=60,
+    )
     assert r.status_code == 200 and sg.store.session_turns("sg")[0].policy_version == 8
 
 
 def test_api_backend_without_ids_records_an_untrainable_turn(start_service, tiny_model_dir):
     _, engine_url = start_service(tiny_model_dir, "engine2")
     api, url = start_service(tiny_model_dir, "api", backend="api", api={"base_url": engine_url})
-    r = httpx.post(url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 3, "session_id": "a"},
-                   timeout=60)
+    r = httpx.post(
+        url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 3, "session_id": "a"}, timeout=60
+    )
     assert r.status_code == 200
     (turn,) = api.store.session_turns("a")
     assert turn.response_ids == [] and turn.response_logprobs == [] and turn.response_text

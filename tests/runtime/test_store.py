@@ -16,9 +16,16 @@ from openclaw_rl.types import JudgeResult, NextState, Sample, Turn
 
 
 def turn(session: str, index: int, version: int = 0, turn_type: str = "main") -> Turn:
-    return Turn(session_id=session, turn_index=index, turn_type=turn_type,
-                messages=[{"role": "user", "content": f"q{index}"}], prompt_ids=[1, 2, 3],
-                response_ids=[4, 5], response_logprobs=[-0.5, -0.25], policy_version=version)
+    return Turn(
+        session_id=session,
+        turn_index=index,
+        turn_type=turn_type,
+        messages=[{"role": "user", "content": f"q{index}"}],
+        prompt_ids=[1, 2, 3],
+        response_ids=[4, 5],
+        response_logprobs=[-0.5, -0.25],
+        policy_version=version,
+    )
 
 
 @pytest.fixture
@@ -49,7 +56,9 @@ def test_failed_judgement_is_an_error_not_a_zero_and_is_retried(store):
     assert store.counters().judged == 0 and store.counters().reward_mean is None
     again = store.turns_to_judge()
     assert [x.key for x in again] == ["s:0"]
-    store.save_judgement(again[0], JudgeResult(score=1), build_samples(again[0], JudgeResult(score=1), TrainingConfig()))
+    store.save_judgement(
+        again[0], JudgeResult(score=1), build_samples(again[0], JudgeResult(score=1), TrainingConfig())
+    )
     assert store.turn_status("s", 0) == "judged"
     assert store.counters().samples_ready == 1
 
@@ -57,7 +66,7 @@ def test_failed_judgement_is_an_error_not_a_zero_and_is_retried(store):
 def test_sample_rules():
     tc = TrainingConfig()
     t = turn("s", 0)
-    assert build_samples(t, JudgeResult(score=0), tc) == []           # score 0, no hint: masked out
+    assert build_samples(t, JudgeResult(score=0), tc) == []  # score 0, no hint: masked out
     rl = build_samples(t, JudgeResult(score=-1), tc)[0]
     assert rl.reward == -1 and rl.teacher_logprobs is None and rl.loss_mask == [1, 1]
     opd = build_samples(t, JudgeResult(score=0, hint="Use plain text.", teacher_logprobs=[-0.1, -0.2]), tc)[0]
@@ -72,7 +81,9 @@ def test_sample_rules():
 def test_at_least_one_guarantee(store):
     tc = TrainingConfig()
     for i in range(2):
-        store.record_turn(turn("s", i), next_state_for_previous=NextState(role="user", content="hm") if i else None)
+        store.record_turn(
+            turn("s", i), next_state_for_previous=NextState(role="user", content="hm") if i else None
+        )
     store.close_session("s")
     t0 = store.turns_to_judge()[0]
     store.save_judgement(t0, JudgeResult(score=0), build_samples(t0, JudgeResult(score=0), tc))
@@ -84,8 +95,17 @@ def test_at_least_one_guarantee(store):
 
 
 def _sample(i: int, version: int = 0) -> Sample:
-    return Sample(sample_id=f"x{i}", session_id="s", turn_index=i, policy_version=version, prompt_ids=[1],
-                  response_ids=[2], rollout_logprobs=[-1.0], loss_mask=[1], reward=1.0)
+    return Sample(
+        sample_id=f"x{i}",
+        session_id="s",
+        turn_index=i,
+        policy_version=version,
+        prompt_ids=[1],
+        response_ids=[2],
+        rollout_logprobs=[-1.0],
+        loss_mask=[1],
+        reward=1.0,
+    )
 
 
 def test_claims_survive_a_crash_without_loss_or_double_training(store):
@@ -93,7 +113,7 @@ def test_claims_survive_a_crash_without_loss_or_double_training(store):
     first = store.claim_samples(2, step=1, current_version=0)
     second = store.claim_samples(2, step=2, current_version=0)
     assert {s.sample_id for s in first}.isdisjoint({s.sample_id for s in second})
-    store.commit_checkpoint(step=1, policy_version=0)   # checkpoint after step 1, then a crash in step 2
+    store.commit_checkpoint(step=1, policy_version=0)  # checkpoint after step 1, then a crash in step 2
     released = store.recover_claims(checkpoint_step=1)
     assert released == 2
     c = store.counters()
@@ -134,7 +154,9 @@ def test_kill_minus_9_loses_no_committed_turn(tmp_path):
 def _ready_turns(store: Store, n: int, session: str = "j") -> None:
     """``n`` main turns, each ready for judging (the next turn's user message is its next state)."""
     for i in range(n + 1):
-        store.record_turn(turn(session, i), next_state_for_previous=NextState(role="user", content="ok") if i else None)
+        store.record_turn(
+            turn(session, i), next_state_for_previous=NextState(role="user", content="ok") if i else None
+        )
 
 
 def _judge_process(path: str, worker: str, barrier, out) -> None:
@@ -257,8 +279,11 @@ def test_store_file_from_an_older_version_is_migrated_on_open(tmp_path):
     t.next_state = NextState(role="user", content="thanks")
     db = sqlite3.connect(path)
     db.executescript(OLD_TURNS_SCHEMA)
-    db.execute("INSERT INTO turns(session_id, turn_index, turn_type, status, data, updated_at) "
-               "VALUES ('old', 0, 'main', 'ready', ?, 0)", (t.model_dump_json(),))
+    db.execute(
+        "INSERT INTO turns(session_id, turn_index, turn_type, status, data, updated_at) "
+        "VALUES ('old', 0, 'main', 'ready', ?, 0)",
+        (t.model_dump_json(),),
+    )
     db.commit()
     db.close()
     s = Store(path)

@@ -10,6 +10,20 @@ from openclaw_rl.envs.gui.browser import BrowserError, BrowserHost, shared_host
 from openclaw_rl.envs.gui.env import GuiEnv
 from openclaw_rl.envs.gui.tasks import TASK_BY_ID, TASKS, GuiTask, get_task
 
-__all__ = ["GRAMMAR", "TOOLS", "Action", "ActionError", "parse_action", "AppServer", "AppState",
-           "BrowserError", "BrowserHost", "shared_host", "GuiEnv", "TASK_BY_ID", "TASKS", "GuiTask",
-           "get_task"]
+__all__ = [
+    "GRAMMAR",
+    "TOOLS",
+    "Action",
+    "ActionError",
+    "parse_action",
+    "AppServer",
+    "AppState",
+    "BrowserError",
+    "BrowserHost",
+    "shared_host",
+    "GuiEnv",
+    "TASK_BY_ID",
+    "TASKS",
+    "GuiTask",
+    "get_task",
+]

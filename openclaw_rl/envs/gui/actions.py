@@ -29,8 +29,10 @@ from typing import Any, Literal
 
 ActionKind = Literal["click", "type", "select", "scroll", "back", "done"]
 
-GRAMMAR = ('click ID | type ID "text" | select ID "option" | scroll up|down | back | done '
-           '(ID is the number in [brackets])')
+GRAMMAR = (
+    'click ID | type ID "text" | select ID "option" | scroll up|down | back | done '
+    "(ID is the number in [brackets])"
+)
 
 MAX_TEXT = 2000  # longer "type" text is almost surely a model running on, not an intended input
 
@@ -63,7 +65,9 @@ _ID = r"(?:\[\s*(\d+)\s*\]|#?(\d+))"
 _LINE = re.compile(
     r"""^\s*(?:action\s*:\s*|>\s*|`)?\s*
     (?P<cmd>click|type|select|scroll|back|done)\b
-    (?P<rest>.*?)`?\s*$""", re.IGNORECASE | re.VERBOSE)
+    (?P<rest>.*?)`?\s*$""",
+    re.IGNORECASE | re.VERBOSE,
+)
 _ID_AT_START = re.compile(rf"^\s*{_ID}(?P<tail>.*)$", re.DOTALL)
 
 
@@ -135,8 +139,9 @@ def parse_text(text: str) -> Action:
                 first_error = first_error or exc
     if first_error is not None:
         raise first_error
-    raise ActionError(f"no command found in the reply ({len(lines)} lines); put one command on its "
-                      f"own line: {GRAMMAR}")
+    raise ActionError(
+        f"no command found in the reply ({len(lines)} lines); put one command on its own line: {GRAMMAR}"
+    )
 
 
 def _tool_id(args: dict[str, Any], name: str) -> int:
@@ -179,8 +184,10 @@ def parse_tool_call(call: dict[str, Any]) -> Action:
         try:
             args = json.loads(args)
         except json.JSONDecodeError as exc:
-            raise ActionError(f"tool call {name}: arguments are not valid JSON ({exc.msg} at "
-                              f"position {exc.pos}): {args[:80]!r}") from None
+            raise ActionError(
+                f"tool call {name}: arguments are not valid JSON ({exc.msg} at "
+                f"position {exc.pos}): {args[:80]!r}"
+            ) from None
     if not isinstance(args, dict):
         raise ActionError(f"tool call {name}: arguments must be an object, got {type(args).__name__}")
     if name == "click":
@@ -188,8 +195,9 @@ def parse_tool_call(call: dict[str, Any]) -> Action:
     if name == "type":
         return Action("type", element=_tool_id(args, name), text=_tool_str(args, name, ("text", "value")))
     if name == "select":
-        return Action("select", element=_tool_id(args, name),
-                      text=_tool_str(args, name, ("option", "value", "text")))
+        return Action(
+            "select", element=_tool_id(args, name), text=_tool_str(args, name, ("option", "value", "text"))
+        )
     if name == "scroll":
         direction = str(args.get("direction", "")).strip().lower()
         if direction not in ("up", "down"):
@@ -225,10 +233,14 @@ def unwrap(action: Any) -> Unwrapped:
         if not isinstance(calls, list):
             calls = [calls]
         if calls:
-            ids = tuple(str(c.get("id") or f"call_{i}") if isinstance(c, dict) else f"call_{i}"
-                        for i, c in enumerate(calls))
-            names = tuple(str(((c.get("function") or c) if isinstance(c, dict) else {}).get("name") or "?")
-                          for c in calls)
+            ids = tuple(
+                str(c.get("id") or f"call_{i}") if isinstance(c, dict) else f"call_{i}"
+                for i, c in enumerate(calls)
+            )
+            names = tuple(
+                str(((c.get("function") or c) if isinstance(c, dict) else {}).get("name") or "?")
+                for c in calls
+            )
             first = calls[0] if isinstance(calls[0], dict) else {"name": str(calls[0])}
             return Unwrapped(first, ids, names)
         return Unwrapped(str(action.get("content") or ""))
@@ -244,21 +256,35 @@ def parse_action(action: str | dict[str, Any]) -> Action:
 
 
 def _tool(name: str, description: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "function", "function": {
-        "name": name, "description": description,
-        "parameters": {"type": "object", "properties": props, "required": required}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": props, "required": required},
+        },
+    }
 
 
 _ID_PROP = {"id": {"type": "integer", "description": "the element number shown in [brackets]"}}
 
 TOOLS: list[dict[str, Any]] = [
     _tool("click", "Click a link, button, checkbox or radio button.", _ID_PROP, ["id"]),
-    _tool("type", "Replace the text of a text box with the given text.",
-          {**_ID_PROP, "text": {"type": "string"}}, ["id", "text"]),
-    _tool("select", "Choose an option of a drop-down by its visible text.",
-          {**_ID_PROP, "option": {"type": "string"}}, ["id", "option"]),
-    _tool("scroll", "Scroll the page.", {"direction": {"type": "string", "enum": ["up", "down"]}},
-          ["direction"]),
+    _tool(
+        "type",
+        "Replace the text of a text box with the given text.",
+        {**_ID_PROP, "text": {"type": "string"}},
+        ["id", "text"],
+    ),
+    _tool(
+        "select",
+        "Choose an option of a drop-down by its visible text.",
+        {**_ID_PROP, "option": {"type": "string"}},
+        ["id", "option"],
+    ),
+    _tool(
+        "scroll", "Scroll the page.", {"direction": {"type": "string", "enum": ["up", "down"]}}, ["direction"]
+    ),
     _tool("back", "Go back to the previous page.", {}, []),
     _tool("done", "Declare the task finished; ends the episode.", {}, []),
 ]

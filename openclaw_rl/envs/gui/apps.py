@@ -130,36 +130,38 @@ class AppState:
 
 PRODUCTS: tuple[Product, ...] = tuple(
     Product(i + 1, name, cat, price, stock)
-    for i, (name, cat, price, stock) in enumerate([
-        ("Blue Mug", "Kitchen", 12.0, True),
-        ("Chef Knife", "Kitchen", 45.0, True),
-        ("Cutting Board", "Kitchen", 22.5, False),
-        ("Espresso Cups", "Kitchen", 18.0, True),
-        ("Tea Sampler", "Kitchen", 16.0, True),
-        ("Cast Iron Pan", "Kitchen", 39.0, False),
-        ("Garden Hose", "Garden", 29.0, True),
-        ("Pruning Shears", "Garden", 19.5, True),
-        ("Seed Starter Kit", "Garden", 14.0, False),
-        ("Watering Can", "Garden", 17.0, True),
-        ("Garden Gloves", "Garden", 9.5, False),
-        ("Compost Bin", "Garden", 55.0, True),
-        ("Bird Feeder", "Garden", 24.0, True),
-        ("Desk Lamp", "Lighting", 30.0, True),
-        ("Reading Lamp", "Lighting", 27.0, True),
-        ("LED Strip", "Lighting", 21.0, False),
-        ("Floor Lamp", "Lighting", 89.0, True),
-        ("Night Light", "Lighting", 11.0, True),
-        ("Lantern", "Lighting", 33.0, False),
-        ("String Lights", "Lighting", 15.0, True),
-        ("Notebook", "Office", 5.0, True),
-        ("Pen", "Office", 2.0, True),
-        ("Stapler", "Office", 13.0, False),
-        ("Desk Organizer", "Office", 26.0, True),
-        ("Monitor Stand", "Office", 48.0, True),
-        ("Sticky Notes", "Office", 4.0, True),
-        ("Paper Shredder", "Office", 79.0, False),
-        ("Whiteboard", "Office", 35.0, True),
-    ])
+    for i, (name, cat, price, stock) in enumerate(
+        [
+            ("Blue Mug", "Kitchen", 12.0, True),
+            ("Chef Knife", "Kitchen", 45.0, True),
+            ("Cutting Board", "Kitchen", 22.5, False),
+            ("Espresso Cups", "Kitchen", 18.0, True),
+            ("Tea Sampler", "Kitchen", 16.0, True),
+            ("Cast Iron Pan", "Kitchen", 39.0, False),
+            ("Garden Hose", "Garden", 29.0, True),
+            ("Pruning Shears", "Garden", 19.5, True),
+            ("Seed Starter Kit", "Garden", 14.0, False),
+            ("Watering Can", "Garden", 17.0, True),
+            ("Garden Gloves", "Garden", 9.5, False),
+            ("Compost Bin", "Garden", 55.0, True),
+            ("Bird Feeder", "Garden", 24.0, True),
+            ("Desk Lamp", "Lighting", 30.0, True),
+            ("Reading Lamp", "Lighting", 27.0, True),
+            ("LED Strip", "Lighting", 21.0, False),
+            ("Floor Lamp", "Lighting", 89.0, True),
+            ("Night Light", "Lighting", 11.0, True),
+            ("Lantern", "Lighting", 33.0, False),
+            ("String Lights", "Lighting", 15.0, True),
+            ("Notebook", "Office", 5.0, True),
+            ("Pen", "Office", 2.0, True),
+            ("Stapler", "Office", 13.0, False),
+            ("Desk Organizer", "Office", 26.0, True),
+            ("Monitor Stand", "Office", 48.0, True),
+            ("Sticky Notes", "Office", 4.0, True),
+            ("Paper Shredder", "Office", 79.0, False),
+            ("Whiteboard", "Office", 35.0, True),
+        ]
+    )
 )
 PRODUCT_BY_ID: dict[int, Product] = {p.id: p for p in PRODUCTS}
 CATEGORIES = ("Kitchen", "Garden", "Lighting", "Office")
@@ -202,8 +204,16 @@ padding:4px 6px;text-align:left}
 ul.todos li{margin:6px 0}
 """
 
-_NAV = [("/", "Home"), ("/contact", "Contact"), ("/register", "Register"), ("/todos", "Todos"),
-        ("/settings", "Settings"), ("/products", "Products"), ("/shop", "Shop"), ("/cart", "Cart")]
+_NAV = [
+    ("/", "Home"),
+    ("/contact", "Contact"),
+    ("/register", "Register"),
+    ("/todos", "Todos"),
+    ("/settings", "Settings"),
+    ("/products", "Products"),
+    ("/shop", "Shop"),
+    ("/cart", "Cart"),
+]
 
 
 def esc(text: object) -> str:
@@ -214,22 +224,24 @@ def esc(text: object) -> str:
 def page(title: str, body: str) -> str:
     """Wrap a body in the common layout with the navigation bar."""
     nav = "".join(f'<a href="{href}">{esc(label)}</a>' for href, label in _NAV)
-    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>"
-            f"<style>{_CSS}</style></head><body><nav>{nav}</nav><main>{body}</main></body></html>")
+    return (
+        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>"
+        f"<style>{_CSS}</style></head><body><nav>{nav}</nav><main>{body}</main></body></html>"
+    )
 
 
 def _options(values: tuple[str, ...] | list[str], selected: str) -> str:
-    return "".join(f'<option{" selected" if v == selected else ""}>{esc(v)}</option>' for v in values)
+    return "".join(f"<option{' selected' if v == selected else ''}>{esc(v)}</option>" for v in values)
 
 
 def _alert(errors: list[str]) -> str:
     if not errors:
         return ""
-    return "".join(f'<p class=alert role=alert>{esc(e)}</p>' for e in errors)
+    return "".join(f"<p class=alert role=alert>{esc(e)}</p>" for e in errors)
 
 
 def _status(message: str | None) -> str:
-    return f'<p class=status role=status>{esc(message)}</p>' if message else ""
+    return f"<p class=status role=status>{esc(message)}</p>" if message else ""
 
 
 def _field(form: dict[str, str], key: str) -> str:
@@ -299,8 +311,12 @@ class AppServer:
         httpd = ThreadingHTTPServer((self.host, 0), Handler)
         httpd.daemon_threads = True  # a hanging fault request must not keep the process alive
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name=f"gui-apps-{httpd.server_address[1]}", daemon=True)
+        self._thread = threading.Thread(
+            target=httpd.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name=f"gui-apps-{httpd.server_address[1]}",
+            daemon=True,
+        )
         self._thread.start()
         return self.base_url
 
@@ -341,14 +357,19 @@ class AppServer:
             if path == "/contact":
                 return _contact(s, method, form)
             if path == "/contact/thanks":
-                return page("Message sent", "<h1>Message sent</h1>"
-                            "<p role=status class=status>Thank you, we will reply soon.</p>")
+                return page(
+                    "Message sent",
+                    "<h1>Message sent</h1><p role=status class=status>Thank you, we will reply soon.</p>",
+                )
             if path == "/register":
                 return _register(s, method, form)
             if path == "/register/welcome":
                 name = s.accounts[-1].username if s.accounts else "?"
-                return page("Welcome", f"<h1>Welcome, {esc(name)}!</h1><p role=status class=status>"
-                            "Your account was created.</p>")
+                return page(
+                    "Welcome",
+                    f"<h1>Welcome, {esc(name)}!</h1><p role=status class=status>"
+                    "Your account was created.</p>",
+                )
             if path == "/todos":
                 return _todos(s, method, form, query)
             if len(segs) == 3 and segs[0] == "todos" and method == "POST":
@@ -380,7 +401,7 @@ class _Handler(BaseHTTPRequestHandler):
     app: AppServer
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:  # stdlib signature
         """Silence the per-request stderr line (the server keeps its own request list)."""
 
     def _answer(self, method: str, form: dict[str, str]) -> None:
@@ -389,9 +410,15 @@ class _Handler(BaseHTTPRequestHandler):
             status, location = HTTPStatus.OK, None
         except _Response as r:
             status, location = r.status, r.location
-            body = page(f"{int(r.status)} {HTTPStatus(r.status).phrase}",
-                        f"<h1>{int(r.status)} {esc(HTTPStatus(r.status).phrase)}</h1>"
-                        f"<p role=alert class=alert>{esc(r.text)}</p>") if not location else ""
+            body = (
+                page(
+                    f"{int(r.status)} {HTTPStatus(r.status).phrase}",
+                    f"<h1>{int(r.status)} {esc(HTTPStatus(r.status).phrase)}</h1>"
+                    f"<p role=alert class=alert>{esc(r.text)}</p>",
+                )
+                if not location
+                else ""
+            )
         data = body.encode("utf-8")
         try:
             self.send_response(status)
@@ -405,10 +432,10 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the browser gave up on this request (e.g. a page closed mid-load): nothing to do
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+    def do_GET(self) -> None:  # stdlib naming
         self._answer("GET", {})
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+    def do_POST(self) -> None:  # stdlib naming
         length = int(self.headers.get("Content-Length") or 0)
         if length > 1_000_000:
             self.send_error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "form too large")
@@ -446,11 +473,11 @@ def _contact(s: AppState, method: str, form: dict[str, str]) -> str:
             raise _redirect("/contact/thanks")
     body = f"""<h1>Contact support</h1>{_alert(errors)}
 <form method=post action="/contact" novalidate>
-<label for=name>Name</label><input type=text id=name name=name value="{esc(form.get('name', ''))}">
-<label for=email>Email</label><input type=text id=email name=email value="{esc(form.get('email', ''))}">
-<label for=topic>Topic</label><select id=topic name=topic>{_options(TOPICS, form.get('topic', 'General'))}</select>
-<label for=message>Message</label><textarea id=message name=message rows=4>{esc(form.get('message', ''))}</textarea>
-<p><input type=checkbox id=copy name=copy{' checked' if form.get('copy') == 'on' else ''}>
+<label for=name>Name</label><input type=text id=name name=name value="{esc(form.get("name", ""))}">
+<label for=email>Email</label><input type=text id=email name=email value="{esc(form.get("email", ""))}">
+<label for=topic>Topic</label><select id=topic name=topic>{_options(TOPICS, form.get("topic", "General"))}</select>
+<label for=message>Message</label><textarea id=message name=message rows=4>{esc(form.get("message", ""))}</textarea>
+<p><input type=checkbox id=copy name=copy{" checked" if form.get("copy") == "on" else ""}>
 <label class=inline for=copy>Send me a copy</label></p>
 <button type=submit>Send message</button></form>"""
     return page("Contact support", body)
@@ -478,11 +505,13 @@ def _register(s: AppState, method: str, form: dict[str, str]) -> str:
             raise _redirect("/register/welcome")
     plan = form.get("plan", "Free")
     radios = "".join(
-        f'<input type=radio id=plan-{p.lower()} name=plan value={p}{" checked" if plan == p else ""}>'
-        f'<label class=inline for=plan-{p.lower()}>{p}</label>' for p in ("Free", "Pro"))
+        f"<input type=radio id=plan-{p.lower()} name=plan value={p}{' checked' if plan == p else ''}>"
+        f"<label class=inline for=plan-{p.lower()}>{p}</label>"
+        for p in ("Free", "Pro")
+    )
     body = f"""<h1>Create an account</h1>{_alert(errors)}
 <form method=post action="/register" novalidate>
-<label for=username>Username</label><input type=text id=username name=username value="{esc(form.get('username', ''))}">
+<label for=username>Username</label><input type=text id=username name=username value="{esc(form.get("username", ""))}">
 <label for=password>Password</label><input type=password id=password name=password>
 <label for=confirm>Confirm password</label><input type=password id=confirm name=confirm>
 <fieldset><legend>Plan</legend>{radios}</fieldset>
@@ -506,16 +535,17 @@ def _todos(s: AppState, method: str, form: dict[str, str], query: dict[str, str]
     for t in s.todos:
         toggle = "Undo" if t.done else "Complete"
         items.append(
-            f'<li><span>{f"<s>{esc(t.title)}</s> (completed)" if t.done else esc(t.title)}</span> '
+            f"<li><span>{f'<s>{esc(t.title)}</s> (completed)' if t.done else esc(t.title)}</span> "
             f'<form method=post action="/todos/{t.id}/toggle" style=display:inline>'
             f'<button aria-label="{toggle} {esc(t.title)}">{toggle}</button></form>'
             f'<form method=post action="/todos/{t.id}/delete" style=display:inline>'
-            f'<button class=secondary aria-label="Delete {esc(t.title)}">Delete</button></form></li>')
+            f'<button class=secondary aria-label="Delete {esc(t.title)}">Delete</button></form></li>'
+        )
     left = sum(not t.done for t in s.todos)
     body = f"""<h1>Todo list</h1>{_alert(errors)}{_status("Todo added." if query.get("added") else None)}
 <form method=post action="/todos" novalidate><label for=title>New todo</label>
 <input type=text id=title name=title><button type=submit>Add</button></form>
-<ul class=todos>{''.join(items) or '<li>Nothing to do.</li>'}</ul>
+<ul class=todos>{"".join(items) or "<li>Nothing to do.</li>"}</ul>
 <p>{left} of {len(s.todos)} open</p>"""
     return page("Todo list", body)
 
@@ -552,8 +582,10 @@ def _settings(s: AppState, method: str, form: dict[str, str], query: dict[str, s
             raise _redirect("/settings?saved=1")
 
     def check(key: str, value: bool, label: str) -> str:
-        return (f'<p><input type=checkbox id={key} name={key}{" checked" if value else ""}>'
-                f'<label class=inline for={key}>{label}</label></p>')
+        return (
+            f"<p><input type=checkbox id={key} name={key}{' checked' if value else ''}>"
+            f"<label class=inline for={key}>{label}</label></p>"
+        )
 
     body = f"""<h1>Settings</h1>{_alert(errors)}{_status("Settings saved." if query.get("saved") else None)}
 <form method=post action="/settings" novalidate>
@@ -568,9 +600,13 @@ def _settings(s: AppState, method: str, form: dict[str, str], query: dict[str, s
 
 def filter_products(q: str, category: str, in_stock: bool, sort: str) -> list[Product]:
     """The product table's rows for a query (also used by checkers to compute answers)."""
-    rows = [p for p in PRODUCTS
-            if q.lower() in p.name.lower() and (category in ("", "All") or p.category == category)
-            and (p.in_stock or not in_stock)]
+    rows = [
+        p
+        for p in PRODUCTS
+        if q.lower() in p.name.lower()
+        and (category in ("", "All") or p.category == category)
+        and (p.in_stock or not in_stock)
+    ]
     if sort == "price_asc":
         rows.sort(key=lambda p: (p.price, p.name))
     elif sort == "price_desc":
@@ -588,27 +624,32 @@ def _products(s: AppState, query: dict[str, str]) -> str:
     if sort not in SORTS:
         sort = "name"
     if query:  # a submitted search (not the first visit) is remembered server-side
-        s.searches.append({"q": q, "category": category, "instock": "on" if in_stock else "",
-                           "sort": sort})
+        s.searches.append({"q": q, "category": category, "instock": "on" if in_stock else "", "sort": sort})
     rows = filter_products(q, category, in_stock, sort)
     back = "/products" + (f"?{urlencode(query)}" if query else "")
     trs = "".join(
         f"<tr><td>{esc(p.name)}</td><td>{p.category}</td><td>${p.price:.2f}</td>"
         f"<td>{'In stock' if p.in_stock else 'Out of stock'}</td><td>"
-        + ("<span>On wishlist</span>" if p.id in s.wishlist else
-           f'<form method=post action="/wishlist" style=display:inline><input type=hidden name=add value={p.id}>'
-           f'<input type=hidden name=back value="{esc(back)}">'
-           f'<button aria-label="Add {esc(p.name)} to wishlist">Wishlist</button></form>')
-        + "</td></tr>" for p in rows)
-    sort_opts = "".join(f'<option value={k}{" selected" if k == sort else ""}>{v}</option>'
-                        for k, v in SORTS.items())
+        + (
+            "<span>On wishlist</span>"
+            if p.id in s.wishlist
+            else f'<form method=post action="/wishlist" style=display:inline><input type=hidden name=add value={p.id}>'
+            f'<input type=hidden name=back value="{esc(back)}">'
+            f'<button aria-label="Add {esc(p.name)} to wishlist">Wishlist</button></form>'
+        )
+        + "</td></tr>"
+        for p in rows
+    )
+    sort_opts = "".join(
+        f"<option value={k}{' selected' if k == sort else ''}>{v}</option>" for k, v in SORTS.items()
+    )
     body = f"""<h1>Products</h1>
 <p><a href="/wishlist">Wishlist ({len(s.wishlist)})</a></p>
 <form method=get action="/products" role=search>
 <label for=q>Search products</label><input type=search id=q name=q value="{esc(q)}">
 <label for=category>Category</label><select id=category name=category>{_options(("All", *CATEGORIES), category)}</select>
 <label for=sort>Sort by</label><select id=sort name=sort>{sort_opts}</select>
-<p><input type=checkbox id=instock name=instock{' checked' if in_stock else ''}><label class=inline for=instock>In stock only</label></p>
+<p><input type=checkbox id=instock name=instock{" checked" if in_stock else ""}><label class=inline for=instock>In stock only</label></p>
 <button type=submit>Apply</button></form>
 <p>{len(rows)} products</p>
 <table><thead><tr><th>Name</th><th>Category</th><th>Price</th><th>Stock</th><th></th></tr></thead>
@@ -633,11 +674,15 @@ def _wishlist(s: AppState, method: str, form: dict[str, str]) -> str:
         raise _redirect("/wishlist")
     items = "".join(
         f'<li>{esc(PRODUCT_BY_ID[i].name)} <form method=post action="/wishlist" style=display:inline>'
-        f'<input type=hidden name=remove value={i}><button class=secondary '
+        f"<input type=hidden name=remove value={i}><button class=secondary "
         f'aria-label="Remove {esc(PRODUCT_BY_ID[i].name)} from wishlist">Remove</button></form></li>'
-        for i in s.wishlist)
-    return page("Wishlist", f"<h1>Wishlist</h1><ul>{items or '<li>Your wishlist is empty.</li>'}</ul>"
-                '<p><a href="/products">Back to products</a></p>')
+        for i in s.wishlist
+    )
+    return page(
+        "Wishlist",
+        f"<h1>Wishlist</h1><ul>{items or '<li>Your wishlist is empty.</li>'}</ul>"
+        '<p><a href="/products">Back to products</a></p>',
+    )
 
 
 def _cart_lines(s: AppState) -> tuple[list[tuple[Product, int]], float]:
@@ -653,13 +698,17 @@ def _shop(s: AppState, method: str, form: dict[str, str], query: dict[str, str])
         s.cart[pid] = min(s.cart.get(pid, 0) + 1, 9)
         raise _redirect(f"/shop?added={pid}")
     added = query.get("added", "")
-    note = (f"{PRODUCT_BY_ID[int(added)].name} added to cart."
-            if added.isdigit() and int(added) in PRODUCT_BY_ID else None)
+    note = (
+        f"{PRODUCT_BY_ID[int(added)].name} added to cart."
+        if added.isdigit() and int(added) in PRODUCT_BY_ID
+        else None
+    )
     cards = "".join(
         f"<tr><td>{esc(p.name)}</td><td>${p.price:.2f}</td><td>"
         f'<form method=post action="/shop" style=display:inline><input type=hidden name=add value={p.id}>'
         f'<button aria-label="Add {esc(p.name)} to cart">Add to cart</button></form></td></tr>'
-        for p in (product_by_name(n) for n in SHOP_ITEMS))
+        for p in (product_by_name(n) for n in SHOP_ITEMS)
+    )
     count = sum(s.cart.values())
     body = f"""<h1>Shop</h1>{_status(note)}
 <p><a href="/cart">View cart ({count} items)</a></p>
@@ -681,20 +730,26 @@ def _cart(s: AppState, method: str, form: dict[str, str], query: dict[str, str])
     lines, total = _cart_lines(s)
     rows = "".join(
         f"<tr><td>{esc(p.name)}</td><td>${p.price:.2f}</td><td>"
-        f'<label class=inline for=qty_{p.id}>Quantity of {esc(p.name)}</label>'
-        f'<select id=qty_{p.id} name=qty_{p.id} form=cartform>{_options([str(i) for i in range(10)], str(q))}</select>'
+        f"<label class=inline for=qty_{p.id}>Quantity of {esc(p.name)}</label>"
+        f"<select id=qty_{p.id} name=qty_{p.id} form=cartform>{_options([str(i) for i in range(10)], str(q))}</select>"
         f'</td><td><button form=rm{p.id} class=secondary aria-label="Remove {esc(p.name)} from cart">Remove</button>'
-        f'</td></tr>' for p, q in lines)
-    removers = "".join(f'<form id=rm{p.id} method=post action="/cart"><input type=hidden name=remove '
-                       f'value={p.id}></form>' for p, _ in lines)
+        f"</td></tr>"
+        for p, q in lines
+    )
+    removers = "".join(
+        f'<form id=rm{p.id} method=post action="/cart"><input type=hidden name=remove value={p.id}></form>'
+        for p, _ in lines
+    )
     if not lines:
         content = '<p>Your cart is empty.</p><p><a href="/shop">Go to the shop</a></p>'
     else:
-        content = (f'<form id=cartform method=post action="/cart"></form>{removers}'
-                   f'<table><thead><tr><th>Item</th><th>Price</th><th>Quantity</th><th></th></tr></thead>'
-                   f'<tbody>{rows}</tbody></table><p>Subtotal: ${total:.2f}</p>'
-                   f'<button form=cartform type=submit>Update cart</button>'
-                   f'<p><a href="/checkout/shipping">Proceed to checkout</a></p>')
+        content = (
+            f'<form id=cartform method=post action="/cart"></form>{removers}'
+            f"<table><thead><tr><th>Item</th><th>Price</th><th>Quantity</th><th></th></tr></thead>"
+            f"<tbody>{rows}</tbody></table><p>Subtotal: ${total:.2f}</p>"
+            f"<button form=cartform type=submit>Update cart</button>"
+            f'<p><a href="/checkout/shipping">Proceed to checkout</a></p>'
+        )
     body = f"<h1>Your cart</h1>{_status('Cart updated.' if query.get('updated') else None)}{content}"
     return page("Your cart", body)
 
@@ -717,9 +772,9 @@ def _shipping(s: AppState, method: str, form: dict[str, str]) -> str:
     ship_opts = _options([f"{k}" for k in SHIPPING], values.get("shipping", "Standard"))
     body = f"""<h1>Checkout: shipping</h1><p>Step 1 of 3</p>{_alert(errors)}
 <form method=post action="/checkout/shipping" novalidate>
-<label for=full_name>Full name</label><input type=text id=full_name name=full_name value="{esc(values.get('full_name', ''))}">
-<label for=street>Street address</label><input type=text id=street name=street value="{esc(values.get('street', ''))}">
-<label for=city>City</label><input type=text id=city name=city value="{esc(values.get('city', ''))}">
+<label for=full_name>Full name</label><input type=text id=full_name name=full_name value="{esc(values.get("full_name", ""))}">
+<label for=street>Street address</label><input type=text id=street name=street value="{esc(values.get("street", ""))}">
+<label for=city>City</label><input type=text id=city name=city value="{esc(values.get("city", ""))}">
 <label for=shipping>Shipping method</label><select id=shipping name=shipping>{ship_opts}</select>
 <p>Standard $4.00 (5 days), Express $12.00 (next day)</p>
 <button type=submit>Continue to payment</button></form><p><a href="/cart">Back to cart</a></p>"""
@@ -745,8 +800,10 @@ def _payment(s: AppState, method: str, form: dict[str, str]) -> str:
             s.checkout["card_last4"] = card[-4:] if pay == "Card" else ""
             raise _redirect("/checkout/review")
     radios = "".join(
-        f'<input type=radio id=pay-{p.lower()} name=payment value={p}{" checked" if pay == p else ""}>'
-        f'<label class=inline for=pay-{p.lower()}>{p}</label>' for p in ("Card", "Invoice"))
+        f"<input type=radio id=pay-{p.lower()} name=payment value={p}{' checked' if pay == p else ''}>"
+        f"<label class=inline for=pay-{p.lower()}>{p}</label>"
+        for p in ("Card", "Invoice")
+    )
     body = f"""<h1>Checkout: payment</h1><p>Step 2 of 3</p>{_alert(errors)}
 <form method=post action="/checkout/payment" novalidate>
 <fieldset><legend>Payment method</legend>{radios}</fieldset>
@@ -764,8 +821,17 @@ def _review(s: AppState, method: str) -> str:
     c = s.checkout
     total = subtotal + SHIPPING[c["shipping"]]
     if method == "POST":
-        order = Order(len(s.orders) + 1, {p.name: q for p, q in lines}, c["full_name"], c["street"],
-                      c["city"], c["shipping"], c["payment"], c.get("card_last4", ""), round(total, 2))
+        order = Order(
+            len(s.orders) + 1,
+            {p.name: q for p, q in lines},
+            c["full_name"],
+            c["street"],
+            c["city"],
+            c["shipping"],
+            c["payment"],
+            c.get("card_last4", ""),
+            round(total, 2),
+        )
         s.orders.append(order)
         s.cart.clear()
         s.checkout.clear()
@@ -773,7 +839,7 @@ def _review(s: AppState, method: str) -> str:
     items = "".join(f"<li>{q} × {esc(p.name)} (${p.price * q:.2f})</li>" for p, q in lines)
     paid = f"Card ending {c['card_last4']}" if c["payment"] == "Card" else "Invoice"
     body = f"""<h1>Checkout: review</h1><p>Step 3 of 3</p><ul>{items}</ul>
-<p>Ship to: {esc(c['full_name'])}, {esc(c['street'])}, {esc(c['city'])} ({esc(c['shipping'])})</p>
+<p>Ship to: {esc(c["full_name"])}, {esc(c["street"])}, {esc(c["city"])} ({esc(c["shipping"])})</p>
 <p>Payment: {esc(paid)}</p><p>Total: ${total:.2f}</p>
 <form method=post action="/checkout/review"><button type=submit>Place order</button></form>
 <p><a href="/checkout/payment">Back to payment</a></p>"""
@@ -785,8 +851,11 @@ def _order(s: AppState, raw_id: str) -> str:
     if order is None:
         raise _Response(HTTPStatus.NOT_FOUND, text=f"no order {raw_id}")
     items = ", ".join(f"{q} × {esc(n)}" for n, q in order.items.items())
-    return page(f"Order {order.id}", f"<h1>Thank you!</h1><p role=status class=status>Order #{order.id} "
-                f"placed: {items}. Total ${order.total:.2f}.</p>")
+    return page(
+        f"Order {order.id}",
+        f"<h1>Thank you!</h1><p role=status class=status>Order #{order.id} "
+        f"placed: {items}. Total ${order.total:.2f}.</p>",
+    )
 
 
 def _faults() -> str:

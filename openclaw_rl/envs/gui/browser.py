@@ -91,8 +91,13 @@ class BrowserHost:
     Chromium first if it crashed or was closed. ``close()`` stops everything; safe to call twice.
     """
 
-    def __init__(self, executable_path: str = DEFAULT_CHROMIUM, extra_args: tuple[str, ...] = (),
-                 launch_timeout_s: float = 60.0, viewport: tuple[int, int] = (1024, 768)) -> None:
+    def __init__(
+        self,
+        executable_path: str = DEFAULT_CHROMIUM,
+        extra_args: tuple[str, ...] = (),
+        launch_timeout_s: float = 60.0,
+        viewport: tuple[int, int] = (1024, 768),
+    ) -> None:
         self.executable_path = executable_path
         self.extra_args = tuple(extra_args)
         self.launch_timeout_s = launch_timeout_s
@@ -151,8 +156,12 @@ class BrowserHost:
                 found = shutil.which("chromium") or shutil.which("chromium-browser")
                 raise ChromiumNotFound(
                     f"Chromium not found at {self.executable_path!r}"
-                    + (f" (but {found} exists: pass chromium_path={found!r})" if found else
-                       "; install it with `make sysdeps` (Debian package `chromium`)"))
+                    + (
+                        f" (but {found} exists: pass chromium_path={found!r})"
+                        if found
+                        else "; install it with `make sysdeps` (Debian package `chromium`)"
+                    )
+                )
             for attempt in (1, 2):
                 try:
                     if self._pw is None:
@@ -160,13 +169,18 @@ class BrowserHost:
 
                         self._pw = await async_playwright().start()
                     self._browser = await self._pw.chromium.launch(
-                        executable_path=self.executable_path, headless=True,
-                        args=[*CHROMIUM_ARGS, *self.extra_args], timeout=self.launch_timeout_s * 1000)
+                        executable_path=self.executable_path,
+                        headless=True,
+                        args=[*CHROMIUM_ARGS, *self.extra_args],
+                        timeout=self.launch_timeout_s * 1000,
+                    )
                     break
                 except Exception as exc:  # the Playwright driver itself may have died: restart once
                     if attempt == 2:
-                        raise BrowserError(f"could not launch Chromium at {self.executable_path}: "
-                                           f"{type(exc).__name__}: {exc}") from exc
+                        raise BrowserError(
+                            f"could not launch Chromium at {self.executable_path}: "
+                            f"{type(exc).__name__}: {exc}"
+                        ) from exc
                     log.warning("chromium launch failed (%s); restarting Playwright and retrying", exc)
                     await self._stop_playwright()
             self.launches += 1
@@ -197,8 +211,11 @@ class BrowserHost:
     async def new_context(self) -> Any:
         """A fresh loopback-only browser context (relaunching Chromium if it died)."""
         browser = await self.ensure_browser()
-        ctx = await browser.new_context(viewport={"width": self.viewport[0], "height": self.viewport[1]},
-                                        service_workers="block", accept_downloads=False)
+        ctx = await browser.new_context(
+            viewport={"width": self.viewport[0], "height": self.viewport[1]},
+            service_workers="block",
+            accept_downloads=False,
+        )
         await ctx.route("**/*", _loopback_only)
         return ctx
 

@@ -104,11 +104,20 @@ class GuiEnv(Env):
 
     name = "gui"
 
-    def __init__(self, seed: int | None = None, tasks: list[str] | tuple[str, ...] | None = None,
-                 max_steps: int = 20, screenshot_dir: str | Path | None = None,
-                 browser: BrowserHost | None = None, chromium_path: str = DEFAULT_CHROMIUM,
-                 action_timeout_s: float = 5.0, max_lines: int = 40, offer_tools: bool = False,
-                 max_turns: int | None = None, split: str | None = None) -> None:
+    def __init__(
+        self,
+        seed: int | None = None,
+        tasks: list[str] | tuple[str, ...] | None = None,
+        max_steps: int = 20,
+        screenshot_dir: str | Path | None = None,
+        browser: BrowserHost | None = None,
+        chromium_path: str = DEFAULT_CHROMIUM,
+        action_timeout_s: float = 5.0,
+        max_lines: int = 40,
+        offer_tools: bool = False,
+        max_turns: int | None = None,
+        split: str | None = None,
+    ) -> None:
         # max_turns / split: what the environment service passes every environment type.
         # max_turns is the episode's step budget under its generic name; gui tasks have no
         # train / eval split (each task is small and fixed), so split only gets validated.
@@ -183,7 +192,9 @@ class GuiEnv(Env):
         return self.action_timeout_s * 4 + 15
 
     # -- reset ----------------------------------------------------------------------------
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict[str, Any]]:
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
         """Start an episode. ``options``: ``task`` (a task id) and ``start_path`` (override the
         page the browser opens, e.g. ``/_faults``). Relaunches Chromium if it died."""
         if self._closed:
@@ -202,7 +213,9 @@ class GuiEnv(Env):
             task = self.tasks[rng.randrange(len(self.tasks))]
         start_path = str(options.get("start_path") or task.start_path)
         if not start_path.startswith("/"):
-            raise ValueError(f"start_path must be a path on the app server starting with '/', got {start_path!r}")
+            raise ValueError(
+                f"start_path must be a path on the app server starting with '/', got {start_path!r}"
+            )
 
         base = self.server.start()
         self.server.reset(task.make_state())
@@ -218,19 +231,27 @@ class GuiEnv(Env):
             raise
         except Exception as first:  # a dead or wedged browser, a failed load: relaunch once
             wedged = isinstance(first, TimeoutError) or not self.host.connected
-            log.warning("gui reset failed (%s: %s); %s", type(first).__name__, first,
-                        "relaunching the browser" if wedged else "retrying")
+            log.warning(
+                "gui reset failed (%s: %s); %s",
+                type(first).__name__,
+                first,
+                "relaunching the browser" if wedged else "retrying",
+            )
             try:
                 if wedged:  # a shared browser is only torn down when it is dead or not answering
                     self.host.run(self.host.drop_browser(), timeout=30)
                 outcome = self.host.run(self._open(url), timeout=self._step_budget_s + 60)
             except Exception as second:
                 self._over = True
-                raise BrowserError(f"could not open {url} in Chromium after a relaunch: "
-                                   f"{type(second).__name__}: {second}") from second
-        lines = [f"Task: {task.instruction}",
-                 f"Commands: {GRAMMAR}. Send `done` when the task is finished.",
-                 f"You have {self.max_steps} steps.", ""]
+                raise BrowserError(
+                    f"could not open {url} in Chromium after a relaunch: {type(second).__name__}: {second}"
+                ) from second
+        lines = [
+            f"Task: {task.instruction}",
+            f"Commands: {GRAMMAR}. Send `done` when the task is finished.",
+            f"You have {self.max_steps} steps.",
+            "",
+        ]
         if outcome.error:
             lines[3:3] = [f"Error: {outcome.error}"]
         obs = "\n".join(lines) + "\n" + (render_page(outcome.snap, self.max_lines) if outcome.snap else "")
@@ -280,7 +301,9 @@ class GuiEnv(Env):
 
     # -- page events (run on the browser thread) ------------------------------------------
     async def _on_dialog(self, dialog: Any) -> None:
-        self._events.append(f"a dialog ({dialog.type}) said {json.dumps(dialog.message[:200])}; it was accepted")
+        self._events.append(
+            f"a dialog ({dialog.type}) said {json.dumps(dialog.message[:200])}; it was accepted"
+        )
         try:
             await dialog.accept()
         except Exception as exc:  # the page may be gone already
@@ -307,11 +330,15 @@ class GuiEnv(Env):
                 log.debug("closing popup failed: %s", exc)
             if self._same_site(target):
                 await self._page.goto(target, wait_until="load", timeout=self.action_timeout_s * 1000)
-                self._events.append(f"the action opened a new tab at {target}; only one tab is supported, "
-                                    "so that page was opened in the current tab instead")
+                self._events.append(
+                    f"the action opened a new tab at {target}; only one tab is supported, "
+                    "so that page was opened in the current tab instead"
+                )
             else:
-                self._events.append(f"the action tried to open a new tab at {target}, which is outside "
-                                    "the app; the tab was closed")
+                self._events.append(
+                    f"the action tried to open a new tab at {target}, which is outside "
+                    "the app; the tab was closed"
+                )
 
     def _same_site(self, url: str) -> bool:
         here, base = urlsplit(url), urlsplit(self.server.base_url)
@@ -321,8 +348,11 @@ class GuiEnv(Env):
     # unrelated calls: each one only records plain values.
     def _on_request(self, request: Any) -> None:
         try:
-            if self._page is not None and request.is_navigation_request() \
-                    and request.frame == self._page.main_frame:
+            if (
+                self._page is not None
+                and request.is_navigation_request()
+                and request.frame == self._page.main_frame
+            ):
                 self._pending_nav = request.url
         except Exception as exc:  # a request of a page being torn down
             log.debug("request event: %s", exc)
@@ -357,11 +387,23 @@ class GuiEnv(Env):
     def _messages(self, obs: str, wrapped: Unwrapped) -> list[dict[str, Any]]:
         if not wrapped.native:
             return [{"role": "user", "content": obs}]
-        msgs = [{"role": "tool", "tool_call_id": wrapped.tool_call_ids[0], "name": wrapped.tool_names[0],
-                 "content": obs}]
+        msgs = [
+            {
+                "role": "tool",
+                "tool_call_id": wrapped.tool_call_ids[0],
+                "name": wrapped.tool_names[0],
+                "content": obs,
+            }
+        ]
         for call_id, name in zip(wrapped.tool_call_ids[1:], wrapped.tool_names[1:], strict=True):
-            msgs.append({"role": "tool", "tool_call_id": call_id, "name": name,
-                         "content": "Not run: one action per step; only the first tool call was applied."})
+            msgs.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "name": name,
+                    "content": "Not run: one action per step; only the first tool call was applied.",
+                }
+            )
         return msgs
 
     def _step(self, wrapped: Unwrapped) -> StepResult:
@@ -371,24 +413,34 @@ class GuiEnv(Env):
             return self._ended_result("the episode is over: call reset() to start a new one")
         self._steps += 1
         extra = len(wrapped.tool_call_ids) - 1
-        ignored = ((f"the reply made {extra + 1} tool calls; one action per step, so only the first "
-                    f"({wrapped.tool_names[0]}) was applied",) if extra > 0 else ())
+        ignored = (
+            (
+                f"the reply made {extra + 1} tool calls; one action per step, so only the first "
+                f"({wrapped.tool_names[0]}) was applied",
+            )
+            if extra > 0
+            else ()
+        )
         try:
             act = parse_action(wrapped.action)
         except ActionError as exc:
             raw = wrapped.action
             shown = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False, default=str)
-            outcome = self._screenshot_only(_Outcome(self._snap, error=f"could not parse the action: {exc}",
-                                                     events=ignored))
+            outcome = self._screenshot_only(
+                _Outcome(self._snap, error=f"could not parse the action: {exc}", events=ignored)
+            )
             return self._result(outcome, header=f"Action: {shown.strip()[:120]!r}", act=None)
         if act.kind == "done":
-            return self._result(self._screenshot_only(_Outcome(self._snap, events=ignored)),
-                                header="Action: done", act=act, done=True)
+            return self._result(
+                self._screenshot_only(_Outcome(self._snap, events=ignored)),
+                header="Action: done",
+                act=act,
+                done=True,
+            )
         try:
             outcome = self.host.run(self._guarded(act), timeout=self._step_budget_s)
         except TimeoutError:
-            outcome = self._abandon("the browser did not answer at all within "
-                                    f"{self._step_budget_s:.0f}s")
+            outcome = self._abandon(f"the browser did not answer at all within {self._step_budget_s:.0f}s")
         except Exception as exc:  # the host itself failed (closed, crashed loop): end the episode
             outcome = self._abandon(f"{type(exc).__name__}: {exc}")
         if ignored:
@@ -408,9 +460,12 @@ class GuiEnv(Env):
     def _abandon(self, why: str) -> _Outcome:
         """The browser is unusable for this episode; the next reset starts afresh."""
         log.warning("gui episode abandoned: %s", why)
-        return _Outcome(self._snap, fatal=True,
-                        error=f"{why}. The browser is not usable for this episode; it ends here — "
-                              "reset() starts a new one (and relaunches the browser if needed).")
+        return _Outcome(
+            self._snap,
+            fatal=True,
+            error=f"{why}. The browser is not usable for this episode; it ends here — "
+            "reset() starts a new one (and relaunches the browser if needed).",
+        )
 
     async def _guarded(self, act: Action) -> _Outcome:
         """Perform the action with every fault turned into an outcome."""
@@ -428,9 +483,14 @@ class GuiEnv(Env):
             error = await self._recover_timeout(act, exc)
         except PlaywrightError as exc:
             if not self.host.connected:
-                return _Outcome(before, fatal=True, error=(
-                    f"the browser crashed or was closed ({_first_line(exc)}). The episode cannot "
-                    "continue — reset() starts a new one and relaunches the browser."))
+                return _Outcome(
+                    before,
+                    fatal=True,
+                    error=(
+                        f"the browser crashed or was closed ({_first_line(exc)}). The episode cannot "
+                        "continue — reset() starts a new one and relaunches the browser."
+                    ),
+                )
             if "Timeout" in type(exc).__name__:
                 error = await self._recover_timeout(act, exc)
             elif self._page is None or self._page.is_closed() or "crash" in str(exc).lower():
@@ -438,8 +498,12 @@ class GuiEnv(Env):
             else:
                 error = f"{act.describe()} failed: {_first_line(exc)}"
         if not self.host.connected:
-            return _Outcome(before, fatal=True, error="the browser crashed or was closed during the "
-                            "action. The episode cannot continue — reset() starts a new one.")
+            return _Outcome(
+                before,
+                fatal=True,
+                error="the browser crashed or was closed during the "
+                "action. The episode cannot continue — reset() starts a new one.",
+            )
         try:
             away = await self._check_site()
             if away:
@@ -452,13 +516,18 @@ class GuiEnv(Env):
                 snap = await asyncio.wait_for(self._snapshot(), timeout=self.action_timeout_s * 2)
         except Exception as exc:
             if not self.host.connected:
-                return _Outcome(before, fatal=True, error="the browser crashed or was closed. The "
-                                "episode cannot continue — reset() starts a new one.")
+                return _Outcome(
+                    before,
+                    fatal=True,
+                    error="the browser crashed or was closed. The "
+                    "episode cannot continue — reset() starts a new one.",
+                )
             reopened = await self._reopen(f"the page could not be read ({_first_line(exc)})")
             error = f"{error}; {reopened}" if error else reopened
             snap = await asyncio.wait_for(self._snapshot(), timeout=self.action_timeout_s * 2)
-        return await self._finish(_Outcome(snap, error=error, events=tuple(self._events),
-                                           changes=tuple(diff(before, snap))))
+        return await self._finish(
+            _Outcome(snap, error=error, events=tuple(self._events), changes=tuple(diff(before, snap)))
+        )
 
     async def _perform(self, act: Action) -> str | None:
         """Carry the action out; returns a non-fatal error message or None."""
@@ -468,7 +537,9 @@ class GuiEnv(Env):
             sign = 1 if act.direction == "down" else -1
             moved = await page.evaluate(
                 "d => { const y = window.scrollY; window.scrollBy(0, d * Math.round(window.innerHeight * 0.8));"
-                " return window.scrollY - y; }", sign)
+                " return window.scrollY - y; }",
+                sign,
+            )
             if not moved:
                 return f"the page is already at the {'bottom' if sign > 0 else 'top'}; nothing to scroll"
             return None
@@ -486,13 +557,17 @@ class GuiEnv(Env):
         if found is None:
             was = self._registry.last_seen.get(act.element)
             where = f" (it was {was} on an earlier page)" if was else ""
-            raise _ActError(f"there is no element [{act.element}] on this page{where}; use an id from "
-                            "the element list below")
+            raise _ActError(
+                f"there is no element [{act.element}] on this page{where}; use an id from "
+                "the element list below"
+            )
         idx, item = found
         loc = page.locator(f'[data-oc-idx="{idx}"]')
         if await loc.count() != 1:
-            raise _ActError(f"element [{act.element}] changed since the page was read; look at the "
-                            "current element list and try again")
+            raise _ActError(
+                f"element [{act.element}] changed since the page was read; look at the "
+                "current element list and try again"
+            )
         label = f"[{act.element}] {item.role} {json.dumps(item.name, ensure_ascii=False)}"
         if item.disabled:
             raise _ActError(f"{label} is disabled")
@@ -505,16 +580,22 @@ class GuiEnv(Env):
                 await loc.click(timeout=ms)
         elif act.kind == "type":
             if item.role not in TEXT_ROLES:
-                raise _ActError(f"cannot type into {label}: type works on text boxes; "
-                                + ("use select for a drop-down" if item.options is not None else
-                                   "use click for buttons, links and check boxes"))
+                raise _ActError(
+                    f"cannot type into {label}: type works on text boxes; "
+                    + (
+                        "use select for a drop-down"
+                        if item.options is not None
+                        else "use click for buttons, links and check boxes"
+                    )
+                )
             await loc.fill(act.text or "", timeout=ms)
         elif act.kind == "select":
             if item.options is None:
                 raise _ActError(f"cannot select in {label}: select works on drop-downs (combobox)")
             wanted = (act.text or "").strip()
             match = next((o for o in item.options if o == wanted), None) or next(
-                (o for o in item.options if o.lower() == wanted.lower()), None)
+                (o for o in item.options if o.lower() == wanted.lower()), None
+            )
             if match is None:
                 raise _ActError(f"{label} has no option {wanted!r}; options: {list(item.options)}")
             await loc.select_option(label=match, timeout=ms)
@@ -536,12 +617,15 @@ class GuiEnv(Env):
                 await asyncio.wait_for(cdp.detach(), 2.0)
                 await asyncio.wait_for(page.evaluate("1"), 2.0)
                 self._pending_nav = None
-                return (f"{act.describe()} timed out: the page {pending} did not answer within {limit}; "
-                        "loading was stopped and the previous page is still shown")
+                return (
+                    f"{act.describe()} timed out: the page {pending} did not answer within {limit}; "
+                    "loading was stopped and the previous page is still shown"
+                )
             except Exception as stop_exc:  # could not stop it: fall back to a new tab below
                 log.debug("stopping a hanging load failed: %s", stop_exc)
-                return await self._reopen(f"{act.describe()} timed out: the page {pending} did not "
-                                          f"answer within {limit}")
+                return await self._reopen(
+                    f"{act.describe()} timed out: the page {pending} did not answer within {limit}"
+                )
         try:
             await asyncio.wait_for(page.evaluate("1"), 2.0)
             responsive = True
@@ -550,8 +634,10 @@ class GuiEnv(Env):
         if responsive:
             reason = _first_line(exc) if not isinstance(exc, TimeoutError) else "no response"
             return f"{act.describe()} did not complete within {limit} ({reason})"
-        return await self._reopen(f"{act.describe()} timed out: the page stopped responding for more "
-                                  f"than {limit} (a script on it seems stuck)")
+        return await self._reopen(
+            f"{act.describe()} timed out: the page stopped responding for more "
+            f"than {limit} (a script on it seems stuck)"
+        )
 
     async def _reopen(self, why: str) -> str:
         """Close the current tab and load the last good URL in a new one (app state is server-side)."""
@@ -577,11 +663,16 @@ class GuiEnv(Env):
         target = url
         if here.scheme == "chrome-error" and self._failed_nav is not None:
             target = self._failed_nav[0]
-        why = ("it is outside the local network the browser may use, so the request was blocked"
-               if not is_loopback_url(target) else "it is not part of the app")
+        why = (
+            "it is outside the local network the browser may use, so the request was blocked"
+            if not is_loopback_url(target)
+            else "it is not part of the app"
+        )
         await self._page.goto(self._last_good_url, wait_until="load", timeout=self.action_timeout_s * 1000)
-        return (f"the action navigated away from the app to {target}: {why}. "
-                f"The browser was returned to {self._last_good_url}")
+        return (
+            f"the action navigated away from the app to {target}: {why}. "
+            f"The browser was returned to {self._last_good_url}"
+        )
 
     async def _snapshot(self) -> Snapshot:
         raw = await self._page.evaluate(SNAPSHOT_JS)
@@ -593,10 +684,14 @@ class GuiEnv(Env):
             self._snap = outcome.snap
         if self.screenshot_dir is not None and self._page is not None and not outcome.fatal:
             task_id = self._task.id if self._task else "none"
-            path = self.screenshot_dir / f"{self._uid}-ep{self._episode:03d}-{task_id}-step{self._steps:02d}.png"
+            path = (
+                self.screenshot_dir / f"{self._uid}-ep{self._episode:03d}-{task_id}-step{self._steps:02d}.png"
+            )
             try:
-                await asyncio.wait_for(self._page.screenshot(path=str(path), timeout=self.action_timeout_s * 1000),
-                                       self.action_timeout_s + 2)
+                await asyncio.wait_for(
+                    self._page.screenshot(path=str(path), timeout=self.action_timeout_s * 1000),
+                    self.action_timeout_s + 2,
+                )
                 outcome.screenshot = str(path)
             except Exception as exc:  # a screenshot is a debugging aid; never fail the step for it
                 outcome.screenshot_error = _first_line(exc)
@@ -640,8 +735,9 @@ class GuiEnv(Env):
             elif outcome.fatal:
                 lines.append("The episode ended early. Check: " + verdict)
             else:
-                lines.append(f"The step limit ({self.max_steps}) is reached; the episode is over. "
-                             "Check: " + verdict)
+                lines.append(
+                    f"The step limit ({self.max_steps}) is reached; the episode is over. Check: " + verdict
+                )
         if done or outcome.fatal:
             return "\n".join(lines), reward, terminated, truncated, info
         if act is not None:  # an action ran: say what it changed (a parse error changed nothing)
@@ -653,10 +749,17 @@ class GuiEnv(Env):
         return "\n".join(lines), reward, terminated, truncated, info
 
     def _ended_result(self, message: str) -> StepResult:
-        info = {"next_state_role": "environment", "task": self._task.id if self._task else None,
-                "task_id": self._task.id if self._task else None,
-                "step": self._steps, "action": None, "error": message, "events": [], "url": None,
-                "screenshot": None}
+        info = {
+            "next_state_role": "environment",
+            "task": self._task.id if self._task else None,
+            "task_id": self._task.id if self._task else None,
+            "step": self._steps,
+            "action": None,
+            "error": message,
+            "events": [],
+            "url": None,
+            "screenshot": None,
+        }
         return f"Error: {message}", 0.0, False, True, info
 
     # -- close ----------------------------------------------------------------------------

@@ -246,12 +246,18 @@ class IdRegistry:
 def _item_from_js(raw: dict[str, Any]) -> Item:
     opts = raw.get("options")
     value = raw.get("value")
-    return Item(kind=str(raw.get("kind", "text")), text=str(raw.get("text", "")),
-                role=str(raw.get("role", "")), name=str(raw.get("name", "")),
-                value=None if value is None else str(value),
-                checked=raw.get("checked"), options=None if opts is None else tuple(map(str, opts)),
-                disabled=bool(raw.get("disabled", False)), new_tab=bool(raw.get("newTab", False)),
-                y=float(raw.get("y") or 0.0))
+    return Item(
+        kind=str(raw.get("kind", "text")),
+        text=str(raw.get("text", "")),
+        role=str(raw.get("role", "")),
+        name=str(raw.get("name", "")),
+        value=None if value is None else str(value),
+        checked=raw.get("checked"),
+        options=None if opts is None else tuple(map(str, opts)),
+        disabled=bool(raw.get("disabled", False)),
+        new_tab=bool(raw.get("newTab", False)),
+        y=float(raw.get("y") or 0.0),
+    )
 
 
 def build_snapshot(raw: dict[str, Any], registry: IdRegistry) -> Snapshot:
@@ -274,9 +280,17 @@ def build_snapshot(raw: dict[str, Any], registry: IdRegistry) -> Snapshot:
             registry.last_seen[eid] = render_item(item, eid)
         else:
             ids.append(None)
-    return Snapshot(url=str(raw.get("url", "")), title=str(raw.get("title", "")), items=items, ids=ids,
-                    keys=keys, scroll_y=float(raw.get("scrollY") or 0), viewport=float(raw.get("viewport") or 0),
-                    height=float(raw.get("height") or 0), index_of_id=index_of_id)
+    return Snapshot(
+        url=str(raw.get("url", "")),
+        title=str(raw.get("title", "")),
+        items=items,
+        ids=ids,
+        keys=keys,
+        scroll_y=float(raw.get("scrollY") or 0),
+        viewport=float(raw.get("viewport") or 0),
+        height=float(raw.get("height") or 0),
+        index_of_id=index_of_id,
+    )
 
 
 def _q(text: str) -> str:
@@ -343,8 +357,10 @@ def diff(before: Snapshot | None, after: Snapshot, max_each: int = 8) -> list[st
         shown = lines[:max_each]
         extra = f", first {max_each} shown" if len(lines) > max_each else ""
         out.append(f"{label} ({len(lines)}{extra}):")
-        out.extend(f"  + {ln}" if label == "Added" else f"  - {ln}" if label == "Removed" else f"  ~ {ln}"
-                   for ln in shown)
+        out.extend(
+            f"  + {ln}" if label == "Added" else f"  - {ln}" if label == "Removed" else f"  ~ {ln}"
+            for ln in shown
+        )
 
     block("Added", added)
     block("Removed", removed)

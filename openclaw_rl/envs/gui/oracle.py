@@ -47,8 +47,9 @@ class Driver:
 
     def find(self, role: str, name: str) -> int | None:
         """Id of ``role "name"`` in the current observation text, or None."""
-        m = re.search(rf"^\[(\d+)\] {re.escape(role)} {re.escape(json.dumps(name, ensure_ascii=False))}",
-                      self.obs, re.M)
+        m = re.search(
+            rf"^\[(\d+)\] {re.escape(role)} {re.escape(json.dumps(name, ensure_ascii=False))}", self.obs, re.M
+        )
         return int(m.group(1)) if m else None
 
     def id(self, role: str, name: str) -> int:
@@ -70,7 +71,7 @@ class Driver:
 
     def select(self, name: str, option: str) -> None:
         """Choose an option of the drop-down with this name."""
-        self.step(f'select {self.id("combobox", name)} {json.dumps(option)}')
+        self.step(f"select {self.id('combobox', name)} {json.dumps(option)}")
 
     def rows(self) -> list[list[str]]:
         """Data rows of the table in the current observation (header rows excluded)."""
@@ -122,8 +123,10 @@ def solve_todo_delete(d: Driver) -> None:
 
 def solve_todo_clear_done(d: Driver) -> None:
     # Completed todos are shown as text "<title> (completed)".
-    done = [json.loads(m.group(1))[: -len(" (completed)")]
-            for m in re.finditer(r'^text (".* \(completed\)")$', d.obs, re.M)]
+    done = [
+        json.loads(m.group(1))[: -len(" (completed)")]
+        for m in re.finditer(r'^text (".* \(completed\)")$', d.obs, re.M)
+    ]
     assert done, f"no completed todos in the observation:\n{d.obs}"
     for title in done:
         d.click("button", f"Delete {title}")
@@ -136,9 +139,9 @@ def solve_settings_dark(d: Driver) -> None:
 
 def solve_settings_language(d: Driver) -> None:
     d.select("Language", "Deutsch")
-    if "checkbox \"Email notifications\" checked=true" in d.obs:
+    if 'checkbox "Email notifications" checked=true' in d.obs:
         d.click("checkbox", "Email notifications")
-    if "checkbox \"SMS notifications\" checked=false" in d.obs:
+    if 'checkbox "SMS notifications" checked=false' in d.obs:
         d.click("checkbox", "SMS notifications")
     d.click("button", "Save settings")
 

@@ -46,8 +46,13 @@ def _fail(reason: str) -> Check:
 
 # -- seeds ----------------------------------------------------------------------------------
 
-_SEED_TODOS = (("Pay rent", False), ("Call mom", False), ("Water plants", True),
-               ("Renew passport", False), ("Return library books", True))
+_SEED_TODOS = (
+    ("Pay rent", False),
+    ("Call mom", False),
+    ("Water plants", True),
+    ("Renew passport", False),
+    ("Return library books", True),
+)
 
 
 def _todo_state() -> AppState:
@@ -89,9 +94,11 @@ def _check_register(s: AppState) -> Check:
         return _fail(f"expected exactly 1 new account, found {len(new)}")
     a = new[0]
     if (a.username, a.password, a.plan) != ("grace", "Compiler#1952", "Pro"):
-        return _fail(f"account created as username={a.username!r}, plan={a.plan!r} "
-                     f"(password {'matches' if a.password == 'Compiler#1952' else 'differs'}); "
-                     "expected grace on the Pro plan")
+        return _fail(
+            f"account created as username={a.username!r}, plan={a.plan!r} "
+            f"(password {'matches' if a.password == 'Compiler#1952' else 'differs'}); "
+            "expected grace on the Pro plan"
+        )
     return _ok()
 
 
@@ -107,8 +114,7 @@ def _expect_todos(s: AppState, want: dict[str, bool]) -> Check:
         missing = sorted(set(want) - set(got))
         extra = sorted(set(got) - set(want))
         wrong = sorted(k for k in set(want) & set(got) if want[k] != got[k])
-        return _fail(f"todo list differs: missing {missing}, unexpected {extra}, "
-                     f"wrong done-state {wrong}")
+        return _fail(f"todo list differs: missing {missing}, unexpected {extra}, wrong done-state {wrong}")
     return _ok()
 
 
@@ -139,9 +145,11 @@ def _expect_settings(s: AppState, **changes: object) -> Check:
     got = s.settings
     if got.saves == 0:
         return _fail("the settings were never saved")
-    diffs = [f"{k}={getattr(got, k)!r} (expected {getattr(want, k)!r})"
-             for k in ("display_name", "language", "theme", "email_notifications", "sms_notifications")
-             if getattr(got, k) != getattr(want, k)]
+    diffs = [
+        f"{k}={getattr(got, k)!r} (expected {getattr(want, k)!r})"
+        for k in ("display_name", "language", "theme", "email_notifications", "sms_notifications")
+        if getattr(got, k) != getattr(want, k)
+    ]
     return _fail("saved settings differ: " + ", ".join(diffs)) if diffs else _ok()
 
 
@@ -220,44 +228,116 @@ def _check_checkout_multi(s: AppState) -> Check:
 _ADDRESS = "ship to Ada Lovelace, 12 Analytical St, London"
 
 TASKS: tuple[GuiTask, ...] = (
-    GuiTask("contact_billing", "contact", "/contact",
-            "Send a message to support from Ada Lovelace (email ada@example.com) with topic Billing "
-            "and the message text: Please resend my March invoice.  Do not ask for a copy.",
-            _empty_state, _check_contact),
-    GuiTask("register_pro", "register", "/register",
-            "Create an account with username grace and password Compiler#1952 on the Pro plan.",
-            _register_state, _check_register),
-    GuiTask("todo_add", "todos", "/todos", "Add a todo 'Buy milk' to the todo list.",
-            _todo_state, _check_todo_add),
-    GuiTask("todo_complete", "todos", "/todos", "Mark the todo 'Pay rent' as completed.",
-            _todo_state, _check_todo_complete),
-    GuiTask("todo_delete", "todos", "/todos", "Delete the todo 'Call mom'. Leave the others alone.",
-            _todo_state, _check_todo_delete),
-    GuiTask("todo_clear_done", "todos", "/todos",
-            "Delete every todo that is already completed, and nothing else.",
-            _todo_state, _check_todo_clear_done),
-    GuiTask("settings_dark", "settings", "/settings", "Switch the theme to Dark and save the settings.",
-            _empty_state, _check_settings_theme),
-    GuiTask("settings_language", "settings", "/settings",
-            "Change the language to Deutsch, turn email notifications off and SMS notifications on, "
-            "then save.", _empty_state, _check_settings_language),
-    GuiTask("settings_name", "settings", "/settings",
-            "Change the display name to Captain Ada and save.", _empty_state, _check_settings_name),
-    GuiTask("products_cheapest_garden", "products", "/products",
-            "Add the cheapest Garden product that is in stock to the wishlist (only that one).",
-            _empty_state, _check_cheapest_garden),
-    GuiTask("products_lighting_under_30", "products", "/products",
-            "Add every in-stock Lighting product that costs less than $30 to the wishlist, and no "
-            "other product.", _empty_state, _check_lighting_under_30),
-    GuiTask("products_office_filter", "products", "/products",
-            "Filter the product table to show only Office products that are in stock, sorted by "
-            "price from high to low, with no search text.", _empty_state, _check_office_filter),
-    GuiTask("checkout_mug", "shop", "/shop",
-            f"Buy one Blue Mug: {_ADDRESS} with Standard shipping and pay by card with number "
-            "4242 4242 4242 4242.", _empty_state, _check_checkout_mug),
-    GuiTask("checkout_multi", "shop", "/shop",
-            f"Order 3 Notebooks and 1 Pen: {_ADDRESS} with Express shipping, paying by Invoice.",
-            _empty_state, _check_checkout_multi),
+    GuiTask(
+        "contact_billing",
+        "contact",
+        "/contact",
+        "Send a message to support from Ada Lovelace (email ada@example.com) with topic Billing "
+        "and the message text: Please resend my March invoice.  Do not ask for a copy.",
+        _empty_state,
+        _check_contact,
+    ),
+    GuiTask(
+        "register_pro",
+        "register",
+        "/register",
+        "Create an account with username grace and password Compiler#1952 on the Pro plan.",
+        _register_state,
+        _check_register,
+    ),
+    GuiTask(
+        "todo_add", "todos", "/todos", "Add a todo 'Buy milk' to the todo list.", _todo_state, _check_todo_add
+    ),
+    GuiTask(
+        "todo_complete",
+        "todos",
+        "/todos",
+        "Mark the todo 'Pay rent' as completed.",
+        _todo_state,
+        _check_todo_complete,
+    ),
+    GuiTask(
+        "todo_delete",
+        "todos",
+        "/todos",
+        "Delete the todo 'Call mom'. Leave the others alone.",
+        _todo_state,
+        _check_todo_delete,
+    ),
+    GuiTask(
+        "todo_clear_done",
+        "todos",
+        "/todos",
+        "Delete every todo that is already completed, and nothing else.",
+        _todo_state,
+        _check_todo_clear_done,
+    ),
+    GuiTask(
+        "settings_dark",
+        "settings",
+        "/settings",
+        "Switch the theme to Dark and save the settings.",
+        _empty_state,
+        _check_settings_theme,
+    ),
+    GuiTask(
+        "settings_language",
+        "settings",
+        "/settings",
+        "Change the language to Deutsch, turn email notifications off and SMS notifications on, then save.",
+        _empty_state,
+        _check_settings_language,
+    ),
+    GuiTask(
+        "settings_name",
+        "settings",
+        "/settings",
+        "Change the display name to Captain Ada and save.",
+        _empty_state,
+        _check_settings_name,
+    ),
+    GuiTask(
+        "products_cheapest_garden",
+        "products",
+        "/products",
+        "Add the cheapest Garden product that is in stock to the wishlist (only that one).",
+        _empty_state,
+        _check_cheapest_garden,
+    ),
+    GuiTask(
+        "products_lighting_under_30",
+        "products",
+        "/products",
+        "Add every in-stock Lighting product that costs less than $30 to the wishlist, and no other product.",
+        _empty_state,
+        _check_lighting_under_30,
+    ),
+    GuiTask(
+        "products_office_filter",
+        "products",
+        "/products",
+        "Filter the product table to show only Office products that are in stock, sorted by "
+        "price from high to low, with no search text.",
+        _empty_state,
+        _check_office_filter,
+    ),
+    GuiTask(
+        "checkout_mug",
+        "shop",
+        "/shop",
+        f"Buy one Blue Mug: {_ADDRESS} with Standard shipping and pay by card with number "
+        "4242 4242 4242 4242.",
+        _empty_state,
+        _check_checkout_mug,
+    ),
+    GuiTask(
+        "checkout_multi",
+        "shop",
+        "/shop",
+        f"Order 3 Notebooks and 1 Pen: {_ADDRESS} with Express shipping, paying by Invoice.",
+        _empty_state,
+        _check_checkout_multi,
+    ),
 )
 
 TASK_BY_ID: dict[str, GuiTask] = {t.id: t for t in TASKS}
