@@ -25,7 +25,7 @@ import re
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -35,6 +35,11 @@ EMBEDDED_MODEL = "smollm2-135m-instruct"
 #: of a file path (licence and source notes beside each file, in ``openclaw_rl/data/``).
 PACKAGED_DATA = {"gsm8k": Path(__file__).resolve().parent / "data" / "gsm8k.json"}
 ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: Judges that run in this process; every other ``[prm_service] backend`` is an API channel.
+LOCAL_JUDGES = ("minilm", "local")
+#: Names of OpenAI-compatible gateways accepted as ``[prm_service] backend`` as they are (the
+#: walk-through names its gateway this way); any other channel is written ``api:<name>``.
+API_CHANNEL_NAMES = ("taotoken", "openai", "openrouter", "deepseek", "dashscope", "siliconflow")
 
 
 class ConfigError(ValueError):
@@ -226,7 +231,11 @@ class EnvServiceConfig(_Section):
 
 
 class PrmServiceConfig(_Section):
-    backend: str = Field("minilm", description="local | minilm | api | <any API channel name>")
+    backend: str = Field(
+        "minilm",
+        description="minilm (embedded classifier) | local (a local LLM) | api | api:<channel name> | a "
+        f"known channel name ({', '.join(API_CHANNEL_NAMES)}); every API form uses the [api] channel",
+    )
     model: str = EMBEDDED_MODEL
     vote_count: int = Field(3, ge=1)
     reward_space: list[int] = Field(default_factory=lambda: [1, -1, 0])
@@ -244,9 +253,20 @@ class PrmServiceConfig(_Section):
             raise ValueError(f"must be a subset of [1, -1, 0], got {v}")
         return v
 
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, v: str) -> str:
+        # A closed list: a typo such as "minlm" must not silently become the name of an API channel.
+        if v in LOCAL_JUDGES or v in API_CHANNEL_NAMES or v == "api" or (v.startswith("api:") and v[4:]):
+            return v
+        choices = [*LOCAL_JUDGES, "api", *API_CHANNEL_NAMES]
+        hint = _suggest(v, choices) or f'; to name an API channel, write backend = "api:{v}"'
+        raise ValueError(f"unknown judge backend{hint} (known: {', '.join(choices)}, api:<name>)")
+
     @property
     def uses_api(self) -> bool:
-        return self.backend not in ("local", "minilm")
+        """True when the judge runs through the ``[api]`` channel (every backend but the local ones)."""
+        return self.backend not in LOCAL_JUDGES
 
 
 class TrainingConfig(_Section):
@@ -426,6 +446,19 @@ def _expand(value: Any, where: str, problems: list[str], environ: dict[str, str]
     return value
 
 
+def _literal_choices(model: type[_Section], field: str) -> list[str]:
+    """The string values a ``Literal`` field (or a list of one) accepts, for a did-you-mean."""
+    found: list[str] = []
+    stack: list[Any] = [model.model_fields[field].annotation]
+    while stack:
+        tp = stack.pop()
+        if get_origin(tp) is Literal:
+            found.extend(a for a in get_args(tp) if isinstance(a, str))
+        else:
+            stack.extend(get_args(tp))
+    return found
+
+
 def _suggest(name: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -461,6 +494,8 @@ def build_config(
                 # The offending input is shown except for secrets, which never reach a message.
                 shown = "" if "key" in loc else f" (got {err.get('input')!r})"
                 msg = err["msg"].removeprefix("Value error, ")
+                if err["type"] == "literal_error" and isinstance(err.get("input"), str):
+                    msg += _suggest(err["input"], _literal_choices(model, str(err["loc"][0])))
                 problems.append(f"[{name}] {loc}: {msg}{shown}")
     if problems:
         raise ConfigError(source, problems)
@@ -510,22 +545,14 @@ def _is_loopback(host: str) -> bool:
         return False  # a host name: it may resolve to anything
 
 
-def open_endpoint_problem(pol: PolicyServiceConfig) -> str | None:
-    """Why serving on ``pol.host`` would expose an open model to the network, or None.
-
-    A non-loopback address without ``api_key`` lets anyone who reaches the port use (and, through
-    its turns, train) the model; it starts only when ``allow_open_endpoint = true`` says so.
-    """
-    if _is_loopback(pol.host) or pol.api_key is not None and pol.api_key.get_secret_value():
-        return None
-    if pol.allow_open_endpoint:
-        return None
-    return (
-        f"[policy_service] host = {pol.host!r} is reachable from other machines and api_key is not set: "
-        "anyone who reaches the port could use the model and put turns into its training. Set "
-        'api_key = "${OPENCLAW_RL_API_KEY}" (and give the key to your clients), bind 127.0.0.1, or '
-        "set allow_open_endpoint = true if an open endpoint is intended"
-    )
+def generates_client_key(pol: PolicyServiceConfig) -> bool:
+    """Whether the policy service makes its own client key at start: it binds an address other
+    machines can reach, no ``api_key`` is set and ``allow_open_endpoint`` does not say an open
+    endpoint is intended. Anyone who reached an open port could use the model and put turns into its
+    training, so such a service requires the key it writes to ``<log_dir>/client.key`` instead."""
+    if _is_loopback(pol.host) or pol.allow_open_endpoint:
+        return False
+    return pol.api_key is None or not pol.api_key.get_secret_value()
 
 
 def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
@@ -621,14 +648,6 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
             '[env_service] user_mode = "llm" writes the simulated user\'s replies through the API '
             'channel: it needs [api] base_url (or use user_mode = "scripted")'
         )
-    if tr.backend == "megatron":
-        errors.append(
-            f'[training] backend = "{tr.backend}" is not built yet; use '
-            'backend = "torch" (single process) or "fsdp" (multi-process)'
-        )
-    problem = open_endpoint_problem(pol)
-    if problem:
-        errors.append(problem)
     if not tr.opd_enabled and tr.binary_rl_weight == 0:
         errors.append("[training] binary_rl_weight = 0 with opd_enabled = false: no learning signal is left")
     return errors, warnings

@@ -200,7 +200,9 @@ class EvalLoop:
         self.service = PolicyService(self.ecfg)
         with contextlib.redirect_stdout(io.StringIO()):  # its "listening" line would read as the run's server
             self.url = self.service.start()
-        self.metrics = MetricsWriter(self.cfg.log_dir, tensorboard=self._tensorboard)
+        self.metrics = MetricsWriter(
+            self.cfg.log_dir, tensorboard=self._tensorboard, run_name=self.cfg.global_.run_name
+        )
         personas = ", ".join(self.cfg.env_service.personas)
         print(
             f"[eval] live evaluation every {self.cfg.training.eval_interval} updates: "

@@ -1,4 +1,5 @@
-"""``python -m openclaw_rl.launcher``: the same as ``openclaw-rl run`` (see :mod:`.launch`)."""
+"""``python -m openclaw_rl.launcher``: kept for those who used it; ``python -m openclaw_rl.launch``
+is the documented command (see :mod:`openclaw_rl.launch`)."""
 
 import sys
 

@@ -1,4 +1,4 @@
-"""``python -m openclaw_rl.launcher --config FILE [--dry-run]``: validate, check, then run the loops.
+"""``python -m openclaw_rl.launch --config FILE [--dry-run]``: validate, check, then run the loops.
 
 Validation happens before anything starts: a config error exits 2 listing every problem, known
 soft mistakes print as warnings. ``--dry-run`` then checks each of the four services concurrently
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import importlib.util
+import shlex
 import shutil
 import socket
 import sys
@@ -25,7 +26,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from openclaw_rl.config import Config, ConfigError, DataPathError, load_config, print_warnings
+from openclaw_rl.config import (
+    Config,
+    ConfigError,
+    DataPathError,
+    generates_client_key,
+    load_config,
+    print_warnings,
+)
 from openclaw_rl.runtime.rundir import RunDir
 
 DRY_RUN_DEADLINE_S = 25.0
@@ -88,7 +96,7 @@ def check_policy(cfg: Config) -> Check:
             directory = resolve_model_dir(pol.model)
         except ModelNotFoundError as exc:
             return Check("policy_service", False, str(exc))
-        ok, port = _port_free(pol.host, pol.port)
+        ok, _ = _port_free(pol.host, pol.port)
         replicas = (
             f"; {pol.num_engines} engine replicas on the cluster, {pol.engine_num_cpus:g} CPU / "
             f"{pol.engine_num_gpus:g} GPU each"
@@ -96,11 +104,13 @@ def check_policy(cfg: Config) -> Check:
             else ""
         )
         return Check(
-            "policy_service", ok, f"backend=transformers model {pol.model} at {directory}; {port}{replicas}"
+            "policy_service",
+            ok,
+            f"backend=transformers model {pol.model} at {directory}{replicas}{_front_door(cfg)}",
         )
     if pol.backend == "api":
         ok, detail = check_api(cfg)
-        return Check("policy_service", ok, f"backend=api: {detail}")
+        return Check("policy_service", ok, f"backend=api: {detail}{_front_door(cfg)}")
     url = pol.engine_root
     if pol.launch:
         from openclaw_rl.launcher.external import launch_problem
@@ -110,7 +120,30 @@ def check_policy(cfg: Config) -> Check:
             return Check("policy_service", False, problem)
         return Check("policy_service", True, f"backend={pol.backend}: the engine will be launched at start")
     ok, detail = _probe_openai(url if url.endswith("/v1") else f"{url}/v1", None, PROBE_TIMEOUT_S)
-    return Check("policy_service", ok, f"backend={pol.backend}: {detail}")
+    if not ok:
+        from openclaw_rl.launcher.external import ENGINE_MODULES, engine_command
+
+        command, env = engine_command(cfg)
+        shown = shlex.join(["python", *command[1:]])
+        detail += (
+            f"; start one with `{' '.join(f'{k}={v}' for k, v in env.items())}{' ' if env else ''}{shown}` "
+            f"(pip install {ENGINE_MODULES[pol.backend].split('.')[0]}; it needs a GPU), or set "
+            "[policy_service] launch = true to have the launcher start it"
+        )
+    return Check("policy_service", ok, f"backend={pol.backend}: {detail}{_front_door(cfg)}")
+
+
+def _front_door(cfg: Config) -> str:
+    """What the dry run says of the policy service's own port and its clients' key."""
+    pol = cfg.policy_service
+    free, port = _port_free(pol.host, pol.port)
+    text = f"; the service's own port: {port}" if free else f"; {port}"
+    if generates_client_key(pol):
+        text += (
+            f"; {pol.host} is reachable from other machines and no api_key is set, so the service will "
+            f"require the client key it writes to {RunDir.of(cfg).client_key_file}"
+        )
+    return text
 
 
 def check_prm(cfg: Config) -> Check:
@@ -175,10 +208,24 @@ def check_env(cfg: Config) -> Check:
     return Check("env_service", True, f"mode={env.mode}, num_envs={env.num_envs}, types={sorted(types)}")
 
 
+#: What a dry run says of ``[training] backend = "megatron"``: honest about what this release has.
+MEGATRON_NOT_BUILT = (
+    "Megatron-Core training is not part of this release (it could not be built and tested without "
+    'NVIDIA GPUs); the tested multi-GPU path is backend = "fsdp" (one process per GPU, '
+    '[training] num_processes; see docs/scaling.md), and backend = "torch" trains in one process'
+)
+
+
 def check_training(cfg: Config) -> Check:
     import torch
 
     device = cfg.training.device
+    if cfg.training.backend == "megatron":
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        found = f"found {gpus} CUDA device(s)" if gpus else "found none"
+        return Check(
+            "training", False, f"backend=megatron needs NVIDIA GPUs and {found}. {MEGATRON_NOT_BUILT}"
+        )
     if device.startswith("cuda") and not torch.cuda.is_available():
         return Check("training", False, f"device = {device!r} but no CUDA device is available")
     if cfg.training.lora and importlib.util.find_spec("peft") is None:
@@ -234,14 +281,10 @@ def launch(config_path: str, dry_run: bool = False) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if dry_run:
+        return _dry_run(cfg, config_path)
     print_warnings(cfg)
     checks = check_services(cfg)
-    if dry_run:
-        for c in checks:
-            print(c.line(), flush=True)
-        ok = all(c.ok for c in checks)
-        print(f"[dry-run] {'all services ready' if ok else 'not ready'}", flush=True)
-        return 0 if ok else 1
     failed = [c for c in checks if not c.ok]
     if failed:  # the dry run's own lines: nothing has started, nothing needs stopping
         for c in failed:
@@ -256,6 +299,7 @@ def launch(config_path: str, dry_run: bool = False) -> int:
         print(f"error: {log_problem}", file=sys.stderr)
         return 2
     RunDir.of(cfg).new_admin_key()  # this run's secret for its loops' admin calls (see rundir.py)
+    print(f"[launch] run={cfg.global_.run_name} config={config_path} log_dir={cfg.log_dir}", flush=True)
     if cfg.env_service.mode == "cloud":
         from openclaw_rl.launcher.cluster import run_cluster
 
@@ -265,12 +309,33 @@ def launch(config_path: str, dry_run: bool = False) -> int:
     return run_all(cfg, config_path)
 
 
+def _dry_run(cfg: Config, config_path: str) -> int:
+    """The dry run's report: the run, one line per service, the file's pitfalls; 0 when all are ready."""
+    print(f"[dry-run] run={cfg.global_.run_name} config={config_path} log_dir={cfg.log_dir}", flush=True)
+    checks = check_services(cfg)
+    for c in checks:
+        print(c.line(), flush=True)
+    for warning in cfg.warnings:
+        print(f"[dry-run] warning: {warning}", flush=True)
+    ok = all(c.ok for c in checks)
+    failed = ", ".join(c.service for c in checks if not c.ok)
+    print(f"[dry-run] {'all services ready' if ok else f'not ready: {failed}'}", flush=True)
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
+    """``python -m openclaw_rl.launch``: parse the command line and :func:`launch`."""
     parser = argparse.ArgumentParser(
-        prog="python -m openclaw_rl.launcher", description=__doc__.split("\n\n")[0]
+        prog="python -m openclaw_rl.launch",
+        description="Validate config.toml and check the four services (serving, environments, judge, "
+        "training); then run them, or with --dry-run report and exit.",
     )
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--config", required=True, help="path to config.toml")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the file, check every service, print one line each, exit",
+    )
     args = parser.parse_args(argv)
     return launch(args.config, dry_run=args.dry_run)
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import json
 
-from openclaw_rl.config import Config
+from openclaw_rl.config import Config, generates_client_key
+from openclaw_rl.runtime.rundir import RunDir
 
 #: The provider's name in openclaw.json; the model is addressed as ``openclaw-rl/<model id>``.
 PROVIDER = "openclaw-rl"
@@ -37,6 +38,25 @@ LARGE_WINDOW = 32_768
 def provider_url(cfg: Config) -> str:
     """The URL OpenClaw should call: the service's port on loopback when it binds every address."""
     return f"{cfg.policy_service.local_url}/v1"
+
+
+def _api_key(cfg: Config) -> str:
+    """What OpenClaw sends as its key: the ``api_key`` from the environment it was set from, the key
+    the service generated for a public bind (read from ``<log_dir>/client.key``), or any string for an
+    open loopback service."""
+    pol = cfg.policy_service
+    if pol.api_key is not None and pol.api_key.get_secret_value():
+        return "${OPENCLAW_RL_API_KEY}"
+    return RunDir.of(cfg).client_key(pol) or "none"
+
+
+def _api_key_note(cfg: Config) -> str:
+    pol = cfg.policy_service
+    if pol.api_key is not None and pol.api_key.get_secret_value():
+        return "// [policy_service] api_key: export OPENCLAW_RL_API_KEY with the same value"
+    if generates_client_key(pol):
+        return f"// the client key the service requires on {pol.host}, from {RunDir.of(cfg).client_key_file}"
+    return "// the service has no api_key; any string works (set one before exposing the port)"
 
 
 def openclaw_fragment(cfg: Config) -> dict:
@@ -59,8 +79,7 @@ def openclaw_fragment(cfg: Config) -> dict:
             "providers": {
                 PROVIDER: {
                     "baseUrl": provider_url(cfg),
-                    # the key clients must send ([policy_service] api_key); any string when none is set
-                    "apiKey": "${OPENCLAW_RL_API_KEY}" if pol.api_key is not None else "none",
+                    "apiKey": _api_key(cfg),
                     "api": "openai-completions",
                     "models": [
                         {
@@ -94,11 +113,7 @@ def render(cfg: Config) -> str:
     window = cfg.policy_service.max_model_len
     body = json.dumps(frag, indent=2)
     notes = {
-        '"apiKey"': (
-            "// [policy_service] api_key: export OPENCLAW_RL_API_KEY with the same value"
-            if cfg.policy_service.api_key is not None
-            else "// the service has no api_key; any string works (set one before exposing the port)"
-        ),
+        '"apiKey"': _api_key_note(cfg),
         '"contextWindow"': "// = [policy_service] max_model_len; OpenClaw compacts its history before it fills",
         '"skipBootstrap"': "// no workspace bootstrap files in the prompt",
         '"profile"': "// three tools instead of the full set: the default agent alone is ~18k tokens",

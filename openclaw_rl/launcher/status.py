@@ -10,15 +10,17 @@ from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Counters, Store
 
 
-def progress_line(c: Counters, evaluation: dict[str, Any] | None = None) -> str:
+def progress_line(c: Counters, evaluation: dict[str, Any] | None = None, run_name: str | None = None) -> str:
     """The one-line summary the launcher prints while running (and ``status`` prints once).
 
     ``evaluation``: the newest live evaluation (:func:`openclaw_rl.envs.eval_loop.latest_eval`), shown
-    as ``eval=0.47 (base 0.34)`` at the end of the line; None before the first one.
+    as ``eval=0.47 (base 0.34)`` at the end of the line; None before the first one. ``run_name``
+    (``[global] run_name``) leads the line, so two runs' lines are told apart.
     """
     reward = "n/a" if c.reward_mean is None else f"{c.reward_mean:+.2f}"
+    prefix = f"[progress] run={run_name} " if run_name else "[progress] "
     line = (
-        f"[progress] turns={c.turns} waiting={c.waiting} judged={c.judged} failed={c.failed} "
+        f"{prefix}turns={c.turns} waiting={c.waiting} judged={c.judged} failed={c.failed} "
         f"samples ready={c.samples_ready} training={c.samples_claimed} trained={c.samples_trained} "
         f"dropped={c.samples_dropped} step={c.trainer_updates} checkpointed={c.trainer_step} "
         f"version={c.policy_version} reward_mean={reward}"
@@ -40,7 +42,7 @@ def run_progress_line(cfg: Config, store: Store) -> str:
     ``metrics.jsonl`` (small: one row per update and per evaluation, so reading it is cheap)."""
     from openclaw_rl.envs.eval_loop import latest_eval
 
-    return progress_line(store.counters(), latest_eval(cfg.log_dir))
+    return progress_line(store.counters(), latest_eval(cfg.log_dir), cfg.global_.run_name)
 
 
 def status_command(cfg: Config) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import uvicorn
 
-from openclaw_rl.config import Config, open_endpoint_problem
+from openclaw_rl.config import Config, generates_client_key
 from openclaw_rl.policy.api_router import build_app
 from openclaw_rl.policy.engine import Engine
 from openclaw_rl.policy.forward import ForwardEngine
@@ -44,10 +44,6 @@ def build_engine(cfg: Config) -> Engine:
     return ForwardEngine(cfg)
 
 
-class OpenEndpointError(RuntimeError):
-    """A public address with no client key, and the config does not say that is intended."""
-
-
 class PolicyService:
     """Serve ``cfg.policy_service`` and record into ``store`` (default ``<log_dir>/store.sqlite``)."""
 
@@ -65,13 +61,11 @@ class PolicyService:
 
     # ------------------------------------------------------------------ setup
     def _prepare(self) -> tuple[uvicorn.Server, socket.socket]:
-        problem = open_endpoint_problem(self.pcfg)  # also here: `serve --host` bypasses the config file
-        if problem:
-            raise OpenEndpointError(problem)
+        run = RunDir.of(self.cfg)
+        # Decided here, not only in the config: `serve --host 0.0.0.0` changes the host after loading.
+        key = run.client_key(self.pcfg)
         self.engine.start()
         self.serving = Serving(self.cfg, self.engine, self.store)
-        key = self.pcfg.api_key.get_secret_value() if self.pcfg.api_key is not None else None
-        run = RunDir.of(self.cfg)
         app = build_app(self.serving, key, admin_key=run.admin_key(), weights_root=run.policies)
         sock = socket.socket(socket.AF_INET6 if ":" in self.pcfg.host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -93,6 +87,11 @@ class PolicyService:
         self._listen_line = (
             f"[policy_service] listening on {host}:{port}, max_concurrent={self.pcfg.max_concurrent}"
         )
+        if generates_client_key(self.pcfg):  # the path only: the key itself is never printed
+            self._listen_line += (
+                f"\n[policy_service] {host} is reachable from other machines and no api_key is set: clients "
+                f"must send the generated key in {run.client_key_file} (Authorization: Bearer <key>)"
+            )
         return server, sock
 
     # ------------------------------------------------------------------ background
@@ -180,7 +179,7 @@ def serve_command(cfg: Config, host: str | None, port: int | None) -> int:
     def body() -> int:
         try:
             PolicyService(cfg).run()
-        except (ModelNotFoundError, OpenEndpointError) as exc:
+        except ModelNotFoundError as exc:
             print(f"[policy_service] error: {exc}", file=sys.stderr)
             return 2
         except OSError as exc:

@@ -2,7 +2,7 @@
 files, and the end plot.
 
 Both live under ``log_dir``: ``metrics.jsonl`` (the record ``openclaw-rl status`` reads and the plot
-is drawn from) and ``tensorboard/`` (``tensorboard --logdir <log_dir>/tensorboard``). Rows carry a
+is drawn from) and ``tensorboard/<run_name>/`` (``tensorboard --logdir <log_dir>/tensorboard``). Rows carry a
 ``kind``: ``"train"`` (the trainer, one per update) or ``"eval"`` (the evaluator, one per evaluated
 policy version; see :mod:`openclaw_rl.envs.eval_loop`).
 """
@@ -31,14 +31,17 @@ class MetricsWriter:
     per process (their names carry the pid), so the writers share ``tensorboard/`` safely too.
     """
 
-    def __init__(self, log_dir: Path, tensorboard: bool = True):
+    def __init__(self, log_dir: Path, tensorboard: bool = True, run_name: str | None = None):
+        """``run_name`` (``[global] run_name``) is the TensorBoard run folder,
+        ``<log_dir>/tensorboard/<run_name>``, so TensorBoard lists the run by its name."""
         self.path = Path(log_dir) / METRICS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(log_dir=str(Path(log_dir) / "tensorboard"))
+            folder = Path(log_dir) / "tensorboard"
+            self._tb = SummaryWriter(log_dir=str(folder / run_name if run_name else folder))
 
     def write(self, step: int, values: dict[str, Any], kind: str = "train") -> None:
         row = {"kind": kind, "step": step, "time": time.time(), **values}

@@ -11,13 +11,16 @@ what lives inside it, so no loop spells a path out by hand::
     run.read_policy_pointer()                  # (3, Path(".../policy/v000003"))
     run.read_published_policy()                # PublishedPolicy(version=3, path=..., step=12)
     run.admin_key()                            # the secret of the policy service's admin routes
+    run.client_key(cfg.policy_service)         # the key its clients send (api_key, or generated)
 
 Exported policies go to ``policy/`` whether the online training loop or the offline
 ``openclaw-rl train`` wrote them, and the policy service's weight route loads only from there.
 
 The admin secret (``admin.key``, readable by the owner only) is how the run's own loops reach the
 policy service's admin routes (weight swaps, pause, closing sessions): the launcher makes a new one
-for each run, and the loops read it from here; it is never the user-facing ``api_key``.
+for each run, and the loops read it from here; it is never the user-facing ``api_key``. The client key (``client.key``, also 0600) is the
+user-facing key a policy service on a public address requires when the config sets none: it is
+made once, at the service's first start, and its clients (the run's own and the user's) read it.
 """
 
 from __future__ import annotations
@@ -29,23 +32,36 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from openclaw_rl.config import Config
+from openclaw_rl.config import Config, PolicyServiceConfig, generates_client_key
 
 #: The file naming the newest published policy version, inside :attr:`RunDir.policies`.
 POLICY_POINTER = "latest.json"
 
 
-def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
+def atomic_write_text(path: Path, text: str, mode: int = 0o644, exclusive: bool = False) -> bool:
     """Write ``text`` to ``path`` so a reader sees the old file or the new one, never half of one
-    (write a sibling temporary file, then ``os.replace``, which is atomic on POSIX). ``mode`` is set
-    when the temporary file is created, so a secret is never readable by others, even briefly."""
+    (write a sibling temporary file, then move it into place, which is atomic on POSIX). ``mode`` is
+    set when the temporary file is created, so a secret is never readable by others, even briefly.
+
+    ``exclusive``: only if ``path`` does not exist yet (the move is a hard link, which fails on an
+    existing name); returns False, writing nothing, when another writer was first. Two processes
+    that both find no secret thus agree on one."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())  # the bytes are on disk before the name points at them
-    os.replace(tmp, path)
+    if not exclusive:
+        os.replace(tmp, path)
+        return True
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink()
+    return True
 
 
 @dataclass(frozen=True)
@@ -123,23 +139,40 @@ class RunDir:
 
     def admin_key(self) -> str:
         """The run's admin secret; made now if this run has none yet (a policy service started
-        on its own, without the launcher). Two processes that both find none agree on one: the
-        file is created exclusively, and the loser reads the winner's."""
+        on its own, without the launcher)."""
+        return self._secret(self.admin_key_file)
+
+    @property
+    def client_key_file(self) -> Path:
+        """The client key a policy service on a public address makes when no ``api_key`` is set
+        (mode 0600); kept across restarts, so configured clients keep working (delete it to rotate)."""
+        return self.root / "client.key"
+
+    def client_key(self, pol: PolicyServiceConfig) -> str | None:
+        """The key clients of the policy service must send: ``[policy_service] api_key``, else the
+        generated client key (made now if there is none, see :func:`generates_client_key`), else
+        None (a loopback or declared-open endpoint)."""
+        if pol.api_key is not None and pol.api_key.get_secret_value():
+            return pol.api_key.get_secret_value()
+        if generates_client_key(pol):
+            return self._secret(self.client_key_file)
+        return None
+
+    def _secret(self, path: Path) -> str:
+        """The secret in ``path``, made (random, mode 0600) if there is none. Processes that race to
+        make it agree on one: the first exclusive write wins and the others read it."""
         for _ in range(50):
             try:
-                key = self.admin_key_file.read_text(encoding="utf-8").strip()
+                key = path.read_text(encoding="utf-8").strip()
             except FileNotFoundError:
                 key = ""
             if key:
                 return key
-            self.root.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(self.admin_key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                time.sleep(0.01)  # another process is writing it; read it on the next pass
+            if path.exists():  # created but empty: someone else's write, or a broken file
+                time.sleep(0.01)
                 continue
+            self.root.mkdir(parents=True, exist_ok=True)
             key = secrets.token_urlsafe(32)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(key)
-            return key
-        raise RuntimeError(f"{self.admin_key_file} exists but stays empty; delete it and start again")
+            if atomic_write_text(path, key, mode=0o600, exclusive=True):
+                return key
+        raise RuntimeError(f"{path} exists but stays empty; delete it and start again")

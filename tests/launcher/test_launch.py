@@ -19,7 +19,7 @@ def _launch(
     *args: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "openclaw_rl.launcher", *args],
+        [sys.executable, "-m", "openclaw_rl.launch", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -40,7 +40,7 @@ def test_dry_run_unreachable_hosts_fail_fast_and_keep_key_secret():
     start = time.monotonic()
     proc = _launch(
         "--config",
-        "configs/example.toml",
+        "configs/cluster.toml",
         "--dry-run",
         env={
             "TAOTOKEN_API_KEY": "sk-never-printed-0123456789",

@@ -60,3 +60,18 @@ def test_fragment_follows_the_config():
     )
     assert provider["models"][0]["contextWindow"] == 131072 and provider["models"][0]["maxTokens"] == 4096
     assert "compaction" not in frag["agents"]["defaults"]  # a large window keeps OpenClaw's default
+
+
+def test_fragment_carries_the_generated_client_key_of_a_public_bind(tmp_path):
+    """A public bind without api_key: the service requires the key it generates, and the fragment
+    reads that same key, so OpenClaw works against it unchanged."""
+    from openclaw_rl.runtime.rundir import RunDir
+
+    cfg = build_config(
+        {"global": {"log_dir": str(tmp_path)}, "policy_service": {"host": "0.0.0.0"}}, environ={}
+    )
+    text = render(cfg)
+    key = (tmp_path / "client.key").read_text()
+    assert _parse(text)["models"]["providers"]["openclaw-rl"]["apiKey"] == key
+    assert RunDir.of(cfg).client_key(cfg.policy_service) == key  # what the service will require
+    assert str(tmp_path / "client.key") in text  # the comment says where it came from

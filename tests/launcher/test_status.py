@@ -79,3 +79,11 @@ def test_the_launcher_waits_for_the_final_evaluation(tmp_path, capsys):
         done.cancel()
         evaluator.stop(timeout=10)
     assert not evaluator.alive()
+
+
+def test_the_run_name_leads_the_progress_line_and_status(tmp_path, capsys):
+    cfg = _cfg(tmp_path, eval_interval=0)
+    cfg.global_.run_name = "alice_week2"
+    Store(RunDir.of(cfg).store).close()
+    assert status_command(cfg) == 0
+    assert capsys.readouterr().out.startswith("[progress] run=alice_week2 turns=0 ")

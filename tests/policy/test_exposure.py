@@ -1,17 +1,20 @@
-"""Safe to expose: admin routes never open, weights only from the run's export folder, and no
-public address without a client key unless the config says an open endpoint is intended."""
+"""Safe to expose: admin routes never open, weights only from the run's export folder, and a public
+address without a configured key requires a generated client key, unless the config says an open
+endpoint is intended."""
 
 from __future__ import annotations
 
+import signal
 import stat
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
 
-from openclaw_rl.config import ConfigError, build_config
-from openclaw_rl.policy.server import OpenEndpointError, PolicyService
+from openclaw_rl.config import build_config, generates_client_key
+from openclaw_rl.runtime.ports import free_port
 from openclaw_rl.runtime.rundir import RunDir
 
 pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
@@ -49,17 +52,35 @@ def test_each_run_gets_a_new_private_admin_secret(tmp_path):
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "my-host.example"])
-def test_a_public_host_without_a_client_key_is_refused(host):
-    with pytest.raises(ConfigError) as exc:
-        build_config({"policy_service": {"host": host}}, environ={})
-    text = str(exc.value)
-    assert f"[policy_service] host = {host!r}" in text and "allow_open_endpoint" in text
-    # with a key, or with the open endpoint declared, it loads
-    assert (
-        build_config({"policy_service": {"host": host, "api_key": "k"}}, environ={}).policy_service.host
-        == host
+def test_a_public_host_without_a_client_key_gets_a_generated_one(host, tmp_path):
+    cfg = build_config({"global": {"log_dir": str(tmp_path)}, "policy_service": {"host": host}}, environ={})
+    assert generates_client_key(cfg.policy_service)
+    run = RunDir.of(cfg)
+    key = run.client_key(cfg.policy_service)
+    assert key and len(key) >= 32 and run.client_key_file.read_text() == key
+    assert stat.S_IMODE(run.client_key_file.stat().st_mode) == 0o600
+    assert run.client_key(cfg.policy_service) == key  # made once: configured clients keep working
+    # a key of the user's own, or a declared open endpoint, keep their meaning
+    keyed = build_config({"policy_service": {"host": host, "api_key": "k"}}, environ={}).policy_service
+    assert not generates_client_key(keyed) and RunDir(tmp_path / "k").client_key(keyed) == "k"
+    opened = build_config({"policy_service": {"host": host, "allow_open_endpoint": True}}, environ={})
+    assert RunDir(tmp_path / "o").client_key(opened.policy_service) is None
+
+
+def test_racing_processes_agree_on_one_client_key(tmp_path):
+    script = (
+        "import sys\n"
+        "from openclaw_rl.config import build_config\n"
+        "from openclaw_rl.runtime.rundir import RunDir\n"
+        "cfg = build_config({'global': {'log_dir': sys.argv[1]}, 'policy_service': {'host': '0.0.0.0'}}, environ={})\n"
+        "print(RunDir.of(cfg).client_key(cfg.policy_service))\n"
     )
-    assert build_config({"policy_service": {"host": host, "allow_open_endpoint": True}}, environ={})
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    keys = {p.communicate(timeout=60)[0].strip() for p in procs}
+    assert len(keys) == 1 and keys == {(tmp_path / "client.key").read_text()}
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "127.0.0.5"])
@@ -67,22 +88,14 @@ def test_loopback_needs_no_key(host):
     assert build_config({"policy_service": {"host": host}}, environ={}).policy_service.host == host
 
 
-def test_serve_host_override_is_checked_too(tmp_path, tiny_model_dir):
-    """`openclaw-rl serve --host 0.0.0.0` bypasses the file's validation; the server refuses anyway."""
-    cfg = build_config(
-        {
-            "global": {"log_dir": str(tmp_path)},
-            "policy_service": {"model": str(tiny_model_dir)},
-            "env_service": {"enabled": False},
-        },
-        environ={},
-    )
-    cfg.policy_service.host = "0.0.0.0"
-    with pytest.raises(OpenEndpointError, match="allow_open_endpoint"):
-        PolicyService(cfg).start()
+def test_a_public_bind_requires_the_generated_key(tmp_path, tiny_model_dir):
+    """`openclaw-rl serve --host 0.0.0.0` with no api_key: it starts, writes <log_dir>/client.key
+    (0600), says where it is without printing it, and refuses requests without it; admin routes stay
+    on their own secret."""
+    port = free_port()
     conf = tmp_path / "c.toml"
     conf.write_text(f'[global]\nlog_dir = "{tmp_path}"\n[policy_service]\nmodel = "{tiny_model_dir}"\n')
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -93,10 +106,55 @@ def test_serve_host_override_is_checked_too(tmp_path, tiny_model_dir):
             "--host",
             "0.0.0.0",
             "--port",
-            "0",
+            str(port),
         ],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=120,
     )
-    assert proc.returncode == 2 and "allow_open_endpoint" in proc.stderr and "Traceback" not in proc.stderr
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        key_file = tmp_path / "client.key"
+        key = key_file.read_text()
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        body = {"messages": USER, "max_tokens": 1}
+        r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        assert key not in r.text
+        wrong = httpx.post(
+            f"{url}/v1/chat/completions", json=body, headers={"Authorization": "Bearer x"}, timeout=60
+        )
+        assert wrong.status_code == 401
+        ok = httpx.post(
+            f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=60
+        )
+        assert ok.status_code == 200, ok.text
+        # the client key opens no admin route; the run's admin secret does
+        admin = httpx.post(
+            f"{url}/v1/admin/pause",
+            json={"paused": False},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=30,
+        )
+        assert admin.status_code == 401 and admin.json()["error"]["code"] == "invalid_admin_key"
+        run = RunDir(tmp_path)
+        admin = httpx.post(
+            f"{url}/v1/admin/pause",
+            json={"paused": False},
+            headers={"Authorization": f"Bearer {run.admin_key()}"},
+            timeout=30,
+        )
+        assert admin.status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=120)[0]
+    assert str(key_file) in out and "generated key" in out
+    assert key not in out  # the path is printed, the key never
+    assert key not in (tmp_path / "store.sqlite").read_bytes().decode("latin-1")
