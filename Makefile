@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 CONFIG  ?= configs/local.toml
 
-.PHONY: run test install lint clean sysdeps
+.PHONY: run test test-fast install lint format clean sysdeps
 
 $(BIN)/python:
 	@echo "[install] virtual environment in $(VENV)"
@@ -37,13 +37,26 @@ sysdeps:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap chromium >/dev/null)
 
 run: install
-	$(BIN)/python -m openclaw_rl.launcher --config $(CONFIG)
+	$(BIN)/python -m openclaw_rl.launch --config $(CONFIG)
 
-test: install sysdeps openclaw-client
+# The full suite: lint first (a drifted copy or a broken entry point fails here, in seconds), then
+# every test, including the slow ones that start real processes, the browser and the real client.
+test: lint sysdeps openclaw-client
 	OPENCLAW_RL_REQUIRE_CLIENT=1 $(BIN)/python -m pytest -q
 
+# The fast subset (under a minute): no real model, browser, sandbox or cluster.
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# Formatter check, linter, type checker: what CI runs before the tests.
 lint: install
+	$(BIN)/ruff format --check openclaw_rl tests bench
 	$(BIN)/ruff check openclaw_rl tests bench
+	$(BIN)/mypy
+
+format: install
+	$(BIN)/ruff format openclaw_rl tests bench
+	$(BIN)/ruff check --fix openclaw_rl tests bench
 
 clean:
 	rm -rf $(VENV) logs

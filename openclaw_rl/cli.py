@@ -1,6 +1,6 @@
 """``openclaw-rl``: one command, a verb per job.
 
-    openclaw-rl run    --config FILE [--dry-run]          the whole loop (same as python -m openclaw_rl.launcher)
+    openclaw-rl run    --config FILE [--dry-run]          the whole loop (same as python -m openclaw_rl.launch)
     openclaw-rl serve  --config FILE [--host H] [--port P] the policy service alone
     openclaw-rl judge  --config FILE --response T --next-state T [--role user|tool]
     openclaw-rl train  --config FILE --samples F.jsonl [--steps N] [--resume]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from openclaw_rl.config import ConfigError, build_config
+from openclaw_rl.launch import main as launch_main
 
 ROOT = Path(__file__).resolve().parents[1]
 CANONICAL = ROOT / "configs" / "example.toml"
@@ -104,17 +105,26 @@ PITFALLS = [  # (name, section, key, new value, what the message must say)
 ]
 
 
-def test_each_pitfall_has_its_message(tmp_path):
-    # Started together: each is a separate process, and they share the two cores' wait for torch.
-    runs = {name: _start(_variant(tmp_path, name, s, k, v)) for name, s, k, v, _ in PITFALLS}
-    unset = _variant(tmp_path, "unset_variable", "api", "timeout_sec", "60")
-    runs["unset_variable"] = _start(unset, {k: v for k, v in ENV.items() if k != "TAOTOKEN_API_KEY"})
-    results = {name: _finish(proc) for name, proc in runs.items()}
+def test_each_pitfall_has_its_message(tmp_path, monkeypatch, capsys):
+    """Each pitfall through the module's own ``main`` (what ``python -m openclaw_rl.launch`` runs),
+    in this process: eight interpreters importing torch at once would take half a minute."""
+    results: dict[str, tuple[int, str]] = {}
+    for name, section, key, value, _ in PITFALLS:
+        config = _variant(tmp_path, name, section, key, value)
+        monkeypatch.chdir(config.parent)
+        monkeypatch.setenv("TAOTOKEN_API_KEY", "sk-contract-test-never-printed")
+        code = launch_main(["--config", str(config), "--dry-run"])
+        captured = capsys.readouterr()
+        results[name] = (code, captured.out + captured.err)
     for name, *_, needle in PITFALLS:
         code, out = results[name]
         assert needle in out and code != 0, (name, out)
         assert "unknown key" not in out, (name, out)
-    code, out = results["unset_variable"]
+    monkeypatch.delenv("TAOTOKEN_API_KEY")
+    code = launch_main(
+        ["--config", str(_variant(tmp_path, "unset_variable", "api", "timeout_sec", "60")), "--dry-run"]
+    )
+    out = capsys.readouterr().err
     assert code == 2 and "TAOTOKEN_API_KEY is not set" in out and "[api] api_key" in out, out
 
 
