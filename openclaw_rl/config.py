@@ -57,6 +57,27 @@ class _Section(BaseModel):
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
+#: ``[policy_service] client_rules``: the clients whose own requests have rule sets.
+ClientRule = Literal["openclaw"]
+#: ``[env_service] interaction_types``: the environments a worker can run.
+InteractionType = Literal["chat", "terminal", "gui", "tool_call"]
+#: ``[env_service] personas``: the chat environment's simulated users.
+Persona = Literal["student", "teacher"]
+
+
+# Named default factories, not lambdas: a lambda's list literal is inferred as list[str], which
+# is not the field's list of a Literal type.
+def _all_client_rules() -> list[ClientRule]:
+    return ["openclaw"]
+
+
+def _chat_only() -> list[InteractionType]:
+    return ["chat"]
+
+
+def _both_personas() -> list[Persona]:
+    return ["student", "teacher"]
+
 
 class GlobalConfig(_Section):
     run_name: str = Field(
@@ -145,8 +166,8 @@ class PolicyServiceConfig(_Section):
         description="embedded engine: memory for key/value caches of earlier "
         "prompts, reused by a session's next turn and shared system prompts; 0 = off",
     )
-    client_rules: list[Literal["openclaw"]] = Field(
-        default_factory=lambda: ["openclaw"],
+    client_rules: list[ClientRule] = Field(
+        default_factory=_all_client_rules,
         description="clients whose own housekeeping requests (history "
         "summaries, memory flushes) are served as side turns, never trained on, and whose decorations of user "
         "messages (timestamps, runtime lines) are left out of next states; [] = none",
@@ -190,13 +211,11 @@ class PolicyServiceConfig(_Section):
 class EnvServiceConfig(_Section):
     mode: Literal["local", "cloud"] = "local"
     num_envs: int = Field(8, ge=0)
-    interaction_types: list[Literal["chat", "terminal", "gui", "tool_call"]] = Field(
-        default_factory=lambda: ["chat"]
-    )
+    interaction_types: list[InteractionType] = Field(default_factory=_chat_only)
     state_capture: bool = True
     enabled: bool = True
     user_mode: Literal["scripted", "llm"] = "scripted"
-    personas: list[Literal["student", "teacher"]] = Field(default_factory=lambda: ["student", "teacher"])
+    personas: list[Persona] = Field(default_factory=_both_personas)
     max_turns: int = Field(4, ge=1)
     data_path: str = Field(
         "gsm8k",

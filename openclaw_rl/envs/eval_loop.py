@@ -241,6 +241,7 @@ class EvalLoop:
         from openclaw_rl.envs.loop import PolicyRequestError
 
         assert self.service is not None and self.metrics is not None, "call start() first"
+        assert self.ecfg is not None, "call start() first"  # start() sets it before the service
         due = due_policy(self.cfg)
         if due is None or self._stop.is_set() or any(r.version == due.version for r in self.evaluated):
             return None
@@ -285,6 +286,7 @@ class EvalLoop:
 
     def _record_failure(self, due: PublishedPolicy, error: str) -> None:
         """A version that cannot be evaluated gets a row without a score: it is never retried."""
+        assert self.metrics is not None, "call start() first"
         print(f"[eval] version={due.version} step={due.step} not evaluated: {error}", flush=True)
         self.metrics.write(due.step or 0, {"policy_version": due.version, "error": error[:500]}, kind="eval")
 

@@ -477,7 +477,9 @@ class EnvLoop:
         info: dict[str, Any] = {}
 
         def stats(success: bool, error: str | None = None, **details: Any) -> EpisodeStats:
-            keep = {k: info[k] for k in ("task", "persona", "kind", "score", "preferences") if k in info}
+            keep: dict[str, Any] = {
+                k: info[k] for k in ("task", "persona", "kind", "score", "preferences") if k in info
+            }
             if group:
                 keep["group"] = group["X-Episode-Group"]
             return EpisodeStats(

@@ -29,7 +29,8 @@ import operator
 import random
 import re
 import uuid
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, TypedDict
 
 from openclaw_rl.config import resolve_data_path
 from openclaw_rl.envs.base import Env, Observation, StepResult, register
@@ -93,7 +94,7 @@ class ToolError(ValueError):
 
 # ---- calculator ----
 
-_BINOPS = {
+_BINOPS: dict[type[ast.operator], Callable[[float, float], float]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
@@ -102,8 +103,14 @@ _BINOPS = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_UNOPS = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-_FUNCS = {"abs": abs, "round": round, "min": min, "max": max, "sqrt": math.sqrt}
+_UNOPS: dict[type[ast.unaryop], Callable[[float], float]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_FUNCS: dict[str, Callable[..., float]] = {
+    "abs": abs,
+    "round": round,
+    "min": min,
+    "max": max,
+    "sqrt": math.sqrt,
+}
 
 
 def calculate(expression: str) -> float | int:
@@ -199,6 +206,14 @@ def parse_tool_calls(action: str | dict[str, Any]) -> tuple[str, list[dict[str, 
     return action, calls, False
 
 
+class _InventoryRow(TypedDict):
+    """One row of a lookup task's ``inventory.json``."""
+
+    item: str
+    price: int
+    stock: int
+
+
 @register("tool_call")
 class ToolCallEnv(Env):
     """GSM8K and lookup tasks with real tools; see the module docstring."""
@@ -280,7 +295,9 @@ class ToolCallEnv(Env):
             "grape",
         ]
         r.shuffle(names)
-        rows = [{"item": n, "price": r.randint(1, 40), "stock": r.randint(0, 200)} for n in names[:8]]
+        rows: list[_InventoryRow] = [
+            {"item": n, "price": r.randint(1, 40), "stock": r.randint(0, 200)} for n in names[:8]
+        ]
         self.sandbox.write_file("inventory.json", json.dumps(rows, indent=1) + "\n")
         target = r.choice(rows)
         form = r.choice(("price", "stock", "value"))
@@ -300,15 +317,15 @@ class ToolCallEnv(Env):
         content, calls, native = parse_tool_calls(action)
         if not calls:
             success = _final_number_matches(content, self.answer)
-            obs = "Correct." if success else "That answer is not correct."
+            verdict = "Correct." if success else "That answer is not correct."
             info = {
                 **self.task,
                 "success": success,
                 "final": True,
                 "next_state_role": "user",
-                "messages": [{"role": "user", "content": obs}],
+                "messages": [{"role": "user", "content": verdict}],
             }
-            return obs, 1.0 if success else 0.0, True, False, info
+            return verdict, 1.0 if success else 0.0, True, False, info
         messages = []
         errors = 0
         for i, call in enumerate(calls[:8]):  # a reply with dozens of calls gets the first 8 run

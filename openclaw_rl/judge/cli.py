@@ -41,7 +41,7 @@ def judge_command(cfg: Config, response: str, next_state: str, role: str) -> int
         judge = make_judge(cfg)
         setup = time.perf_counter() - t0
         try:
-            result = await judge.score(response, NextState(role=role, content=next_state))  # type: ignore[arg-type]
+            result = await judge.score(response, NextState(role=role, content=next_state))
         finally:
             await judge.close()
         return {

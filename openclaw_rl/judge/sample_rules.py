@@ -260,7 +260,8 @@ def _sample(
     advantage: float | None = None,
     group_id: str | None = None,
 ) -> Sample:
-    use_topk = training.topk_distill and opd is not None and opd.teacher_topk_ids is not None
+    # The judgement whose top-k the sample carries: with topk_distill, an OPD part that has one.
+    topk = opd if training.topk_distill and opd is not None and opd.teacher_topk_ids is not None else None
     return Sample(
         sample_id=f"{turn.session_id}:{turn.turn_index}{':' + suffix if suffix else ''}",
         session_id=turn.session_id,
@@ -274,6 +275,6 @@ def _sample(
         advantage=advantage,
         group_id=group_id,
         teacher_logprobs=opd.teacher_logprobs if opd is not None else None,
-        teacher_topk_ids=opd.teacher_topk_ids if use_topk else None,
-        teacher_topk_logprobs=opd.teacher_topk_logprobs if use_topk else None,
+        teacher_topk_ids=topk.teacher_topk_ids if topk is not None else None,
+        teacher_topk_logprobs=topk.teacher_topk_logprobs if topk is not None else None,
     )

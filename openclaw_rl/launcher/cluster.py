@@ -297,8 +297,9 @@ class ClusterEnvRunner:
         ``group_size`` episodes of one task (same type, persona and seed)."""
         es = self.cfg.env_service
         if not self._pending:
-            itype = self.rng.choice(es.interaction_types)
-            persona = self.rng.choice(es.personas) if itype == "chat" else None
+            # Plain names from here on, as an EpisodeSpec carries them to the worker.
+            itype: str = self.rng.choice(es.interaction_types)
+            persona: str | None = self.rng.choice(es.personas) if itype == "chat" else None
             seed = self.rng.randrange(1 << 30)
             from openclaw_rl.envs.loop import group_headers  # envs is loaded only where episodes run
 

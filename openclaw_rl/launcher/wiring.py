@@ -93,15 +93,16 @@ class Child:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, timeout: float) -> None:
-        if not self.alive():
+        proc = self.proc
+        if proc is None or proc.poll() is not None:  # never started, or already exited
             return
-        self.proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=timeout)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             print(f"[launch] {self.name} did not stop within {timeout:.0f}s; killing it", flush=True)
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 def policy_url(cfg: Config) -> str:
@@ -274,7 +275,7 @@ def run_all(cfg: Config, config_path: str) -> int:
         while not stopping:
             time.sleep(0.5)
             trainer = children["training"]
-            if not trainer.alive() and trainer.proc.returncode == 0:
+            if not trainer.alive() and trainer.proc is not None and trainer.proc.returncode == 0:
                 print("[launch] training reached max_steps; stopping the run", flush=True)
                 reached_max_steps = True
                 break

@@ -384,7 +384,7 @@ class Serving:
         self.store.record_turn(
             turn, next_state_for_previous=a.next_state if main else None, prefix_digest=key, episode=a.episode
         )
-        if main:
+        if key is not None:  # a main turn
             self.sessions.remember_key(key, a.session_id)
         if a.done:
             self.store.close_session(a.session_id)

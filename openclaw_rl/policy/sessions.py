@@ -87,7 +87,7 @@ def next_state_of(messages: list[ChatMessage]) -> NextState | None:
     if tail[-1].role == "tool":
         tools = [m for m in tail if m.role == "tool"]
         return NextState(role="tool", content="\n".join(m.text for m in tools))
-    return NextState(role=tail[-1].role, content=tail[-1].text)  # type: ignore[arg-type]
+    return NextState(role=tail[-1].role, content=tail[-1].text)
 
 
 class SessionManager:

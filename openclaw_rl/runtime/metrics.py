@@ -70,7 +70,7 @@ def read_metrics(log_dir: Path, kind: str | None = None) -> list[dict[str, Any]]
     first; ``kind``: only the rows of that kind (other lines are not even parsed)."""
     path = Path(log_dir) / METRICS_FILE
     marker = None if kind is None else json.dumps({"kind": kind})[1:-1]  # '"kind": "eval"', as written
-    rows = []
+    rows: list[dict[str, Any]] = []
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:

@@ -77,7 +77,9 @@ def _convert_gguf(pkg: Path, cache: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(pkg, gguf_file=GGUF_FILE)
     tokenizer = AutoTokenizer.from_pretrained(pkg, gguf_file=GGUF_FILE)
     # The weights are plain float32 after de-quantisation; drop the GGUF marker so they serialise.
-    model.hf_quantizer = None
+    # ignore: the Auto class's return type does not declare hf_quantizer, so mypy falls back to
+    # torch's Module.__setattr__, typed to take only a Tensor or a Module.
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(tmp)
@@ -112,6 +114,8 @@ def load_model(name: str, device: str = "cpu", dtype: str = "float32"):
     directory = resolve_model_dir(name)
     quiet_loading()
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=getattr(torch, dtype))
-    model.to(device)
+    # ignore: transformers wraps PreTrainedModel.to in functools.wraps, whose stub does not bind
+    # self, so mypy takes the device for the model.
+    model.to(device)  # type: ignore[arg-type]
     model.eval()
     return model, load_tokenizer(name)

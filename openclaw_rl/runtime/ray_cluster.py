@@ -69,14 +69,12 @@ def check_ray_address(address: str | None, timeout_s: float = ADDRESS_TIMEOUT_S)
     """
     if not address:
         return '[global] ray_address is not set (the head\'s host:port, or "auto")'
-    resolved = address
-    if address == "auto":
-        resolved = _resolve_auto()
-        if resolved is None:
-            return (
-                '[global] ray_address = "auto": no Ray cluster recorded on this machine '
-                "(no $RAY_ADDRESS, no /tmp/ray/ray_current_cluster); start one with `ray start --head`"
-            )
+    resolved = _resolve_auto() if address == "auto" else address
+    if resolved is None:  # only "auto" can resolve to nothing
+        return (
+            '[global] ray_address = "auto": no Ray cluster recorded on this machine '
+            "(no $RAY_ADDRESS, no /tmp/ray/ray_current_cluster); start one with `ray start --head`"
+        )
     try:
         host, port = parse_address(resolved)
     except ValueError as exc:

@@ -46,7 +46,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -378,7 +378,7 @@ class Store:
         self,
         turn: Turn,
         result: JudgeResult,
-        samples: list[Sample] = (),
+        samples: Sequence[Sample] = (),
         retry_after_s: float = 10.0,
         worker: str | None = None,
     ) -> bool:
@@ -592,6 +592,13 @@ class Store:
         row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return default if row is None else json.loads(row[0])
 
+    def _meta_int(self, key: str, default: int) -> int:
+        """A counter kept in ``meta`` (written as a JSON number), or ``default`` while unset."""
+        value = self.get_meta(key, default)
+        if not isinstance(value, int | float | str):  # what int() accepts of what JSON holds
+            raise TypeError(f"meta {key!r} is {value!r}, not a number")
+        return int(value)
+
     def counters(self) -> Counters:
         turn_counts = dict(
             self._db.execute(
@@ -613,7 +620,7 @@ class Store:
             samples_trained=sample_counts.get("trained", 0),
             samples_dropped=sample_counts.get("dropped", 0),
             reward_mean=None if reward is None else float(reward),
-            policy_version=int(self.get_meta("policy_version", 0)),
-            trainer_step=int(self.get_meta("trainer_step", 0)),
-            trainer_updates=int(self.get_meta("trainer_updates", self.get_meta("trainer_step", 0))),
+            policy_version=self._meta_int("policy_version", 0),
+            trainer_step=self._meta_int("trainer_step", 0),
+            trainer_updates=self._meta_int("trainer_updates", self._meta_int("trainer_step", 0)),
         )

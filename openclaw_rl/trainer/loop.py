@@ -131,13 +131,20 @@ class TrainingLoop:
         self._stop.set()
 
     @property
+    def started_trainer(self) -> Trainer:
+        """The trainer :meth:`start` built (or was given); a RuntimeError before there is one."""
+        if self.trainer is None:
+            raise RuntimeError("the training loop is not started: call start() first")
+        return self.trainer
+
+    @property
     def done(self) -> bool:
         max_steps = self.cfg.training.max_steps
-        return self._stop.is_set() or (max_steps is not None and self.trainer.step >= max_steps)
+        return self._stop.is_set() or (max_steps is not None and self.started_trainer.step >= max_steps)
 
     def run(self) -> int:
         """Train until ``max_steps`` or :meth:`stop`; always ends with a checkpoint."""
-        assert self.trainer is not None, "call start() first"
+        trainer = self.started_trainer
         tc = self.cfg.training
         try:
             while not self.done:
@@ -151,8 +158,8 @@ class TrainingLoop:
             self.metrics.close()
             if self._swap_thread is not None:
                 self._swap_thread.join(timeout=30)
-        print(f"[training] stopped at step={self.trainer.step} version={self.version}", flush=True)
-        return 0 if tc.max_steps is None or self.trainer.step >= tc.max_steps or self._stop.is_set() else 1
+        print(f"[training] stopped at step={trainer.step} version={self.version}", flush=True)
+        return 0 if tc.max_steps is None or trainer.step >= tc.max_steps or self._stop.is_set() else 1
 
     def _ready_for_update(self) -> bool:
         if self.cfg.global_.async_mode:
@@ -186,7 +193,7 @@ class TrainingLoop:
 
     def update_once(self) -> dict[str, float]:
         """Claim one batch, run one PPO update, then sync and checkpoint on their intervals."""
-        tc, trainer = self.cfg.training, self.trainer
+        tc, trainer = self.cfg.training, self.started_trainer
         step = trainer.step + 1
         batch = self.store.claim_samples(tc.batch_size, step, self.version, tc.max_staleness)
         if not batch:
@@ -213,17 +220,18 @@ class TrainingLoop:
 
     def _publish(self) -> None:
         """Export a new policy version, repoint ``latest``, tell serving without waiting on it."""
+        trainer = self.started_trainer
         self.version += 1
-        path = self.trainer.export_policy(self.run_dir.policies, self.version)
-        self.run_dir.publish_policy(self.version, path, step=self.trainer.step)
-        print(f"[async] published policy version={self.version} at step={self.trainer.step}", flush=True)
+        path = trainer.export_policy(self.run_dir.policies, self.version)
+        self.run_dir.publish_policy(self.version, path, step=trainer.step)
+        print(f"[async] published policy version={self.version} at step={trainer.step}", flush=True)
         if self.policy_url:
             if self._swap_thread is not None:
                 self._swap_thread.join()  # at most one swap in flight; a newer one supersedes on arrival
-            version = self.version
+            url, version = self.policy_url, self.version
 
             def swap() -> None:
-                err = request_swap(self.cfg, self.policy_url, path, version)
+                err = request_swap(self.cfg, url, path, version)
                 if err:
                     print(f"[async] weight swap to version={version} not applied: {err}", flush=True)
 
@@ -232,13 +240,14 @@ class TrainingLoop:
 
     def _commit_checkpoint(self) -> None:
         """The trainer has just written a checkpoint: its claimed samples become trained."""
-        self.store.commit_checkpoint(self.trainer.step, self.version)
+        self.store.commit_checkpoint(self.started_trainer.step, self.version)
 
     def _checkpoint(self) -> None:
         """Final checkpoint, unless the last update already wrote one for this very step."""
-        latest = self.trainer.latest_checkpoint()
-        if latest is None or latest.name != f"step_{self.trainer.step:08d}":
-            self.trainer.save_checkpoint()
+        trainer = self.started_trainer
+        latest = trainer.latest_checkpoint()
+        if latest is None or latest.name != f"step_{trainer.step:08d}":
+            trainer.save_checkpoint()
         self._commit_checkpoint()
 
 

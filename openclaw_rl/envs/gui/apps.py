@@ -405,6 +405,8 @@ class _Handler(BaseHTTPRequestHandler):
         """Silence the per-request stderr line (the server keeps its own request list)."""
 
     def _answer(self, method: str, form: dict[str, str]) -> None:
+        status: int  # HTTPStatus.OK, or the plain code a view raised
+        location: str | None
         try:
             body = self.app.handle(method, self.path, form)
             status, location = HTTPStatus.OK, None

@@ -57,6 +57,8 @@ SYSTEM_PROMPT = (
 )
 
 TEXT_ROLES = frozenset({"textbox", "searchbox", "spinbutton"})
+#: A :data:`StepResult` whose observation is text: the GUI always answers with the page as lines.
+TextStepResult = tuple[str, float, bool, bool, dict[str, Any]]
 _instances = itertools.count(1)
 
 
@@ -406,7 +408,7 @@ class GuiEnv(Env):
             )
         return msgs
 
-    def _step(self, wrapped: Unwrapped) -> StepResult:
+    def _step(self, wrapped: Unwrapped) -> TextStepResult:
         if self._task is None or self._closed:
             return self._ended_result("there is no episode: call reset() first")
         if self._over:
@@ -715,7 +717,9 @@ class GuiEnv(Env):
             info["screenshot_error"] = outcome.screenshot_error
         return info
 
-    def _result(self, outcome: _Outcome, header: str, act: Action | None, done: bool = False) -> StepResult:
+    def _result(
+        self, outcome: _Outcome, header: str, act: Action | None, done: bool = False
+    ) -> TextStepResult:
         lines = [f"Step {self._steps} of {self.max_steps}. {header}"]
         if outcome.error:
             lines.append(f"Error: {outcome.error}")
@@ -748,8 +752,8 @@ class GuiEnv(Env):
             lines += ["", render_page(snap, self.max_lines)]
         return "\n".join(lines), reward, terminated, truncated, info
 
-    def _ended_result(self, message: str) -> StepResult:
-        info = {
+    def _ended_result(self, message: str) -> TextStepResult:
+        info: dict[str, Any] = {
             "next_state_role": "environment",
             "task": self._task.id if self._task else None,
             "task_id": self._task.id if self._task else None,
