@@ -97,7 +97,7 @@ class TrainingLoop:
         self.policy_url = policy_url
         self.run_dir = RunDir.of(cfg)
         self.store = store or Store(self.run_dir.store)
-        self.metrics = MetricsWriter(cfg.log_dir)
+        self.metrics = MetricsWriter(cfg.log_dir, run_name=cfg.global_.run_name)
         self.trainer: Trainer | None = trainer
         self.version = 0
         self._stop = threading.Event()
