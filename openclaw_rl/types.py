@@ -23,10 +23,17 @@ StateRole = Literal["user", "tool", "environment", "system"]
 
 
 class NextState(BaseModel):
-    """What followed an assistant turn: the user's reply, a tool's output, a terminal's result."""
+    """What followed an assistant turn: the user's reply, a tool's output, a terminal's result.
+
+    ``truth``: in a simulated episode, the environment's own measure (0..1) of how well the turn met
+    its user (a persona's preference score), sent as ``X-Turn-Truth`` with the next state. It is
+    never shown to the judge nor used by the loss: it only measures how often the judge agrees with
+    the truth (docs/training.md "Signal health"). None for real users.
+    """
 
     role: StateRole
     content: str
+    truth: float | None = Field(None, ge=0, le=1)
 
 
 class Turn(BaseModel):

@@ -104,6 +104,56 @@ def latest_eval(log_dir: Path) -> dict[str, Any] | None:
     return newest
 
 
+#: The live eval's lead over the base that counts as "it has learned me" (sessions to learn).
+LEARNED_MARGIN = 0.15
+
+
+def sessions_to_learn(log_dir: Path, margin: float = LEARNED_MARGIN) -> int | None:
+    """How many conversations the run took to learn: the sessions seen by the update that made the
+    first evaluated policy scoring at least ``base + margin`` whose later evaluations all stay there
+    too; None when no evaluation got there (or stayed). Read from ``metrics.jsonl``: the evaluator's
+    rows (score, base, training step) and the trainer's (``sessions`` at each step)."""
+    rows = read_metrics(log_dir)
+    evals = [r for r in rows if r.get("kind") == "eval" and _score(r) is not None]
+    base = base_score(evals)
+    if base is None:
+        return None
+    trained = sorted(
+        (r for r in evals if r.get("policy_version") != BASE_VERSION), key=lambda r: int(r.get("step", 0))
+    )
+    first = None
+    for i, r in enumerate(trained):
+        if all((_score(later) or 0.0) >= base + margin for later in trained[i:]):
+            first = r
+            break
+    if first is None:
+        return None
+    sessions = {
+        int(r["step"]): r["sessions"]
+        for r in rows
+        if r.get("kind") == "train" and isinstance(r.get("sessions"), int | float) and "step" in r
+    }
+    step = int(first.get("step", 0))
+    known = [s for k, s in sessions.items() if k <= step]
+    return int(sessions.get(step, max(known) if known else 0))
+
+
+def learned_line(log_dir: Path, margin: float = LEARNED_MARGIN) -> str | None:
+    """``[learned] ...``: sessions to learn, or how far the live eval is from it; None without evals."""
+    best = [r for r in eval_rows(log_dir) if _score(r) is not None]
+    base = base_score(best)
+    if base is None:
+        return None
+    n = sessions_to_learn(log_dir, margin)
+    if n is not None:
+        return f"[learned] sessions to learn: {n} (live eval >= base {base:.2f} + {margin:.2f} from then on)"
+    top = max(_score(r) or 0.0 for r in best)
+    return (
+        f"[learned] sessions to learn: not yet (best live eval {top:.2f}, base {base:.2f}; "
+        f"needs base + {margin:.2f} and to stay there)"
+    )
+
+
 def policy_step(cfg: Config, published: PublishedPolicy) -> int:
     """The training step ``published`` was exported at: the pointer's ``step``, else the step the
     export recorded beside the weights, else the step the trainer publishes that version at."""

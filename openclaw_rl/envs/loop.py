@@ -501,6 +501,7 @@ class EnvLoop:
             return stats(False, f"reset failed: {exc}", env_failed=True)
         messages = [dict(m) for m in info.get("messages", [])]
         tools = info.get("tools")
+        headers = dict(group or {})
         while True:
             try:
                 reply = client.complete(
@@ -511,7 +512,7 @@ class EnvLoop:
                     max_tokens=self.max_tokens,
                     temperature=self.temperature,
                     top_p=self.top_p,
-                    extra_headers=group,
+                    extra_headers=headers,
                 )
             except PolicyRequestError as exc:
                 log.warning("[env_service] worker %d: %s", index, exc)
@@ -530,8 +531,10 @@ class EnvLoop:
                 # The session was closed with this request; the next state is never sent back.
                 return stats(bool(info.get("success")), None, state_captured=False)
             messages.extend(info.get("messages", []))
+            # The next request carries this turn's next state, and with it the truth it scores.
+            headers = {**(group or {}), **truth_header(info)}
             if terminated or truncated:
-                closing_headers = dict(group or {})
+                closing_headers = dict(headers)
                 if group and reports_outcome(self.cfg, itype):
                     closing_headers["X-Episode-Outcome"] = str(episode_outcome(info))
                 try:
@@ -550,6 +553,16 @@ class EnvLoop:
                 if closing is None:
                     return None
                 return stats(bool(info.get("success")), None, truncated=truncated)
+
+
+def truth_header(info: dict[str, Any]) -> dict[str, str]:
+    """``X-Turn-Truth`` for the request after a step: the environment's own score (0..1) of the
+    response it just saw (a chat persona's preference score, ``info["score"]``), which the judge
+    never sees and the trainer compares the judge's verdicts with; empty when the env has none."""
+    score = info.get("score")
+    if isinstance(score, int | float) and not isinstance(score, bool) and 0.0 <= score <= 1.0:
+        return {"X-Turn-Truth": f"{float(score):.6g}"}
+    return {}
 
 
 def reports_outcome(cfg: Config, itype: str) -> bool:

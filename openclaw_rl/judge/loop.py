@@ -45,7 +45,9 @@ from openclaw_rl.judge.sample_rules import (
     RunningBaseline,
     build_samples,
     group_samples,
+    group_truth_counts,
     guarantee_sample,
+    truth_counts,
 )
 from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
 from openclaw_rl.runtime.rundir import RunDir
@@ -148,7 +150,10 @@ class JudgeLoop:
         )
         if applied and result.ok:
             hinted = int(result.hint is not None and result.teacher_logprobs is not None)
-            await asyncio.to_thread(self.store.add_to_meta, SIGNAL_META, {"judged": 1, "hinted": hinted})
+            counts: dict[str, float] = {"judged": 1, "hinted": hinted}
+            if not grouped:  # a group's turns are compared with each other once it is complete
+                counts.update(truth_counts([turn], {turn.turn_index: result}))
+            await asyncio.to_thread(self.store.add_to_meta, SIGNAL_META, counts)
             if samples and not grouped:
                 await asyncio.to_thread(self.store.set_meta, BASELINE_META, self.baseline.to_dict())
         if not applied:
@@ -221,6 +226,7 @@ class JudgeLoop:
                     "groups_zero_advantage": int(stats.zero_advantage),
                     "group_reward_mean_sum": stats.reward_mean,
                     "group_reward_spread_sum": stats.reward_spread,
+                    **group_truth_counts(episodes),
                 },
             )
             log.info(

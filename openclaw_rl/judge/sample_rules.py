@@ -232,6 +232,76 @@ def group_samples(
     return samples, stats
 
 
+def truth_counts(turns: list[Turn], results: dict[int, JudgeResult]) -> dict[str, float]:
+    """Judge–truth agreement counters of judged turns alone (not in a group), for the signal-health
+    counters: a turn's truth says +1 when the simulated user was satisfied (truth 1), else -1.
+
+    ``truth_*`` keys: turns with a truth, the sum of their truths; pairs where the judge gave ±1 and
+    how many of them agree; and, per judge sign, the count and truth sum (do the turns judged +1
+    satisfy the user more than those judged -1?)."""
+    items: list[_TruthItem] = []
+    for t in turns:
+        if t.turn_index in results and t.next_state is not None and t.next_state.truth is not None:
+            score, truth = float(results[t.turn_index].score), t.next_state.truth
+            items.append(_TruthItem(score, _satisfied(truth), truth, score))
+    return _truth_counters(items)
+
+
+def _satisfied(truth: float) -> int:
+    return 1 if truth >= 1.0 else -1
+
+
+def group_truth_counts(episodes: list[Episode]) -> dict[str, float]:
+    """:func:`truth_counts` of a group's turns, relative to the group: at each position a turn's
+    truth says +1 when it satisfied the user more than the group's attempts there on average, -1
+    when less, and the judge's sign is its score's relative to the group's mean score. A position
+    with one attempt falls back to the absolute rule of :func:`truth_counts`."""
+    at: dict[int, list[tuple[float, float]]] = {}
+    for e in episodes:
+        judged = [t for t in e.turns if t.turn_index in e.results and t.response_ids]
+        for p, t in enumerate(judged):
+            if t.next_state is not None and t.next_state.truth is not None:
+                at.setdefault(p, []).append((float(e.results[t.turn_index].score), t.next_state.truth))
+    items: list[_TruthItem] = []
+    for members in at.values():
+        if len(members) < 2:
+            items.extend(_TruthItem(s, _satisfied(truth), truth, s) for s, truth in members)
+            continue
+        mean_s = sum(s for s, _ in members) / len(members)
+        mean_t = sum(truth for _, truth in members) / len(members)
+        for s, truth in members:
+            rel = truth - mean_t
+            items.append(_TruthItem(s - mean_s, 0 if abs(rel) <= ZERO else (1 if rel > 0 else -1), truth, s))
+    return _truth_counters(items)
+
+
+@dataclass(frozen=True)
+class _TruthItem:
+    """One judged turn with a truth: the judge's value (score, or its advantage in a group), the
+    truth's sign (+1 / -1; 0 when it says nothing), the truth itself and the judge's raw score."""
+
+    judge: float
+    truth_sign: int
+    truth: float
+    score: float
+
+
+def _truth_counters(items: list[_TruthItem]) -> dict[str, float]:
+    names = ("turns", "sum", "pairs", "agree", "pos", "pos_sum", "neg", "neg_sum")
+    out = {f"truth_{n}": 0.0 for n in names}
+    for it in items:
+        out["truth_turns"] += 1
+        out["truth_sum"] += it.truth
+        if abs(it.judge) > ZERO and it.truth_sign != 0:
+            out["truth_pairs"] += 1
+            out["truth_agree"] += int((it.judge > 0) == (it.truth_sign > 0))
+        side = "pos" if it.score > 0 else "neg" if it.score < 0 else None
+        if side:
+            out[f"truth_{side}"] += 1
+            out[f"truth_{side}_sum"] += it.truth
+    return out
+
+
 def guarantee_sample(
     turns: list[Turn], results: dict[int, JudgeResult], training: TrainingConfig
 ) -> Sample | None:

@@ -46,6 +46,9 @@ def run_progress_line(cfg: Config, store: Store) -> str:
 
 
 def status_command(cfg: Config) -> int:
+    """``openclaw-rl status``: the progress line, the last update, and sessions to learn."""
+    from openclaw_rl.envs.eval_loop import learned_line
+
     path = RunDir.of(cfg).store
     if not path.is_file():
         print(f"no run found: {path} does not exist")
@@ -61,5 +64,9 @@ def status_command(cfg: Config) -> int:
         print(
             f"[train] last update step={r['step']} loss={r.get('loss', float('nan')):.4g} "
             f"kl={r.get('kl', float('nan')):.4g} clip_frac={r.get('clip_frac', float('nan')):.4g}"
+            + (f" judge_agreement={r['judge_agreement']:.2f}" if "judge_agreement" in r else "")
         )
+    learned = learned_line(cfg.log_dir)
+    if learned:
+        print(learned)
     return 0

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 from openclaw_rl.config import CHILD_ENV, Config
-from openclaw_rl.envs.eval_loop import due_policy, live_eval_problem
+from openclaw_rl.envs.eval_loop import due_policy, learned_line, live_eval_problem
 from openclaw_rl.launcher.status import run_progress_line
 from openclaw_rl.runtime.metrics import plot_metrics
 from openclaw_rl.runtime.rundir import RunDir
@@ -297,6 +297,9 @@ def run_all(cfg: Config, config_path: str) -> int:
         if engine is not None:
             engine.stop()
         print(run_progress_line(cfg, store), flush=True)
+        learned = learned_line(cfg.log_dir)
+        if learned:
+            print(learned, flush=True)
         store.close()
         plot = plot_metrics(cfg.log_dir)
         if plot is not None:

@@ -14,7 +14,8 @@ One request goes through, in order:
    carries for the previous main turn (one commit); a side turn is written with ``turn_type = "side"``
    and never judged; ``session_done`` closes the session after the turn is stored; the
    ``X-Episode-*`` headers of an environment's episode (group, group size, outcome) are kept on the
-   session, validated before anything is recorded. A request that
+   session, validated before anything is recorded, and a simulated environment's ``X-Turn-Truth``
+   goes with the next state it scores. A request that
    fails to generate still delivers its next state (``attach_next_state``) so that no signal is lost.
 
 Logged user text is escaped (CR, LF and other control characters become ``\\n``-style escapes) so it
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -122,6 +124,24 @@ def _episode_headers(headers: dict[str, str]) -> EpisodeTag | None:
             "outcome": "X-Episode-Outcome",
         }[str(err["loc"][0])]
         raise APIError(400, f"header {name}: {err['msg']}", param=name) from None
+
+
+def _truth_header(raw: str | None) -> float | None:
+    """``X-Turn-Truth``: a simulated environment's score (0..1) of the turn this request's newest
+    message answers; see :class:`~openclaw_rl.types.NextState`."""
+    if raw is None:
+        return None
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= 1.0:  # also refuses nan
+        raise APIError(
+            400,
+            f"header X-Turn-Truth: expected a number from 0 to 1, got {escape_for_log(raw, 40)!r}",
+            param="X-Turn-Truth",
+        )
+    return value
 
 
 def _logprob_entry(token: str, lp: float, top: list[tuple[str, float]] | None) -> dict[str, Any]:
@@ -313,8 +333,11 @@ class Serving:
             done_h = _bool_header(headers.get("x-session-done"), "X-Session-Done")
             done = done_h if done_h is not None else bool(req.session_done)
             episode = _episode_headers(headers)
+            truth = _truth_header(headers.get("x-turn-truth"))
             assign = self.sessions.assign(req.messages, sid, ttype, done)  # type: ignore[arg-type]
             assign.episode = episode
+            if assign.next_state is not None and truth is not None:
+                assign.next_state.truth = truth
             if assign.next_state is not None and assign.next_state.role == "user" and rules:
                 assign.next_state.content = clean_user_text(assign.next_state.content, rules)
             gen.session_id = assign.session_id

@@ -149,6 +149,7 @@ class Counters:
     policy_version: int
     trainer_step: int  # the last update whose checkpoint is on disk (its samples count as trained)
     trainer_updates: int  # updates done, checkpointed or not
+    sessions: int = 0  # sessions with at least one main turn: the conversations had so far
 
 
 class Store:
@@ -609,6 +610,9 @@ class Store:
             self._db.execute("SELECT status, COUNT(*) FROM samples GROUP BY status").fetchall()
         )
         reward = self._db.execute("SELECT AVG(score) FROM turns WHERE status='judged'").fetchone()[0]
+        sessions = self._db.execute(
+            "SELECT COUNT(DISTINCT session_id) FROM turns WHERE turn_type='main'"
+        ).fetchone()[0]
         return Counters(
             turns=sum(turn_counts.values()),
             open=turn_counts.get("open", 0),
@@ -623,4 +627,5 @@ class Store:
             policy_version=self._meta_int("policy_version", 0),
             trainer_step=self._meta_int("trainer_step", 0),
             trainer_updates=self._meta_int("trainer_updates", self._meta_int("trainer_step", 0)),
+            sessions=int(sessions),
         )

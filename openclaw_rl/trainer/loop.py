@@ -57,6 +57,16 @@ def signal_health(
     * ``group_reward_mean`` / ``group_reward_spread``: the mean over the groups finished since of
       each group's episode-reward mean and spread;
     * ``zero_adv_group_frac``: the fraction of those groups whose rewards were all equal (no push).
+
+    In simulated runs, where the environment knows the truth (a persona's own preference score of
+    each response, which the judge never sees):
+
+    * ``truth_mean``: how satisfied the simulated users were by the turns judged since (0..1);
+    * ``judge_agreement``: of the turns the judge scored ±1 (in a group: relative to the group), the
+      fraction whose sign the truth shares (satisfied / not; in a group: more / less satisfied than
+      the group's other attempts). About 0.5 means the reward is noise;
+    * ``truth_judged_pos`` / ``truth_judged_neg``: the mean truth of the turns judged +1 and -1; a
+      working judge has the first well above the second.
     """
     out: dict[str, float] = {}
     advs = [abs(s.rl_signal) for s in batch if s.rl_signal is not None]
@@ -82,6 +92,14 @@ def signal_health(
         out["group_reward_mean"] = delta("group_reward_mean_sum") / groups
         out["group_reward_spread"] = delta("group_reward_spread_sum") / groups
         out["zero_adv_group_frac"] = delta("groups_zero_advantage") / groups
+    for name, count, total in (
+        ("truth_mean", "truth_turns", "truth_sum"),
+        ("judge_agreement", "truth_pairs", "truth_agree"),
+        ("truth_judged_pos", "truth_pos", "truth_pos_sum"),
+        ("truth_judged_neg", "truth_neg", "truth_neg_sum"),
+    ):
+        if delta(count) > 0:
+            out[name] = delta(total) / delta(count)
     return out
 
 
@@ -205,7 +223,9 @@ class TrainingLoop:
         metrics.update(signal_health(batch, signal if isinstance(signal, dict) else {}, self._last_signal))
         self._last_signal = signal if isinstance(signal, dict) else {}
         metrics["staleness_mean"] = sum(self.version - s.policy_version for s in batch) / len(batch)
-        metrics["samples_dropped"] = float(self.store.counters().samples_dropped)
+        counters = self.store.counters()
+        metrics["samples_dropped"] = float(counters.samples_dropped)
+        metrics["sessions"] = float(counters.sessions)  # conversations so far: "sessions to learn"
         self.metrics.write(trainer.step, metrics)
         self.store.set_meta("trainer_updates", trainer.step)  # progress shows updates before their checkpoint
         if trainer.step % self.cfg.policy_service.weight_sync_interval == 0:

@@ -264,3 +264,21 @@ def test_evaluator_process_runs_niced_and_stops_on_sigterm(tmp_path, tiny_model_
     assert "[eval] version=0 step=0 score=" in out and "(base)" in out
     assert "listening on" not in out  # the private service stays out of the run's output
     assert [r["policy_version"] for r in read_metrics(log_dir, kind="eval")] == [0]
+
+
+def test_sessions_to_learn_is_the_first_lasting_lead_of_the_live_eval(tmp_path):
+    from openclaw_rl.envs.eval_loop import learned_line, sessions_to_learn
+
+    writer = MetricsWriter(tmp_path, tensorboard=False)
+    for step, sessions in ((4, 10), (8, 20), (12, 30), (16, 40)):
+        writer.write(step, {"loss": 0.1, "sessions": sessions})
+    assert sessions_to_learn(tmp_path) is None and learned_line(tmp_path) is None  # no evaluation yet
+    writer.write(0, {"policy_version": 0, "score": 0.30}, kind="eval")
+    writer.write(4, {"policy_version": 1, "score": 0.50}, kind="eval")  # a lead that does not last
+    writer.write(8, {"policy_version": 2, "score": 0.40}, kind="eval")
+    assert sessions_to_learn(tmp_path) is None
+    assert "not yet (best live eval 0.50, base 0.30" in (learned_line(tmp_path) or "")
+    writer.write(12, {"policy_version": 3, "score": 0.46}, kind="eval")
+    writer.write(16, {"policy_version": 4, "score": 0.52}, kind="eval")
+    assert sessions_to_learn(tmp_path) == 30  # from step 12 on it stays at base + 0.15 or above
+    assert (learned_line(tmp_path) or "").startswith("[learned] sessions to learn: 30")

@@ -238,6 +238,10 @@ def test_chat_episodes_carry_the_users_feedback(tmp_path, gsm8k_path):
     assert feedback["role"] == "user" and "**" not in feedback["content"] and len(feedback["content"]) > 20
     assert reqs[-1]["headers"]["x-session-done"] == "true"
     assert all(r["headers"]["x-session-done"] == "false" for r in reqs[:-1])
+    # each request after the first carries the persona's own score of the turn it answers
+    assert "x-turn-truth" not in reqs[0]["headers"]
+    truths = [float(r["headers"]["x-turn-truth"]) for r in reqs[1:]]
+    assert truths and all(0.0 <= t <= 1.0 for t in truths)
 
 
 def test_a_group_plays_one_task_several_times_and_reports_its_outcome(tmp_path):

@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from openclaw_rl.config import TrainingConfig
-from openclaw_rl.judge.sample_rules import Episode, RunningBaseline, build_samples, group_samples
+from openclaw_rl.judge.sample_rules import (
+    Episode,
+    RunningBaseline,
+    build_samples,
+    group_samples,
+    group_truth_counts,
+    truth_counts,
+)
 from openclaw_rl.types import JudgeResult, NextState, Turn
 
 
@@ -128,3 +135,38 @@ def test_a_group_of_one_uses_the_running_baseline():
     b.advantage("outcome", -1.0)
     got = group_samples("g", [episode("a", [0], outcome=1.0)], TrainingConfig(), "outcome", b)[0]
     assert got[0].advantage == pytest.approx(2.0)
+
+
+def _with_truth(ep: Episode, truths: list[float]) -> Episode:
+    for t, truth in zip(ep.turns, truths, strict=True):
+        assert t.next_state is not None
+        t.next_state.truth = truth
+    return ep
+
+
+def test_truth_counts_measure_how_often_the_judge_agrees_with_the_simulated_user():
+    ep = _with_truth(episode("s", [1, -1, 1, 0]), [1.0, 0.25, 0.5, 0.75])
+    c = truth_counts(ep.turns, ep.results)
+    assert c["truth_turns"] == 4 and c["truth_sum"] == pytest.approx(2.5)
+    # +1 on a satisfied turn agrees, -1 on an unsatisfied one agrees, +1 on 0.5 does not; 0 is no pair
+    assert c["truth_pairs"] == 3 and c["truth_agree"] == 2
+    assert (c["truth_pos"], c["truth_pos_sum"]) == (2, pytest.approx(1.5))
+    assert (c["truth_neg"], c["truth_neg_sum"]) == (1, pytest.approx(0.25))
+    plain = episode("p", [1])  # a real user's turn has no truth: nothing is counted
+    assert truth_counts(plain.turns, plain.results)["truth_turns"] == 0
+
+
+def test_group_truth_is_relative_to_the_groups_other_attempts():
+    # two attempts at one task: nobody satisfied, but the first satisfied more (0.75 > 0.25)
+    a = _with_truth(episode("a", [1]), [0.75])
+    b = _with_truth(episode("b", [-1]), [0.25])
+    c = group_truth_counts([a, b])
+    assert c["truth_pairs"] == 2 and c["truth_agree"] == 2  # the judge ranked them right
+    flipped = group_truth_counts(
+        [_with_truth(episode("a", [-1]), [0.75]), _with_truth(episode("b", [1]), [0.25])]
+    )
+    assert flipped["truth_agree"] == 0
+    same = group_truth_counts(
+        [_with_truth(episode("a", [-1]), [0.5]), _with_truth(episode("b", [-1]), [0.5])]
+    )
+    assert same["truth_pairs"] == 0  # equal scores and equal truths: no push, no pair

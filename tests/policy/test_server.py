@@ -532,3 +532,28 @@ def test_episode_group_and_outcome_headers_are_kept_on_the_session(tiny_service,
         assert names in r.json()["error"]["message"] and r.json()["error"]["param"] in names
     assert svc.store.session_turns("bad-ep") == []  # refused before anything was recorded
     assert client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 2}).status_code == 200
+
+
+def test_a_simulated_users_truth_travels_with_the_next_state(tiny_service, client):
+    svc, _ = tiny_service
+    r0 = client.post(
+        "/v1/chat/completions", headers={"X-Session-Id": "tr"}, json={"messages": USER, "max_tokens": 3}
+    )
+    msgs = USER + [r0.json()["choices"][0]["message"], {"role": "user", "content": "no bold please"}]
+    for bad in ("1.5", "-0.1", "nan", "high"):
+        r = client.post(
+            "/v1/chat/completions",
+            headers={"X-Session-Id": "tr", "X-Turn-Truth": bad},
+            json={"messages": msgs, "max_tokens": 2},
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "X-Turn-Truth", bad
+    assert [t.next_state for t in svc.store.session_turns("tr")] == [None]  # nothing recorded on a 400
+    r1 = client.post(
+        "/v1/chat/completions",
+        headers={"X-Session-Id": "tr", "X-Turn-Truth": "0.25"},
+        json={"messages": msgs, "max_tokens": 2},
+    )
+    assert r1.status_code == 200
+    first = svc.store.session_turns("tr")[0]
+    assert first.next_state is not None and first.next_state.content == "no bold please"
+    assert first.next_state.truth == 0.25
