@@ -1,0 +1,97 @@
+"""Does the judge read the simulated users right? The judge on the personas' own replies.
+
+Binary RL learns from the judge's reading of the next state; in simulated runs the persona's reply
+is the next state, and the persona itself knows whether it was satisfied. This plays real
+:class:`~openclaw_rl.envs.chat.ChatEnv` episodes (student and teacher) with a fixed pool of
+responses, from ones that break every preference to ones that meet them all, takes the user's
+actual reply to each, and has the embedded judge (``[prm_service]`` of the config, ``vote_count``
+3) score it. It prints, per persona and per kind of reply (redo, correction, thanks, goodbye), how
+often the judge's sign matches the truth (redo / correction: -1; thanks / goodbye: +1), and the
+share of complaints the judge scored +1: each one of those is a push toward what the user
+complained about.
+
+    .venv/bin/python bench/persona_replies.py [--config configs/local.toml] [--episodes 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from openclaw_rl.config import load_config  # noqa: E402
+from openclaw_rl.envs.chat import ChatEnv  # noqa: E402
+from openclaw_rl.judge import make_judge  # noqa: E402
+from openclaw_rl.types import NextState  # noqa: E402
+
+#: Responses from worst to best for the student (markdown + assistant voice ... the student's own).
+STUDENT_RESPONSES = (
+    "Sure! Here's the solution:\n\n**Step 1:** Let's add the numbers.\n1. 12 + 8 = 20\n\nHope this helps!",
+    "Let's solve this step by step. First we add 12 and 8 to get 20. So the answer is 20.",
+    "I added 12 and 8 and got 20, then you divide by 2 to get 10.",
+    "I added 12 and 8 and got 20. Then I divided by 2 and got 10.",
+    "I added the two numbers and got 20, then I divided by 2.\nSo the answer is {answer}.",
+)
+#: The same for the teacher (curt and vague ... specific, friendly, named, with a next step).
+TEACHER_RESPONSES = (
+    "Wrong.",
+    "Certainly! Here is a comment: the answer is not correct.",
+    "{student}, your answer is not correct; the correct answer is {answer}.",
+    "Great effort, {student}! Your answer is correct: it is {answer}. Next time, double-check the units.",
+)
+
+
+def kind_of(env: ChatEnv, info: dict, message: str) -> str:
+    """What the user's reply is: a redo request, a correction, thanks (satisfied) or a goodbye."""
+    if info.get("success") and env.phase == "done":
+        return "goodbye"
+    if info.get("success"):
+        return "thanks"
+    if not any(not ok for ok in info.get("preferences", {}).values()):
+        return "correction"
+    return "redo"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default=str(ROOT / "configs" / "local.toml"))
+    ap.add_argument("--episodes", type=int, default=60, help="episodes per persona")
+    args = ap.parse_args()
+    cfg = load_config(args.config)
+    judge = make_judge(cfg)
+    rows: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for persona, pool in (("student", STUDENT_RESPONSES), ("teacher", TEACHER_RESPONSES)):
+        for ep in range(args.episodes):
+            env = ChatEnv(persona=persona, split="train", max_turns=4)
+            env.reset(seed=1000 + ep)
+            # one pass from a random point of the pool upwards: a user who gets better answers
+            for k in range(ep % len(pool), len(pool) + 1):
+                response = pool[min(k, len(pool) - 1)].format(**env.context)
+                message, _r, terminated, truncated, info = env.step(response)
+                kind = kind_of(env, info, message)
+                expected = 1 if kind in ("thanks", "goodbye") else -1
+                result = asyncio.run(judge.score(response, NextState(role="user", content=message)))
+                rows[(persona, kind)].append(result.score * expected)
+                if terminated or truncated:
+                    break
+    print(f"judge: [prm_service] backend={cfg.prm_service.backend} vote_count={cfg.prm_service.vote_count}")
+    print(f"{'persona':<9}{'reply':<12}{'n':>5}{'right':>8}{'wrong':>8}{'zero':>7}")
+    for (persona, kind), signs in sorted(rows.items()):
+        n = len(signs)
+        right, wrong, zero = (
+            sum(f(s) for s in signs) / n for f in (lambda s: s > 0, lambda s: s < 0, lambda s: s == 0)
+        )
+        print(f"{persona:<9}{kind:<12}{n:>5}{right:>8.2f}{wrong:>8.2f}{zero:>7.2f}")
+    complaints = [s for (_, kind), signs in rows.items() if kind in ("redo", "correction") for s in signs]
+    pos = sum(s < 0 for s in complaints)
+    print(f"\ncomplaints judged +1: {pos} of {len(complaints)} ({pos / max(1, len(complaints)):.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
