@@ -14,7 +14,9 @@ What changes under ``torch.distributed`` is only *where* each piece runs:
   a process with fewer micro-batches runs zero-weighted dummy ones;
 * checkpoints are ``torch.distributed.checkpoint`` (DCP) shards, which load on a *different*
   process count (DCP reshards on load); each checkpoint also holds the gathered policy export,
-  as the single-process trainer writes it.
+  as the single-process trainer writes it. Every rank writes into one temporary directory (named
+  by rank 0); rank 0 alone puts it in place, moves ``latest`` and prunes, through the same
+  :class:`~openclaw_rl.trainer.checkpoint.Publication` as the single-process trainer.
 
 Who drives: rank 0 runs the ordinary :class:`~openclaw_rl.trainer.loop.TrainingLoop` (store, metrics,
 weight publication — one writer of everything). Its trainer methods that need every process
@@ -34,7 +36,6 @@ import json
 import os
 import signal
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -47,15 +48,9 @@ from torch import Tensor
 
 from openclaw_rl.config import Config, load_config
 from openclaw_rl.runtime.ports import free_port
-from openclaw_rl.runtime.rundir import atomic_write_text
+from openclaw_rl.trainer.checkpoint import STATE_FILE, Publication, checkpoint_name
 from openclaw_rl.trainer.loop import TrainingLoop
-from openclaw_rl.trainer.ppo import (
-    POINTER_FILE,
-    POLICY_SUBDIR,
-    STATE_FILE,
-    Trainer,
-    micro_batches,
-)
+from openclaw_rl.trainer.ppo import POLICY_SUBDIR, Trainer, micro_batches
 from openclaw_rl.types import Sample
 
 DCP_SUBDIR = "dcp"
@@ -88,13 +83,17 @@ class FSDPTrainer(Trainer):
 
     def __init__(self, cfg: Config, model_name_or_dir: str):
         if not dist.is_initialized():
-            raise RuntimeError("FSDPTrainer needs torch.distributed initialised; start it through "
-                               "openclaw_rl.trainer.fsdp.spawn or torchrun")
+            raise RuntimeError(
+                "FSDPTrainer needs torch.distributed initialised; start it through "
+                "openclaw_rl.trainer.fsdp.spawn or torchrun"
+            )
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
         if cfg.training.backend != "fsdp":
-            raise ValueError(f"[training] backend = {cfg.training.backend!r}: FSDPTrainer is backend = \"fsdp\"")
+            raise ValueError(
+                f'[training] backend = {cfg.training.backend!r}: FSDPTrainer is backend = "fsdp"'
+            )
         self.rank, self.world = _rank(), _world()
         # The base class builds the model on one device: on GPU, this process's cuda:<local rank>.
         device = cfg.training.device
@@ -163,7 +162,7 @@ class FSDPTrainer(Trainer):
     def _shard(self, items: Sequence[int], lengths: Sequence[int]) -> list[int]:
         """This rank's part of ``items``: longest first, dealt round-robin (token-balanced)."""
         order = sorted(items, key=lambda i: -lengths[i])
-        return order[self.rank::self.world]
+        return order[self.rank :: self.world]
 
     def _max_over_ranks(self, n: int) -> int:
         t = torch.tensor([n], dtype=torch.long)
@@ -182,8 +181,9 @@ class FSDPTrainer(Trainer):
         for _ in range(self._max_over_ranks(n_fwd) - n_fwd):
             super()._score(model, samples[:1])
         gathered: list[Any] = [None] * self.world
-        dist.all_gather_object(gathered, [(i, t.tolist()) for i, t in zip(mine, scored, strict=True)],
-                               group=self._ctrl)
+        dist.all_gather_object(
+            gathered, [(i, t.tolist()) for i, t in zip(mine, scored, strict=True)], group=self._ctrl
+        )
         out: list[Tensor] = [torch.empty(0)] * len(samples)
         for part in gathered:
             for i, row in part:
@@ -239,7 +239,7 @@ class FSDPTrainer(Trainer):
             flat /= self.world
             offset = 0
             for g in grads:
-                g.copy_(flat[offset: offset + g.numel()].view_as(g))
+                g.copy_(flat[offset : offset + g.numel()].view_as(g))
                 offset += g.numel()
         sq = torch.zeros((), dtype=torch.float64)
         for p in self.params:
@@ -263,20 +263,13 @@ class FSDPTrainer(Trainer):
         """The unsharded weights on rank 0 (CPU); an empty dict elsewhere. A collective."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return get_model_state_dict(
+            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
 
-    def _write_policy(self, directory: Path | None, version: int) -> None:
-        """Gather the weights (all ranks), write the loadable policy (rank 0) like the base class."""
-        state = self._full_state()
-        if self.rank != 0 or directory is None:
-            return
-        directory.mkdir(parents=True)
-        self.model.save_pretrained(directory, state_dict=state, safe_serialization=True)
-        if not self.tc.lora:
-            self.tokenizer.save_pretrained(directory)
-        meta = {"format": "openclaw-rl-policy/1", "kind": "lora" if self.tc.lora else "full",
-                "version": version, "step": self.step, "base_model": str(self.base_dir)}
-        (directory / "openclaw_policy.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    def _policy_weights(self) -> dict[str, Tensor]:
+        """Gather the unsharded weights for an export (a collective: every rank calls it)."""
+        return self._full_state()
 
     def export_policy(self, directory: Path, version: int) -> Path:
         """As :meth:`Trainer.export_policy`; every rank takes part, rank 0 writes."""
@@ -284,7 +277,7 @@ class FSDPTrainer(Trainer):
             if self.rank == 0:
                 final = super().export_policy(directory, version)
             else:
-                self._write_policy(None, version)
+                self._policy_weights()  # the gather rank 0's export is waiting for
                 final = Path(directory) / f"v{version:06d}"
             self._barrier()
             return final
@@ -292,6 +285,14 @@ class FSDPTrainer(Trainer):
     def _barrier(self) -> None:
         if self.world > 1:
             dist.barrier(group=self._ctrl)
+
+    def _from_rank0(self, value: Any) -> Any:
+        """Rank 0's ``value`` on every rank (a broadcast on the control group)."""
+        if self.world == 1:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, src=0, group=self._ctrl)
+        return box[0]
 
     def _dcp_state(self) -> dict[str, Any]:
         """Sharded model + optimizer state for DCP; with LoRA only the trainable (adapter) weights."""
@@ -303,40 +304,30 @@ class FSDPTrainer(Trainer):
             model_sd = {k: v for k, v in model_sd.items() if k in trainable}
         return {"model": model_sd, "optim": optim_sd}
 
-    def save_checkpoint(self) -> Path:
-        """Sharded DCP state + the gathered policy export, published atomically like the base class."""
-        import shutil
+    def _checkpoint_state(self) -> dict[str, Any]:
+        """The base class's state plus who wrote it: resume refuses a non-FSDP checkpoint."""
+        return {**super()._checkpoint_state(), "backend": "fsdp", "num_processes": self.world}
 
+    def save_checkpoint(self) -> Path:
+        """Sharded DCP state + the gathered policy export, published like the base class's checkpoints."""
         import torch.distributed.checkpoint as dcp
 
         with self._collective("save_checkpoint"):
-            root = self.checkpoint_root
-            name = f"step_{self.step:08d}"
-            final = root / name
-            # One temporary name for all ranks (they must write into the same directory).
-            tmp = root / f".{name}.tmp"
+            # One temporary directory for all ranks (the tag is not a process id), and rank 0's name
+            # for it, so the ranks cannot disagree on where to write; receiving it also means rank 0
+            # has created it.
+            pub = Publication(self.checkpoint_root, checkpoint_name(self.step), tag="")
             if self.rank == 0:
-                root.mkdir(parents=True, exist_ok=True)
-                if tmp.exists():
-                    shutil.rmtree(tmp)
-                tmp.mkdir()
-            self._barrier()
-            self._write_policy(tmp / POLICY_SUBDIR, self.policy_version)
-            dcp.save(self._dcp_state(), checkpoint_id=str(tmp / DCP_SUBDIR))
-            self._barrier()
+                pub.begin()
+            pub = self._from_rank0(pub)
+            self._write_policy(pub.tmp / POLICY_SUBDIR, self.policy_version)
+            dcp.save(self._dcp_state(), checkpoint_id=str(pub.tmp / DCP_SUBDIR))
+            self._barrier()  # every shard is written before rank 0 publishes them
             if self.rank == 0:
-                state = {"step": self.step, "policy_version": self.policy_version, "lora": self.tc.lora,
-                         "base_model": str(self.base_dir), "backend": "fsdp", "num_processes": self.world,
-                         "saved_at": time.time()}
-                (tmp / STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
-                if final.exists():
-                    shutil.rmtree(final)
-                tmp.rename(final)
-                atomic_write_text(root / POINTER_FILE, name + "\n")
-                self._prune(keep=name)
-                print(f"[train] checkpoint saved: {final} ({self.world} shard(s))", flush=True)
+                self._publish_checkpoint(pub)
+                print(f"[train] checkpoint saved: {pub.final} ({self.world} shard(s))", flush=True)
             self._barrier()
-            return final
+            return pub.final
 
     def resume(self) -> bool:
         """Load the latest DCP checkpoint, whatever process count wrote it; False when there is none."""
@@ -349,20 +340,32 @@ class FSDPTrainer(Trainer):
                 return False
             state = json.loads((ckpt / STATE_FILE).read_text(encoding="utf-8"))
             if state.get("backend") != "fsdp" or not (ckpt / DCP_SUBDIR).is_dir():
-                raise ValueError(f"checkpoint {ckpt} was written by [training] backend = \"torch\"; an fsdp run "
-                                 "resumes only fsdp checkpoints (its policy/ export loads as weights)")
+                raise ValueError(
+                    f'checkpoint {ckpt} was written by [training] backend = "torch"; an fsdp run '
+                    "resumes only fsdp checkpoints (its policy/ export loads as weights)"
+                )
             if bool(state.get("lora")) != self.tc.lora:
-                raise ValueError(f"checkpoint {ckpt} was saved with lora={state.get('lora')} but "
-                                 f"[training] lora = {self.tc.lora}")
+                raise ValueError(
+                    f"checkpoint {ckpt} was saved with lora={state.get('lora')} but "
+                    f"[training] lora = {self.tc.lora}"
+                )
             sd = self._dcp_state()
             dcp.load(sd, checkpoint_id=str(ckpt / DCP_SUBDIR))
-            set_state_dict(self.model, self.optimizer, model_state_dict=sd["model"],
-                           optim_state_dict=sd["optim"], options=StateDictOptions(strict=not self.tc.lora))
+            set_state_dict(
+                self.model,
+                self.optimizer,
+                model_state_dict=sd["model"],
+                optim_state_dict=sd["optim"],
+                options=StateDictOptions(strict=not self.tc.lora),
+            )
             self.step = int(state["step"])
             self.policy_version = int(state["policy_version"])
             if self.rank == 0:
-                print(f"[train] resumed from {ckpt} (step={self.step}, written by "
-                      f"{state.get('num_processes')} process(es), now {self.world})", flush=True)
+                print(
+                    f"[train] resumed from {ckpt} (step={self.step}, written by "
+                    f"{state.get('num_processes')} process(es), now {self.world})",
+                    flush=True,
+                )
             return True
 
 
@@ -371,8 +374,13 @@ class FSDPTrainer(Trainer):
 
 def init_process_group(rank: int, world: int, device: str, addr: str, port: int) -> None:
     """Join the group: nccl when training on CUDA, gloo on CPU."""
-    os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=os.environ.get("LOCAL_RANK", str(rank)))
+    os.environ.update(
+        MASTER_ADDR=addr,
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=os.environ.get("LOCAL_RANK", str(rank)),
+    )
     backend = "nccl" if device.startswith("cuda") else "gloo"
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT)
 
@@ -393,8 +401,13 @@ def _spawned(rank: int, fn: Callable[..., Any], world: int, device: str, port: i
         dist.destroy_process_group()
 
 
-def spawn(fn: Callable[..., Any], nprocs: int, *args: Any, device: str = "cpu",
-          on_start: Callable[[list[int]], None] | None = None) -> None:
+def spawn(
+    fn: Callable[..., Any],
+    nprocs: int,
+    *args: Any,
+    device: str = "cpu",
+    on_start: Callable[[list[int]], None] | None = None,
+) -> None:
     """Run ``fn(rank, world, *args)`` in ``nprocs`` fresh processes joined in one process group.
 
     ``fn`` must be importable (a module-level function). Raises if any process fails (the others are
@@ -404,8 +417,13 @@ def spawn(fn: Callable[..., Any], nprocs: int, *args: Any, device: str = "cpu",
 
     if nprocs < 1:
         raise ValueError(f"nprocs must be >= 1, got {nprocs}")
-    ctx = mp.start_processes(_spawned, args=(fn, nprocs, device, free_port(), args), nprocs=nprocs,
-                             join=False, start_method="spawn")
+    ctx = mp.start_processes(
+        _spawned,
+        args=(fn, nprocs, device, free_port(), args),
+        nprocs=nprocs,
+        join=False,
+        start_method="spawn",
+    )
     if on_start is not None:
         on_start([p.pid for p in ctx.processes])
     while not ctx.join(timeout=1.0):
@@ -464,7 +482,9 @@ def run_training(config_path: str, policy_url: str | None, num_processes: int | 
 
         signal.signal(signal.SIGTERM, forward)
         signal.signal(signal.SIGINT, forward)
-        spawn(_loop_rank, n, config_path, policy_url, rc_file, device=cfg.training.device, on_start=pids.extend)
+        spawn(
+            _loop_rank, n, config_path, policy_url, rc_file, device=cfg.training.device, on_start=pids.extend
+        )
         return int(Path(rc_file).read_text()) if Path(rc_file).is_file() else 1
 
 
@@ -472,8 +492,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m openclaw_rl.trainer.fsdp")
     parser.add_argument("--config", required=True)
     parser.add_argument("--policy-url", default=None, help="policy service to swap weights into")
-    parser.add_argument("--num-processes", type=int, default=None,
-                        help="override [training] num_processes (ignored under torchrun)")
+    parser.add_argument(
+        "--num-processes",
+        type=int,
+        default=None,
+        help="override [training] num_processes (ignored under torchrun)",
+    )
     args = parser.parse_args(argv)
     return run_training(args.config, args.policy_url, args.num_processes)
 

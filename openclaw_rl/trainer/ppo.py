@@ -24,7 +24,8 @@ recorded at serving time, which folds the version gap into the clipped ratio.
 Checkpoints live under ``{log_dir}/checkpoints/step_XXXXXXXX/`` and are written to a temporary
 directory first, then renamed, then published by atomically replacing the ``latest`` pointer file;
 a crash at any moment leaves either the old or the new checkpoint as ``latest``, never a half one.
-See docs/training.md for the layouts of checkpoints and exported policies.
+Checkpoints and exported policies are published by one helper, :mod:`openclaw_rl.trainer.checkpoint`,
+which the FSDP trainer shares. See docs/training.md for the layouts of checkpoints and exported policies.
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ import copy
 import json
 import logging
 import math
-import os
-import shutil
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -46,15 +45,23 @@ import torch
 from torch import Tensor
 
 from openclaw_rl.config import Config
-from openclaw_rl.runtime.rundir import RunDir, atomic_write_text
+from openclaw_rl.runtime.rundir import RunDir
+from openclaw_rl.trainer.checkpoint import (
+    POINTER_FILE,
+    STATE_FILE,
+    Publication,
+    checkpoint_name,
+    latest_checkpoint,
+    prune_checkpoints,
+    publish,
+)
 from openclaw_rl.trainer.logprobs import batch_token_stats
 from openclaw_rl.trainer.losses import compute_advantages, ppo_loss
 from openclaw_rl.types import Sample
 
 log = logging.getLogger("openclaw_rl.trainer")
 
-POINTER_FILE = "latest"
-STATE_FILE = "trainer_state.json"
+# POINTER_FILE and STATE_FILE (imported above) belong to the publication helper; they stay importable here.
 OPTIMIZER_FILE = "optimizer.pt"
 POLICY_SUBDIR = "policy"
 POLICY_META = "openclaw_policy.json"
@@ -122,17 +129,25 @@ class Trainer:
         if self.tc.lora:
             from peft import LoraConfig, get_peft_model
 
-            lora_cfg = LoraConfig(r=self.tc.lora_rank, lora_alpha=self.tc.lora_alpha,
-                                  target_modules=list(self.tc.lora_target_modules), lora_dropout=0.0,
-                                  bias="none", task_type="CAUSAL_LM")
+            lora_cfg = LoraConfig(
+                r=self.tc.lora_rank,
+                lora_alpha=self.tc.lora_alpha,
+                target_modules=list(self.tc.lora_target_modules),
+                lora_dropout=0.0,
+                bias="none",
+                task_type="CAUSAL_LM",
+            )
             try:
                 with warnings.catch_warnings():
                     # transformers 5 deprecation noise raised from inside peft; nothing for users to do.
-                    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*",
-                                            category=FutureWarning)
+                    warnings.filterwarnings(
+                        "ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning
+                    )
                     model = get_peft_model(model, lora_cfg)
             except ValueError as exc:
-                raise ValueError(f"[training] lora_target_modules = {self.tc.lora_target_modules}: {exc}") from None
+                raise ValueError(
+                    f"[training] lora_target_modules = {self.tc.lora_target_modules}: {exc}"
+                ) from None
         elif self.tc.kl_coef > 0:
             # Full training needs its own frozen reference; with LoRA it is the adapter-disabled model.
             self.ref_model = copy.deepcopy(model).eval()
@@ -171,8 +186,12 @@ class Trainer:
             with torch.no_grad():
                 for idx in micro_batches(lengths, self.tc.micro_batch_tokens):
                     stats = self.token_stats(
-                        model, [samples[i].prompt_ids for i in idx], [samples[i].response_ids for i in idx],
-                        chunk_size=self.tc.logprob_chunk_size, pad_id=self.pad_id)
+                        model,
+                        [samples[i].prompt_ids for i in idx],
+                        [samples[i].response_ids for i in idx],
+                        chunk_size=self.tc.logprob_chunk_size,
+                        pad_id=self.pad_id,
+                    )
                     for row, i in enumerate(idx):
                         out[i] = stats.logprobs[row, : len(samples[i].response_ids)].float().cpu()
         finally:
@@ -191,7 +210,9 @@ class Trainer:
                 raise ValueError(f"{where}: prompt_ids is empty")
             bad = [t for t in (*s.prompt_ids, *s.response_ids) if t < 0 or t >= vocab]
             if bad:
-                raise ValueError(f"{where}: token id {bad[0]} outside the model's vocabulary (0..{vocab - 1})")
+                raise ValueError(
+                    f"{where}: token id {bad[0]} outside the model's vocabulary (0..{vocab - 1})"
+                )
             if not (math.isfinite(s.weight) and s.weight >= 0):
                 raise ValueError(f"{where}: weight must be a finite number >= 0, got {s.weight}")
             for name in ("rollout_logprobs", "teacher_logprobs"):
@@ -206,15 +227,22 @@ class Trainer:
                     raise ValueError(f"{where}: teacher_topk_logprobs contains a non-finite value")
                 bad = [t for row in s.teacher_topk_ids for t in row if t < 0 or t >= vocab]
                 if bad:
-                    raise ValueError(f"{where}: teacher_topk_ids holds {bad[0]}, outside the model's "
-                                     f"vocabulary (0..{vocab - 1}); was the teacher a different model?")
+                    raise ValueError(
+                        f"{where}: teacher_topk_ids holds {bad[0]}, outside the model's "
+                        f"vocabulary (0..{vocab - 1}); was the teacher a different model?"
+                    )
         if len(ks) > 1:
             raise ValueError(f"teacher top-K lists have different K within one update: {sorted(ks)}")
 
     # ------------------------------------------------------------------ the update
 
-    def _micro_step(self, batch: Sequence[Sample], old_lp: Sequence[Tensor | None], ref_lp: Sequence[Tensor] | None,
-                    denom: float) -> tuple[Tensor, dict[str, float], int]:
+    def _micro_step(
+        self,
+        batch: Sequence[Sample],
+        old_lp: Sequence[Tensor | None],
+        ref_lp: Sequence[Tensor] | None,
+        denom: float,
+    ) -> tuple[Tensor, dict[str, float], int]:
         """Forward + loss of one micro-batch (backward is the caller's); returns loss, metrics, tokens.
 
         ``old_lp`` None for a row: the weights have not moved since the update began, so this very
@@ -233,27 +261,50 @@ class Trainer:
         topk_rows = [self._uses_topk(s) for s in batch]
         gather = None
         if any(topk_rows):
-            gather = [torch.tensor(s.teacher_topk_ids, dtype=torch.long) if u else None
-                      for s, u in zip(batch, topk_rows, strict=True)]
-        stats = self.token_stats(self.model, [s.prompt_ids for s in batch], [s.response_ids for s in batch],
-                                  chunk_size=self.tc.logprob_chunk_size, with_entropy=True,
-                                  gather_ids=gather, pad_id=self.pad_id)
+            gather = [
+                torch.tensor(s.teacher_topk_ids, dtype=torch.long) if u else None
+                for s, u in zip(batch, topk_rows, strict=True)
+            ]
+        stats = self.token_stats(
+            self.model,
+            [s.prompt_ids for s in batch],
+            [s.response_ids for s in batch],
+            chunk_size=self.tc.logprob_chunk_size,
+            with_entropy=True,
+            gather_ids=gather,
+            pad_id=self.pad_id,
+        )
         rollout = pad([s.rollout_logprobs for s in batch])
-        old_lp = [o if o is not None else stats.logprobs[i, : len(s.response_ids)].detach()
-                  for i, (o, s) in enumerate(zip(old_lp, batch, strict=True))]
+        old_lp = [
+            o if o is not None else stats.logprobs[i, : len(s.response_ids)].detach()
+            for i, (o, s) in enumerate(zip(old_lp, batch, strict=True))
+        ]
         mask = pad([s.loss_mask for s in batch]) * stats.mask
         # The RL scalar: the advantage (reward minus its group / running baseline) or the raw reward.
         rewards = torch.tensor([s.rl_signal or 0.0 for s in batch], dtype=torch.float32, device=dev)
-        has_reward = torch.tensor([s.rl_signal is not None and self.tc.binary_rl_weight > 0 for s in batch],
-                                  device=dev)
+        has_reward = torch.tensor(
+            [s.rl_signal is not None and self.tc.binary_rl_weight > 0 for s in batch], device=dev
+        )
         # The per-token OPD advantage applies to samples with teacher log-probs that are not trained
         # by top-K distillation instead (the top-K loss is that sample's OPD part).
-        has_teacher = torch.tensor([self.tc.opd_enabled and s.teacher_logprobs is not None and not u
-                                    for s, u in zip(batch, topk_rows, strict=True)], device=dev)
+        has_teacher = torch.tensor(
+            [
+                self.tc.opd_enabled and s.teacher_logprobs is not None and not u
+                for s, u in zip(batch, topk_rows, strict=True)
+            ],
+            device=dev,
+        )
         teacher = pad([s.teacher_logprobs if s.teacher_logprobs is not None else [] for s in batch])
-        adv = compute_advantages(rewards, has_reward, teacher, has_teacher, rollout,
-                                 binary_rl_weight=self.tc.binary_rl_weight, opd_weight=self.tc.opd_weight,
-                                 opd_adv_clip=self.tc.opd_adv_clip)
+        adv = compute_advantages(
+            rewards,
+            has_reward,
+            teacher,
+            has_teacher,
+            rollout,
+            binary_rl_weight=self.tc.binary_rl_weight,
+            opd_weight=self.tc.opd_weight,
+            opd_adv_clip=self.tc.opd_adv_clip,
+        )
         teacher_topk = topk_mask = None
         if gather is not None:
             k = stats.gathered.shape[-1] if stats.gathered is not None else 0
@@ -262,7 +313,9 @@ class Trainer:
                 if u:
                     teacher_topk[i, : len(s.response_ids)] = torch.tensor(s.teacher_topk_logprobs)
             teacher_topk = teacher_topk.to(dev)
-            topk_mask = torch.tensor(topk_rows, dtype=torch.float32, device=dev).unsqueeze(-1).expand(-1, max_r)
+            topk_mask = (
+                torch.tensor(topk_rows, dtype=torch.float32, device=dev).unsqueeze(-1).expand(-1, max_r)
+            )
         behaviour_weight = None
         denominator = rollout
         if self.tc.off_policy_correction == "decoupled":
@@ -273,13 +326,23 @@ class Trainer:
             log_w = (denominator - rollout).clamp(max=math.log(self.tc.behaviour_weight_cap))
             behaviour_weight = torch.exp(log_w)
         out = ppo_loss(
-            stats.logprobs, denominator, adv, mask,
-            clip_low=self.tc.clip_ratio, clip_high=self.tc.eps_high,
+            stats.logprobs,
+            denominator,
+            adv,
+            mask,
+            clip_low=self.tc.clip_ratio,
+            clip_high=self.tc.eps_high,
             sample_weight=torch.tensor([s.weight for s in batch], dtype=torch.float32, device=dev),
-            logp_ref=pad(ref_lp) if ref_lp is not None else None, kl_coef=self.tc.kl_coef,
-            entropy=stats.entropy, entropy_coef=self.tc.entropy_coef,
-            student_topk=stats.gathered, teacher_topk=teacher_topk, topk_mask=topk_mask,
-            topk_coef=self.tc.opd_weight, denom=denom, behaviour_weight=behaviour_weight,
+            logp_ref=pad(ref_lp) if ref_lp is not None else None,
+            kl_coef=self.tc.kl_coef,
+            entropy=stats.entropy,
+            entropy_coef=self.tc.entropy_coef,
+            student_topk=stats.gathered,
+            teacher_topk=teacher_topk,
+            topk_mask=topk_mask,
+            topk_coef=self.tc.opd_weight,
+            denom=denom,
+            behaviour_weight=behaviour_weight,
         )
         out.metrics.setdefault("behaviour_weight_mean", 1.0)  # no correction: every token weighs 1
         gap = (pad(old_lp) - rollout).abs()
@@ -325,8 +388,11 @@ class Trainer:
                 for micro in micros:
                     rows = [mine[j] for j in micro]
                     loss, m, n_tok = self._micro_step(
-                        [active[i] for i in rows], [old_lp[i] for i in rows],
-                        [ref_lp[i] for i in rows] if ref_lp is not None else None, denom)
+                        [active[i] for i in rows],
+                        [old_lp[i] for i in rows],
+                        [ref_lp[i] for i in rows] if ref_lp is not None else None,
+                        denom,
+                    )
                     # A non-finite loss is noted, not skipped here: under FSDP every process must run
                     # the same backward passes; the whole step is dropped below instead.
                     finite = finite and bool(torch.isfinite(loss.detach()))
@@ -336,15 +402,19 @@ class Trainer:
                         step[k] += m.get(key, 0.0) * (n_tok if k >= n_per_step else 1)
                     step[-1] += n_tok
                 for _ in range(self._pad_micro_steps(len(micros))):  # aligns collectives, adds no gradient
-                    loss, _m, _n = self._micro_step(active[:1], old_lp[:1],
-                                                    ref_lp[:1] if ref_lp is not None else None, 1.0)
+                    loss, _m, _n = self._micro_step(
+                        active[:1], old_lp[:1], ref_lp[:1] if ref_lp is not None else None, 1.0
+                    )
                     (loss * 0.0).backward()
                 norm = self._clip_grads()
                 if not self._all_ok(finite and math.isfinite(norm)):
                     # One bad step must not corrupt the weights or the AdamW moments: drop it, say so.
                     if self.rank == 0:
-                        print(f"[train] warning: non-finite {'loss' if not finite else 'gradient'} in "
-                              f"mini-batch {start // mb}; optimiser step skipped", flush=True)
+                        print(
+                            f"[train] warning: non-finite {'loss' if not finite else 'gradient'} in "
+                            f"mini-batch {start // mb}; optimiser step skipped",
+                            flush=True,
+                        )
                     self.optimizer.zero_grad(set_to_none=True)
                     skipped += 1
                     continue
@@ -389,8 +459,9 @@ class Trainer:
         self._validate(samples)
         return [s for s in samples if any(s.loss_mask)]
 
-    def _score_old_and_ref(self, active: list[Sample], first_mini_batch: int = 0
-                           ) -> tuple[list[Tensor | None], list[Tensor] | None]:
+    def _score_old_and_ref(
+        self, active: list[Sample], first_mini_batch: int = 0
+    ) -> tuple[list[Tensor | None], list[Tensor] | None]:
         """No-grad log-probs under the current (proximal) and, when kl_coef > 0, the reference
         policy, then switch the model to training mode. The first ``first_mini_batch`` samples are
         not scored (None): their optimiser step starts from the proximal weights, so its own
@@ -405,8 +476,16 @@ class Trainer:
         self.model.train()
         return old_lp, ref_lp
 
-    def _end_update(self, samples: list[Sample], active: list[Sample], t0: float, sums: dict[str, float],
-                    n_trained: float, grad_norms: list[float], skipped: int) -> dict[str, float]:
+    def _end_update(
+        self,
+        samples: list[Sample],
+        active: list[Sample],
+        t0: float,
+        sums: dict[str, float],
+        n_trained: float,
+        grad_norms: list[float],
+        skipped: int,
+    ) -> dict[str, float]:
         """Turn an update's sums into its metrics, count the step, log it, checkpoint on interval."""
         n_steps = len(grad_norms)
         elapsed = time.perf_counter() - t0
@@ -430,15 +509,45 @@ class Trainer:
 
     # ------------------------------------------------------------------ export / checkpoints
 
+    def _policy_meta(self, version: int) -> dict[str, Any]:
+        """What ``openclaw_policy.json`` says about an exported policy (both trainers write it)."""
+        return {
+            "format": "openclaw-rl-policy/1",
+            "kind": "lora" if self.tc.lora else "full",
+            "version": version,
+            "step": self.step,
+            "base_model": str(self.base_dir),
+            "run_name": self.cfg.global_.run_name,
+        }
+
+    def _checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint's ``trainer_state.json`` holds (FSDPTrainer adds its backend and shard count)."""
+        return {
+            "step": self.step,
+            "policy_version": self.policy_version,
+            "lora": self.tc.lora,
+            "base_model": str(self.base_dir),
+            "run_name": self.cfg.global_.run_name,
+            "saved_at": time.time(),
+        }
+
+    def _policy_weights(self) -> dict[str, Tensor] | None:
+        """The weights an export writes; None: the model's own. FSDPTrainer gathers its shards here."""
+        return None
+
     def _write_policy(self, directory: Path, version: int) -> None:
-        """Write the loadable policy into ``directory`` (which must not exist yet)."""
-        directory.mkdir(parents=True)
-        kind = "lora" if self.tc.lora else "full"
-        self.model.save_pretrained(directory, safe_serialization=True)
+        """Write the loadable policy into ``directory`` (created if missing).
+
+        Every process calls it (gathering the weights may be a collective); rank 0 alone writes."""
+        weights = self._policy_weights()
+        if self.rank != 0:
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+        extra: dict[str, Any] = {} if weights is None else {"state_dict": weights}
+        self.model.save_pretrained(directory, safe_serialization=True, **extra)
         if not self.tc.lora:
             self.tokenizer.save_pretrained(directory)
-        meta = {"format": "openclaw-rl-policy/1", "kind": kind, "version": version, "step": self.step,
-                "base_model": str(self.base_dir)}
+        meta = self._policy_meta(version)
         (directory / POLICY_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
 
     def export_policy(self, directory: Path, version: int) -> Path:
@@ -447,70 +556,36 @@ class Trainer:
         LoRA: a peft adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``,
         ``base_model_name_or_path`` pointing at the base model directory). Full training: a Hugging
         Face model directory (``config.json`` + ``model.safetensors`` + tokenizer). Both carry
-        ``openclaw_policy.json`` = {format, kind, version, step, base_model}. Re-exporting an existing
-        version replaces it.
+        ``openclaw_policy.json`` = {format, kind, version, step, base_model, run_name}. Re-exporting
+        an existing version replaces it (in one atomic swap where the filesystem allows).
         """
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        final = directory / f"v{version:06d}"
-        tmp = directory / f".v{version:06d}.tmp{os.getpid()}"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        self._write_policy(tmp, version)
-        if final.exists():
-            old = directory / f".v{version:06d}.old{os.getpid()}"
-            final.rename(old)
-            tmp.rename(final)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(final)
-        return final
+        return publish(Path(directory), f"v{version:06d}", lambda tmp: self._write_policy(tmp, version))
 
     def save_checkpoint(self) -> Path:
         """Save weights (adapter or full), optimizer state, step and version; returns the directory."""
-        root = self.checkpoint_root
-        root.mkdir(parents=True, exist_ok=True)
-        name = f"step_{self.step:08d}"
-        final = root / name
-        tmp = root / f".{name}.tmp{os.getpid()}"
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        pub = Publication(self.checkpoint_root, checkpoint_name(self.step))
+        tmp = pub.begin()
         self._write_policy(tmp / POLICY_SUBDIR, self.policy_version)
         torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
-        state = {"step": self.step, "policy_version": self.policy_version, "lora": self.tc.lora,
-                 "base_model": str(self.base_dir), "saved_at": time.time()}
-        (tmp / STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
-        old = None
-        if final.exists():  # same step saved twice (e.g. interval and shutdown): keep the newest
-            old = root / f".{name}.old{os.getpid()}"
-            if old.exists():
-                shutil.rmtree(old)
-            final.rename(old)
-        tmp.rename(final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        atomic_write_text(root / POINTER_FILE, name + "\n")
-        self._prune(keep=name)
+        final = self._publish_checkpoint(pub)
         print(f"[train] checkpoint saved: {final}", flush=True)
+        return final
+
+    def _publish_checkpoint(self, pub: Publication) -> Path:
+        """The publishing process, once the checkpoint's files are in ``pub.tmp``: write the state file
+        (last, it marks the directory complete), put it in place, move ``latest``, prune."""
+        (pub.tmp / STATE_FILE).write_text(json.dumps(self._checkpoint_state(), indent=2), encoding="utf-8")
+        final = pub.commit(pointer=self.checkpoint_root / POINTER_FILE)
+        self._prune(keep=pub.name)
         return final
 
     def _prune(self, keep: str) -> None:
         """Keep the newest KEEP_CHECKPOINTS complete checkpoints (never the one just written)."""
-        done = sorted(p for p in self.checkpoint_root.glob("step_*") if (p / STATE_FILE).is_file())
-        for p in done[:-KEEP_CHECKPOINTS]:
-            if p.name != keep:
-                shutil.rmtree(p, ignore_errors=True)
+        prune_checkpoints(self.checkpoint_root, keep, KEEP_CHECKPOINTS)
 
     def latest_checkpoint(self) -> Path | None:
         """The checkpoint the pointer names, or the newest complete one if the pointer is missing."""
-        root = self.checkpoint_root
-        pointer = root / POINTER_FILE
-        if pointer.is_file():
-            cand = root / pointer.read_text(encoding="utf-8").strip()
-            if (cand / STATE_FILE).is_file():
-                return cand
-        done = sorted(p for p in root.glob("step_*") if (p / STATE_FILE).is_file()) if root.is_dir() else []
-        return done[-1] if done else None
+        return latest_checkpoint(self.checkpoint_root)
 
     def resume(self) -> bool:
         """Load the latest checkpoint (weights, optimizer, step, version); False when there is none."""
@@ -521,8 +596,10 @@ class Trainer:
             return False
         state = json.loads((ckpt / STATE_FILE).read_text(encoding="utf-8"))
         if bool(state.get("lora")) != self.tc.lora:
-            raise ValueError(f"checkpoint {ckpt} was saved with lora={state.get('lora')} but "
-                             f"[training] lora = {self.tc.lora}")
+            raise ValueError(
+                f"checkpoint {ckpt} was saved with lora={state.get('lora')} but "
+                f"[training] lora = {self.tc.lora}"
+            )
         policy = ckpt / POLICY_SUBDIR
         if self.tc.lora:
             from peft import set_peft_model_state_dict
@@ -531,8 +608,10 @@ class Trainer:
             result = set_peft_model_state_dict(self.model, weights)
             unexpected = getattr(result, "unexpected_keys", [])
             if unexpected:
-                raise ValueError(f"checkpoint {ckpt}: adapter does not match the model "
-                                 f"(e.g. {unexpected[0]}); were lora_rank/target_modules changed?")
+                raise ValueError(
+                    f"checkpoint {ckpt}: adapter does not match the model "
+                    f"(e.g. {unexpected[0]}); were lora_rank/target_modules changed?"
+                )
         else:
             weights: dict[str, Any] = {}
             for f in sorted(policy.glob("*.safetensors")):
@@ -540,12 +619,14 @@ class Trainer:
             missing, unexpected = self.model.load_state_dict(weights, strict=False)
             tied = {"lm_head.weight"} if getattr(self.model.config, "tie_word_embeddings", False) else set()
             if unexpected or set(missing) - tied:
-                raise ValueError(f"checkpoint {ckpt}: weights do not match the model "
-                                 f"(missing {sorted(set(missing) - tied)[:3]}, unexpected {unexpected[:3]})")
-        self.optimizer.load_state_dict(torch.load(ckpt / OPTIMIZER_FILE, map_location="cpu",
-                                                  weights_only=True))
+                raise ValueError(
+                    f"checkpoint {ckpt}: weights do not match the model "
+                    f"(missing {sorted(set(missing) - tied)[:3]}, unexpected {unexpected[:3]})"
+                )
+        self.optimizer.load_state_dict(
+            torch.load(ckpt / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
+        )
         self.step = int(state["step"])
         self.policy_version = int(state["policy_version"])
         log.info("[train] resumed from %s (step=%d, policy_version=%d)", ckpt, self.step, self.policy_version)
         return True
-
