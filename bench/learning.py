@@ -1,18 +1,21 @@
 """Does the agent learn? Held-out personalisation before and after training, per method, in one run.
 
-For each method (combined, Binary RL only, OPD only) this runs the real main job — launcher, policy
-service, environment workers playing the *student* persona, embedded judge, LoRA trainer, weight
-swaps — from the base model for a fixed number of updates, then scores the final policy on held-out
-GSM8K problems (never used for training) with the persona's fixed scorer. The base score
-is measured once, by the same scorer on the same problems, in the same invocation.
+For each run this starts the real main job — launcher, policy service, environment workers playing
+a persona, embedded judge, LoRA trainer, weight swaps, the live evaluator — from the base model for a
+fixed number of updates, then scores the final policy on held-out GSM8K problems (never used for
+training) with the persona's fixed scorer. The base score of each persona is measured once, by the
+same scorer on the same problems, in the same invocation.
 
-    .venv/bin/python bench/learning.py [--updates 16] [--batch 8] [--chat-n 32] \
-        [--runs combined:42,combined:7,binary:42,opd:42,combined-lockstep:42]
+    .venv/bin/python bench/learning.py [--updates 16] [--batch 4] [--chat-n 32] \
+        [--arms combined,binary,opd,combined-lockstep] [--seeds 42,7,1] [--teacher-seeds 42,7,1]
 
-A run is ``method:seed``; ``<method>-lockstep`` runs the same method with ``async_mode = false``
-(serving paused while the trainer trains), the baseline the asynchronous run with
-``max_staleness = 2 x weight_sync_interval`` is compared with. Prints a table: run, base score,
-trained score, change, wall time, samples trained, trained samples per hour.
+A run is ``method[-lockstep]:seed[@persona]`` (``--runs`` lists them by hand); ``<method>-lockstep``
+runs the same method with ``async_mode = false`` (serving paused while the trainer trains), the
+baseline the asynchronous run with ``max_staleness = 2 x weight_sync_interval`` is compared with.
+Prints a row per run (base, trained, change, sessions to learn, wall time, samples trained, trained
+samples per hour) and, per arm, the mean change over its seeds with its spread and its worst seed.
+"Sessions to learn" is the conversations the run had when its live evaluation first reached the
+base + 0.15 and stayed there (``-``: never within the run).
 """
 
 from __future__ import annotations
@@ -21,16 +24,19 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from openclaw_rl.config import PACKAGED_DATA, load_config  # noqa: E402
+from openclaw_rl.envs.eval_loop import sessions_to_learn  # noqa: E402
 from openclaw_rl.envs.evaluate import EvalSizes, evaluate  # noqa: E402
 from openclaw_rl.policy.server import PolicyService  # noqa: E402
 from openclaw_rl.runtime.ports import free_port  # noqa: E402
@@ -43,16 +49,51 @@ METHODS = {
 }
 
 
-def write_config(work: Path, run: str, args: argparse.Namespace) -> Path:
-    """The config of one run, ``method[-lockstep]:seed``."""
-    name, seed = run.split(":")
+@dataclass(frozen=True)
+class Row:
+    """One run's result."""
+
+    run: str
+    arm: str  # method[-lockstep]@persona: what the seeds of one arm share
+    seed: int
+    base: float
+    trained: float
+    wall_s: float
+    samples: int
+    sessions_to_learn: int | None
+
+    @property
+    def change(self) -> float:
+        return self.trained - self.base
+
+    @property
+    def per_hour(self) -> float:
+        return self.samples / self.wall_s * 3600
+
+
+def parse_run(run: str) -> tuple[str, str, int, str]:
+    """``method[-lockstep]:seed[@persona]`` -> (name, method, seed, persona)."""
+    spec, _, persona = run.partition("@")
+    name, _, seed = spec.partition(":")
     method = name.removesuffix("-lockstep")
+    if method not in METHODS or not seed.isdigit() or persona not in ("", "student", "teacher"):
+        raise SystemExit(
+            f"bad run {run!r}: write method:seed[@persona] with method one of {sorted(METHODS)} "
+            "(optionally + -lockstep) and persona student or teacher, e.g. combined:42@teacher"
+        )
+    return name, method, int(seed), persona or "student"
+
+
+def write_config(work: Path, run: str, args: argparse.Namespace) -> Path:
+    """The config of one run, ``method[-lockstep]:seed[@persona]``."""
+    name, method, seed, persona = parse_run(run)
     m = METHODS[method]
     data = args.data if args.data in PACKAGED_DATA else Path(args.data).resolve()
-    label = f"{name}-s{seed}"
+    label = f"{name}-s{seed}-{persona}"
     path = work / f"{label}.toml"
     path.write_text(f"""
 [global]
+run_name = "{label}"
 seed = {seed}
 log_dir = "{work / label}"
 async_mode = {str(not name.endswith("-lockstep")).lower()}
@@ -66,7 +107,7 @@ max_tokens_default = {args.max_tokens}
 num_envs = {args.num_envs}
 group_size = {args.group_size}
 interaction_types = ["chat"]
-personas = ["student"]
+personas = ["{persona}"]
 max_turns = 3
 data_path = "{data}"
 [prm_service]
@@ -80,6 +121,8 @@ micro_batch_tokens = 1024
 checkpoint_interval = {args.updates}
 max_steps = {args.updates}
 max_staleness = {2 * args.sync}
+eval_interval = {args.sync if args.live_n else 0}
+eval_size = {max(1, args.live_n)}
 opd_enabled = {m["opd_enabled"]}
 binary_rl_weight = {m["binary_rl_weight"]}
 opd_weight = {m["opd_weight"]}
@@ -88,7 +131,7 @@ opd_weight = {m["opd_weight"]}
 
 
 def score(config: Path, checkpoint: Path | None, n: int, max_tokens: int) -> float:
-    """Held-out student personalisation of the base model or an exported policy directory."""
+    """Held-out personalisation (the run's persona) of the base model or an exported policy."""
     cfg = load_config(config)
     ecfg = cfg.model_copy(deep=True)
     ecfg.policy_service.port = 0
@@ -106,7 +149,8 @@ def score(config: Path, checkpoint: Path | None, n: int, max_tokens: int) -> flo
     finally:
         service.stop()
         shutil.rmtree(ecfg.global_.log_dir, ignore_errors=True)
-    return float(summary["chat"]["student"]["personalization"])
+    (persona,) = cfg.env_service.personas
+    return float(summary["chat"][persona]["personalization"])
 
 
 def train(config: Path, log_file: Path) -> tuple[float, int]:
@@ -114,7 +158,7 @@ def train(config: Path, log_file: Path) -> tuple[float, int]:
     start = time.monotonic()
     with log_file.open("w") as fh:
         proc = subprocess.run(
-            [sys.executable, "-m", "openclaw_rl.launcher", "--config", str(config)],
+            [sys.executable, "-m", "openclaw_rl.launch", "--config", str(config)],
             cwd=ROOT,
             stdout=fh,
             stderr=subprocess.STDOUT,
@@ -138,69 +182,111 @@ def final_policy(config: Path) -> Path:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
-        "--runs",
-        default="combined:42,combined:7,binary:42,opd:42,combined-lockstep:42",
-        help="comma-separated method:seed (method: combined, binary, opd, or one of them + -lockstep)",
+        "--arms", default="combined,binary,opd,combined-lockstep", help="methods, each over --seeds"
+    )
+    ap.add_argument("--seeds", default="42,7,1", help="seeds of every arm (student persona)")
+    ap.add_argument(
+        "--teacher-seeds", default="42,7,1", help="seeds of the combined arm on the teacher persona"
+    )
+    ap.add_argument(
+        "--runs", help="instead of arms x seeds: comma-separated method[-lockstep]:seed[@persona]"
     )
     ap.add_argument("--updates", type=int, default=16)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--sync", type=int, default=4, help="weight_sync_interval")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--sync", type=int, default=4, help="weight_sync_interval (and the live eval's interval)")
     ap.add_argument("--lr", type=float, default=2e-4)
     ap.add_argument("--num-envs", type=int, default=2)
     ap.add_argument("--group-size", type=int, default=4, help="episodes per task (group-relative advantages)")
-    ap.add_argument("--chat-n", type=int, default=32, help="held-out problems scored")
+    ap.add_argument("--chat-n", type=int, default=32, help="held-out problems scored before and after")
+    ap.add_argument(
+        "--live-n", type=int, default=8, help="held-out problems of each live evaluation (0 = off)"
+    )
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--data", default="gsm8k", help="packaged data set name or JSON file")
     ap.add_argument("--keep", help="keep run directories here instead of a temp dir")
     args = ap.parse_args()
-    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
-    for r in runs:
-        name, _, seed = r.partition(":")
-        if name.removesuffix("-lockstep") not in METHODS or not seed.isdigit():
-            raise SystemExit(
-                f"bad run {r!r}: write method:seed with method one of {sorted(METHODS)} "
-                f"(optionally + -lockstep), e.g. combined:42"
-            )
+    if args.runs:
+        runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    else:
+        seeds = [s.strip() for s in args.seeds.split(",") if s.strip()]
+        teacher = [s.strip() for s in args.teacher_seeds.split(",") if s.strip()]
+        runs = [f"{arm}:{seed}" for arm in args.arms.split(",") for seed in seeds]
+        runs += [f"combined:{seed}@teacher" for seed in teacher]
+    parsed = {r: parse_run(r) for r in runs}
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="ocl-learning-"))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    base_cfg = write_config(work, runs[0], args)
-    base = score(base_cfg, None, args.chat_n, args.max_tokens)
-    print(f"base model: held-out student personalisation = {base:.3f} (n={args.chat_n})", flush=True)
-    rows = []
+    bases: dict[str, float] = {}
+    for persona in dict.fromkeys(p for *_, p in parsed.values()):
+        first = next(r for r, (*_, p) in parsed.items() if p == persona)
+        bases[persona] = score(write_config(work, first, args), None, args.chat_n, args.max_tokens)
+        print(
+            f"base model: held-out {persona} personalisation = {bases[persona]:.3f} (n={args.chat_n})",
+            flush=True,
+        )
+    rows: list[Row] = []
     for run in runs:
+        name, _method, seed, persona = parsed[run]
         conf = write_config(work, run, args)
         wall, trained = train(conf, conf.with_suffix(".log"))
         after = score(conf, final_policy(conf), args.chat_n, args.max_tokens)
-        rows.append((run, after, wall, trained))
+        learned = sessions_to_learn(load_config(conf).log_dir)
+        base = bases[persona]
+        rows.append(
+            {
+                "run": run,
+                "arm": f"{name}@{persona}",
+                "seed": seed,
+                "base": base,
+                "trained": after,
+                "wall_s": wall,
+                "samples": trained,
+                "sessions_to_learn": learned,
+            }
+        )
         print(
-            f"{run}: {base:.3f} -> {after:.3f} after {args.updates} updates "
-            f"({trained} samples, {wall / 60:.1f} min)",
+            f"{run}: {base:.3f} -> {after:.3f} after {args.updates} updates ({trained} samples, "
+            f"{wall / 60:.1f} min, sessions to learn {learned if learned is not None else '-'})",
             flush=True,
         )
         (work / "learning.json").write_text(
             json.dumps(
                 {
-                    "base": base,
+                    "bases": bases,
                     "updates": args.updates,
                     "batch": args.batch,
                     "n": args.chat_n,
-                    "rows": [{"run": r, "trained": a, "wall_s": w, "samples": s} for r, a, w, s in rows],
+                    "rows": [asdict(r) for r in rows],
                 },
                 indent=2,
             )
         )
     print()
-    print(f"{'run':<22}{'base':>7}{'trained':>9}{'change':>8}{'minutes':>9}{'samples':>9}{'per hour':>10}")
-    for run, after, wall, trained in rows:
+    print(
+        f"{'run':<30}{'base':>7}{'trained':>9}{'change':>8}{'to learn':>9}{'minutes':>9}{'samples':>9}"
+        f"{'per hour':>10}"
+    )
+    for r in rows:
+        learned = "-" if r.sessions_to_learn is None else str(r.sessions_to_learn)
         print(
-            f"{run:<22}{base:>7.3f}{after:>9.3f}{after - base:>+8.3f}{wall / 60:>9.1f}{trained:>9}"
-            f"{trained / wall * 3600:>10.0f}"
+            f"{r.run:<30}{r.base:>7.3f}{r.trained:>9.3f}{r.change:>+8.3f}{learned:>9}{r.wall_s / 60:>9.1f}"
+            f"{r.samples:>9}{r.per_hour:>10.0f}"
+        )
+    print(f"\n{'arm':<30}{'seeds':>6}{'mean change':>13}{'spread':>8}{'worst':>8}{'per hour':>10}")
+    for arm in dict.fromkeys(r.arm for r in rows):
+        changes = [r.change for r in rows if r.arm == arm]
+        spread = statistics.stdev(changes) if len(changes) > 1 else 0.0
+        per_hour = statistics.fmean(r.per_hour for r in rows if r.arm == arm)
+        print(
+            f"{arm:<30}{len(changes):>6}{statistics.fmean(changes):>+13.3f}{spread:>8.3f}{min(changes):>+8.3f}"
+            f"{per_hour:>10.0f}"
         )
     print(
-        f"\n(n={args.chat_n} held-out problems; one problem moves a score by {1 / args.chat_n:.3f} at most)"
+        f"\n({args.updates} updates of batch {args.batch} per run; n={args.chat_n} held-out problems, one "
+        f"problem moves a score by {1 / args.chat_n:.3f} at most; spread = sample standard deviation "
+        f"over seeds; live evaluations of {args.live_n} problems every {args.sync} updates)"
     )
     print(f"total {(time.monotonic() - t0) / 60:.1f} min on {os.cpu_count()} cores; runs in {work}")
     return 0

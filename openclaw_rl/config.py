@@ -304,6 +304,13 @@ class TrainingConfig(_Section):
     opd_weight: float = Field(1.0, ge=0)
     binary_rl_weight: float = Field(1.0, ge=0)
     opd_adv_clip: float | None = Field(None, gt=0)
+    term_balance: Literal["balanced", "raw"] = Field(
+        "balanced",
+        description="balanced: in each batch the RL part is scaled (never up) to the OPD part's mean "
+        "size per token, so binary_rl_weight : opd_weight is the ratio of their pushes and 1:1 an even "
+        "mix; raw: the reward's own unit, a +-1 per token that on the embedded model is about 8x the "
+        "OPD part (docs/training.md)",
+    )
     topk_distill: bool = False
     lora: bool = True
     lora_rank: int = Field(16, ge=1)

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -263,8 +263,12 @@ class FSDPTrainer(Trainer):
         """The unsharded weights on rank 0 (CPU); an empty dict elsewhere. A collective."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        return get_model_state_dict(
-            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        # With full_state_dict every value is a plain (gathered) tensor, not a DTensor shard.
+        return cast(
+            dict[str, Tensor],
+            get_model_state_dict(
+                self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            ),
         )
 
     def _policy_weights(self) -> dict[str, Tensor]:

@@ -48,7 +48,9 @@ def signal_health(
 
     * ``adv_abs_mean``: mean |advantage| of the samples with an RL part (0: nothing to push);
     * ``teacher_minus_rollout``: mean (teacher - rollout) log-prob over the hinted samples' tokens;
-      about 0 means the hinted teacher prefers nothing the rollout did not, and OPD adds only noise.
+      about 0 means the hinted teacher prefers nothing the rollout did not, and OPD adds only noise;
+    * ``opd_abs_mean``: mean |teacher - rollout| over those tokens: the OPD term's scale per token,
+      to set beside ``adv_abs_mean``, the RL term's;
 
     From the judge's ``signal`` counters, over what was judged since the previous update
     (``before``: the counters then):
@@ -81,6 +83,7 @@ def signal_health(
     ]
     if gaps:
         out["teacher_minus_rollout"] = sum(gaps) / len(gaps)
+        out["opd_abs_mean"] = sum(abs(g) for g in gaps) / len(gaps)
 
     def delta(key: str) -> float:
         return float(signal.get(key, 0)) - float(before.get(key, 0))

@@ -56,7 +56,7 @@ from openclaw_rl.trainer.checkpoint import (
     publish,
 )
 from openclaw_rl.trainer.logprobs import batch_token_stats
-from openclaw_rl.trainer.losses import compute_advantages, ppo_loss
+from openclaw_rl.trainer.losses import balanced_rl_scale, compute_advantages, ppo_loss
 from openclaw_rl.types import Sample
 
 log = logging.getLogger("openclaw_rl.trainer")
@@ -160,6 +160,8 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.params, lr=self.tc.lr)
         self.step = 0
         self.policy_version = 0
+        # [training] term_balance: the factor last applied to the RL part (1: the reward's own unit)
+        self.rl_scale = 1.0
         self.checkpoint_root = RunDir.of(cfg).checkpoints
         # The log-prob implementation; the benchmark swaps in logprobs.plain_token_stats to compare.
         self.token_stats = batch_token_stats
@@ -203,7 +205,7 @@ class Trainer:
 
     def _validate(self, samples: Sequence[Sample]) -> None:
         vocab = self.model.get_output_embeddings().weight.shape[0]
-        ks = set()
+        ks: set[int] = set()
         for n, s in enumerate(samples):
             where = f"sample {n} ({s.sample_id})"
             if not s.prompt_ids:
@@ -275,7 +277,7 @@ class Trainer:
             pad_id=self.pad_id,
         )
         rollout = pad([s.rollout_logprobs for s in batch])
-        old_lp = [
+        proximal: list[Tensor] = [
             o if o is not None else stats.logprobs[i, : len(s.response_ids)].detach()
             for i, (o, s) in enumerate(zip(old_lp, batch, strict=True))
         ]
@@ -295,6 +297,16 @@ class Trainer:
             device=dev,
         )
         teacher = pad([s.teacher_logprobs if s.teacher_logprobs is not None else [] for s in batch])
+        rl_scale = 1.0
+        if self.tc.term_balance == "balanced":
+            found = balanced_rl_scale(
+                rewards, has_reward, teacher, has_teacher, rollout, mask, opd_adv_clip=self.tc.opd_adv_clip
+            )
+            # A micro-batch with only one of the parts keeps the last factor: the mix stays even
+            # whichever samples a micro-batch happens to hold.
+            if found is not None:
+                self.rl_scale = found
+            rl_scale = self.rl_scale
         adv = compute_advantages(
             rewards,
             has_reward,
@@ -304,6 +316,7 @@ class Trainer:
             binary_rl_weight=self.tc.binary_rl_weight,
             opd_weight=self.tc.opd_weight,
             opd_adv_clip=self.tc.opd_adv_clip,
+            rl_scale=rl_scale,
         )
         teacher_topk = topk_mask = None
         if gather is not None:
@@ -322,7 +335,7 @@ class Trainer:
             # Decoupled PPO (eq. 2'): clip against the policy this update started from (old_lp, scored
             # in the no-grad pass), and correct the version gap between that proximal policy and
             # the one that sampled the tokens with a truncated importance weight.
-            denominator = pad(old_lp)
+            denominator = pad(proximal)
             log_w = (denominator - rollout).clamp(max=math.log(self.tc.behaviour_weight_cap))
             behaviour_weight = torch.exp(log_w)
         out = ppo_loss(
@@ -345,7 +358,7 @@ class Trainer:
             behaviour_weight=behaviour_weight,
         )
         out.metrics.setdefault("behaviour_weight_mean", 1.0)  # no correction: every token weighs 1
-        gap = (pad(old_lp) - rollout).abs()
+        gap = (pad(proximal) - rollout).abs()
         out.metrics["logprob_gap"] = float((gap * mask).sum() / mask.sum().clamp(min=1))
         return out.loss, out.metrics, out.num_tokens
 
@@ -501,6 +514,7 @@ class Trainer:
         metrics["policy_version"] = float(self.policy_version)
         metrics["skipped_steps"] = float(skipped)
         metrics["num_processes"] = float(self.world)
+        metrics["rl_scale"] = self.rl_scale
         if self.rank == 0:
             log_update(metrics)
         if self.step % self.tc.checkpoint_interval == 0:
@@ -604,8 +618,8 @@ class Trainer:
         if self.tc.lora:
             from peft import set_peft_model_state_dict
 
-            weights = load_file(str(policy / "adapter_model.safetensors"))
-            result = set_peft_model_state_dict(self.model, weights)
+            adapter = load_file(str(policy / "adapter_model.safetensors"))
+            result = set_peft_model_state_dict(self.model, adapter)
             unexpected = getattr(result, "unexpected_keys", [])
             if unexpected:
                 raise ValueError(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from openclaw_rl.config import ConfigError, build_config
+from openclaw_rl.config import build_config
 from openclaw_rl.trainer.fsdp import FSDPTrainer, spawn
 from openclaw_rl.trainer.logprobs import sequence_logprobs
 from openclaw_rl.trainer.ppo import Trainer
@@ -22,10 +22,19 @@ RESPONSES = [[1280, 314, 2133, 28, 216, 9], [77, 1200, 5, 18, 3000, 41, 12, 9]]
 
 
 def _raw(model_dir: Path, log_dir: Path, backend: str) -> dict:
-    return {"global": {"log_dir": str(log_dir), "seed": 0},
-            "policy_service": {"model": str(model_dir)},
-            "training": {"backend": backend, "lora": True, "lr": 1e-2, "batch_size": 2, "mini_batch_size": 2,
-                         "kl_coef": 0.01, "checkpoint_interval": 1000}}
+    return {
+        "global": {"log_dir": str(log_dir), "seed": 0},
+        "policy_service": {"model": str(model_dir)},
+        "training": {
+            "backend": backend,
+            "lora": True,
+            "lr": 1e-2,
+            "batch_size": 2,
+            "mini_batch_size": 2,
+            "kl_coef": 0.01,
+            "checkpoint_interval": 1000,
+        },
+    }
 
 
 def _lora_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -54,8 +63,9 @@ def _train_then_checkpoint(rank: int, world: int, raw: dict, samples: list[dict]
         ckpt = trainer.save_checkpoint()
     finally:
         trainer.release_followers()
-    Path(out, "train.json").write_text(json.dumps({"metrics": metrics, "export": str(exported),
-                                                   "ckpt": str(ckpt)}))
+    Path(out, "train.json").write_text(
+        json.dumps({"metrics": metrics, "export": str(exported), "ckpt": str(ckpt)})
+    )
 
 
 def _resume_then_train(rank: int, world: int, raw: dict, samples: list[dict], out: str) -> None:
@@ -65,14 +75,26 @@ def _resume_then_train(rank: int, world: int, raw: dict, samples: list[dict], ou
     step, version = trainer.step, trainer.policy_version
     exported = trainer.export_policy(Path(out) / "policy", 2)
     metrics = trainer.train_update([Sample(**s) for s in samples])  # the loaded optimizer state steps on
-    Path(out, "resume.json").write_text(json.dumps({"resumed": resumed, "step": step, "version": version,
-                                                    "export": str(exported), "after": metrics["step"]}))
+    Path(out, "resume.json").write_text(
+        json.dumps(
+            {
+                "resumed": resumed,
+                "step": step,
+                "version": version,
+                "export": str(exported),
+                "after": metrics["step"],
+            }
+        )
+    )
 
 
 def _poison_rank_one_then_train(rank: int, world: int, raw: dict, samples: list[dict], out: str) -> None:
     trainer = FSDPTrainer(build_config(raw, environ={}), raw["policy_service"]["model"])
-    before = {k: v.to_local().clone() if hasattr(v, "to_local") else v.clone()
-              for k, v in trainer.model.named_parameters() if v.requires_grad}
+    before = {
+        k: v.to_local().clone() if hasattr(v, "to_local") else v.clone()
+        for k, v in trainer.model.named_parameters()
+        if v.requires_grad
+    }
     if rank == 1:  # the embedding is replicated, not sharded: only this rank's forward goes non-finite
         with torch.no_grad():
             trainer.model.get_input_embeddings().weight.fill_(float("nan"))
@@ -82,9 +104,14 @@ def _poison_rank_one_then_train(rank: int, world: int, raw: dict, samples: list[
             metrics = trainer.train_update([Sample(**s) for s in samples])
         finally:
             trainer.release_followers()
-        Path(out, "poison.json").write_text(json.dumps({"metrics": metrics, "version": trainer.policy_version}))
-    after = {k: v.to_local() if hasattr(v, "to_local") else v for k, v in trainer.model.named_parameters()
-             if v.requires_grad}
+        Path(out, "poison.json").write_text(
+            json.dumps({"metrics": metrics, "version": trainer.policy_version})
+        )
+    after = {
+        k: v.to_local() if hasattr(v, "to_local") else v
+        for k, v in trainer.model.named_parameters()
+        if v.requires_grad
+    }
     unchanged = all(torch.equal(before[k], after[k]) for k in before)
     Path(out, f"unchanged{rank}.json").write_text(json.dumps(unchanged))
 
@@ -92,10 +119,14 @@ def _poison_rank_one_then_train(rank: int, world: int, raw: dict, samples: list[
 # -------------------------------------------------------------------------------------------------
 
 
-def test_fsdp_is_accepted_and_megatron_refused_by_validation(tiny_model_dir, tmp_path):
+def test_fsdp_is_accepted_and_megatron_is_an_honest_training_check(tiny_model_dir, tmp_path):
+    """megatron is a key value of the walk-through's file: it validates, and the training check
+    (what the dry run prints) says this release has none and names fsdp."""
+    from openclaw_rl.launcher.launch import check_training
+
     assert build_config(_raw(tiny_model_dir, tmp_path, "fsdp"), environ={}).training.backend == "fsdp"
-    with pytest.raises(ConfigError, match=r"\[training\] backend = \"megatron\" is not built"):
-        build_config(_raw(tiny_model_dir, tmp_path, "megatron"), environ={})
+    check = check_training(build_config(_raw(tiny_model_dir, tmp_path, "megatron"), environ={}))
+    assert not check.ok and "not part of this release" in check.detail and '"fsdp"' in check.detail
 
 
 def test_fsdp_trainer_needs_a_process_group(tiny_model_dir, tmp_path):
@@ -105,14 +136,26 @@ def test_fsdp_trainer_needs_a_process_group(tiny_model_dir, tmp_path):
 
 def test_two_processes_match_one_and_checkpoint_resumes_on_one(tiny_model_dir, tmp_path):
     # Reference: the single-process trainer, one update on both samples (one optimiser step).
-    ref = Trainer(build_config(_raw(tiny_model_dir, tmp_path / "ref", "torch"), environ={}), str(tiny_model_dir))
+    ref = Trainer(
+        build_config(_raw(tiny_model_dir, tmp_path / "ref", "torch"), environ={}), str(tiny_model_dir)
+    )
     teacher_lp = [x - 0.3 for x in sequence_logprobs(ref.model, PROMPTS[1], RESPONSES[1])[0].tolist()]
     samples = []
     for n, (p, r) in enumerate(zip(PROMPTS, RESPONSES, strict=True)):
         lp = sequence_logprobs(ref.model, p, r)[0].tolist()
-        samples.append(Sample(sample_id=f"s{n}", session_id="s", turn_index=n, prompt_ids=p, response_ids=r,
-                              rollout_logprobs=[x - 0.05 * n for x in lp], loss_mask=[1] * len(r),
-                              reward=[1.0, -1.0][n], teacher_logprobs=teacher_lp if n else None))
+        samples.append(
+            Sample(
+                sample_id=f"s{n}",
+                session_id="s",
+                turn_index=n,
+                prompt_ids=p,
+                response_ids=r,
+                rollout_logprobs=[x - 0.05 * n for x in lp],
+                loss_mask=[1] * len(r),
+                reward=[1.0, -1.0][n],
+                teacher_logprobs=teacher_lp if n else None,
+            )
+        )
     want = ref.train_update(samples)
     want_lora = _lora_state(ref.model)
 
@@ -144,9 +187,11 @@ def test_two_processes_match_one_and_checkpoint_resumes_on_one(tiny_model_dir, t
 
 def _loop_config(path: Path, model_dir: Path, log_dir: Path, max_steps: int | None) -> Path:
     steps = f"max_steps = {max_steps}\n" if max_steps else ""
-    path.write_text(f'[global]\nlog_dir = "{log_dir}"\n[policy_service]\nmodel = "{model_dir}"\n'
-                    f'weight_sync_interval = 1\n[env_service]\nnum_envs = 0\n[training]\nbackend = "fsdp"\n'
-                    f'batch_size = 2\nmini_batch_size = 2\ncheckpoint_interval = 1\nlr = 1e-3\n{steps}')
+    path.write_text(
+        f'[global]\nlog_dir = "{log_dir}"\n[policy_service]\nmodel = "{model_dir}"\n'
+        f'weight_sync_interval = 1\n[env_service]\nnum_envs = 0\n[training]\nbackend = "fsdp"\n'
+        f"batch_size = 2\nmini_batch_size = 2\ncheckpoint_interval = 1\nlr = 1e-3\n{steps}"
+    )
     return path
 
 
@@ -162,20 +207,38 @@ def test_training_loop_entry_point_then_resume_on_fewer_processes(tiny_model_dir
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
     store = Store(log_dir / "store.sqlite")
-    store.add_samples([Sample(sample_id=f"s{i}", session_id=f"x{i}", turn_index=0, prompt_ids=PROMPTS[i % 2],
-                              response_ids=RESPONSES[i % 2], rollout_logprobs=[-3.0] * len(RESPONSES[i % 2]),
-                              loss_mask=[1] * len(RESPONSES[i % 2]), reward=1.0) for i in range(4)])
+    store.add_samples(
+        [
+            Sample(
+                sample_id=f"s{i}",
+                session_id=f"x{i}",
+                turn_index=0,
+                prompt_ids=PROMPTS[i % 2],
+                response_ids=RESPONSES[i % 2],
+                rollout_logprobs=[-3.0] * len(RESPONSES[i % 2]),
+                loss_mask=[1] * len(RESPONSES[i % 2]),
+                reward=1.0,
+            )
+            for i in range(4)
+        ]
+    )
     cmd = [sys.executable, "-m", "openclaw_rl.trainer.fsdp", "--config"]
     first = _loop_config(tmp_path / "a.toml", tiny_model_dir, log_dir, max_steps=2)
-    proc = subprocess.run([*cmd, str(first), "--num-processes", "2"], capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [*cmd, str(first), "--num-processes", "2"], capture_output=True, text=True, timeout=240
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "backend=fsdp, num_processes=2" in proc.stdout
     assert store.counters().samples_trained == 4
     assert (log_dir / "policy" / "v000002").is_dir()
 
     second = _loop_config(tmp_path / "b.toml", tiny_model_dir, log_dir, max_steps=None)
-    run = subprocess.Popen([*cmd, str(second), "--num-processes", "1"], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
+    run = subprocess.Popen(
+        [*cmd, str(second), "--num-processes", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         seen = []
         for line in run.stdout:  # bounded by the pytest timeout
@@ -194,14 +257,32 @@ def test_training_loop_entry_point_then_resume_on_fewer_processes(tiny_model_dir
 
 
 def test_a_non_finite_step_on_one_rank_is_skipped_on_every_rank(tiny_model_dir, tmp_path):
-    ref = Trainer(build_config(_raw(tiny_model_dir, tmp_path / "ref", "torch"), environ={}), str(tiny_model_dir))
-    samples = [Sample(sample_id=f"s{n}", session_id="s", turn_index=n, prompt_ids=p, response_ids=r,
-                      rollout_logprobs=sequence_logprobs(ref.model, p, r)[0].tolist(), loss_mask=[1] * len(r),
-                      reward=1.0).model_dump() for n, (p, r) in enumerate(zip(PROMPTS, RESPONSES, strict=True))]
+    ref = Trainer(
+        build_config(_raw(tiny_model_dir, tmp_path / "ref", "torch"), environ={}), str(tiny_model_dir)
+    )
+    samples = [
+        Sample(
+            sample_id=f"s{n}",
+            session_id="s",
+            turn_index=n,
+            prompt_ids=p,
+            response_ids=r,
+            rollout_logprobs=sequence_logprobs(ref.model, p, r)[0].tolist(),
+            loss_mask=[1] * len(r),
+            reward=1.0,
+        ).model_dump()
+        for n, (p, r) in enumerate(zip(PROMPTS, RESPONSES, strict=True))
+    ]
     out = tmp_path / "out"
     out.mkdir()
     spawn(_poison_rank_one_then_train, 2, _raw(tiny_model_dir, tmp_path / "logs", "fsdp"), samples, str(out))
     got = json.loads((out / "poison.json").read_text())
-    assert got["metrics"]["skipped_steps"] == 1 and got["metrics"]["optimizer_steps"] == 0 and got["version"] == 0
+    assert (
+        got["metrics"]["skipped_steps"] == 1
+        and got["metrics"]["optimizer_steps"] == 0
+        and got["version"] == 0
+    )
     # neither rank applied the step: every trainable shard is as it was
-    assert json.loads((out / "unchanged0.json").read_text()) and json.loads((out / "unchanged1.json").read_text())
+    assert json.loads((out / "unchanged0.json").read_text()) and json.loads(
+        (out / "unchanged1.json").read_text()
+    )

@@ -33,7 +33,7 @@ def test_single_sequence_matches_batch_and_topk(model):
     lp, ids, top_lp = sequence_logprobs(model, PROMPTS[1], RESPONSES[1], topk=5, chunk_size=2)
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([PROMPTS[1] + RESPONSES[1]])).logits[0].float()
-    full = torch.log_softmax(logits, -1)[len(PROMPTS[1]) - 1: -1]  # positions predicting the response
+    full = torch.log_softmax(logits, -1)[len(PROMPTS[1]) - 1 : -1]  # positions predicting the response
     expect = full.gather(-1, torch.tensor(RESPONSES[1]).unsqueeze(-1)).squeeze(-1)
     torch.testing.assert_close(lp, expect, atol=1e-5, rtol=1e-5)
     vals, idx = full.topk(5, dim=-1)
@@ -47,7 +47,7 @@ def test_gathered_ids_match_full(model):
     with torch.no_grad():
         ours = batch_token_stats(model, PROMPTS, RESPONSES, chunk_size=2, gather_ids=gather)
         logits = model(input_ids=torch.tensor([PROMPTS[0] + RESPONSES[0]])).logits[0].float()
-    full = torch.log_softmax(logits, -1)[len(PROMPTS[0]) - 1: -1]
+    full = torch.log_softmax(logits, -1)[len(PROMPTS[0]) - 1 : -1]
     torch.testing.assert_close(ours.gathered[0, :3], full[:, 1:3], atol=1e-5, rtol=1e-5)
 
 

@@ -26,9 +26,19 @@ def _samples(n: int, version: int = 0) -> list[Sample]:
     out = []
     for i in range(n):
         resp = [100 + i, 200 + i, 300 + i]
-        out.append(Sample(sample_id=f"s{i}", session_id=f"sess{i}", turn_index=0, policy_version=version,
-                          prompt_ids=[1, 2, 3, 4], response_ids=resp, rollout_logprobs=[-11.0] * 3,
-                          loss_mask=[1, 1, 1], reward=1.0 if i % 2 else -1.0))
+        out.append(
+            Sample(
+                sample_id=f"s{i}",
+                session_id=f"sess{i}",
+                turn_index=0,
+                policy_version=version,
+                prompt_ids=[1, 2, 3, 4],
+                response_ids=resp,
+                rollout_logprobs=[-11.0] * 3,
+                loss_mask=[1, 1, 1],
+                reward=1.0 if i % 2 else -1.0,
+            )
+        )
     return out
 
 
@@ -78,7 +88,9 @@ def test_kill_9_mid_run_resumes_without_loss_or_double_training(make_cfg, tmp_pa
     store.add_samples(_samples(12))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     argv = [sys.executable, "-m", "openclaw_rl.trainer.loop", "--config", str(conf)]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     deadline = time.monotonic() + 120
     # Kill it after its first checkpoint (step 2), while step 3 has claimed samples.
     while time.monotonic() < deadline and store.counters().trainer_step < 2:
@@ -103,18 +115,71 @@ def test_signal_health_reports_what_the_learning_signal_is_worth():
     from openclaw_rl.types import Sample
 
     def sample(sid, advantage=None, reward=None, teacher=None):
-        return Sample(sample_id=sid, session_id=sid, turn_index=0, prompt_ids=[1], response_ids=[2, 3],
-                      rollout_logprobs=[-2.0, -1.0], loss_mask=[1, 1], reward=reward, advantage=advantage,
-                      teacher_logprobs=teacher)
+        return Sample(
+            sample_id=sid,
+            session_id=sid,
+            turn_index=0,
+            prompt_ids=[1],
+            response_ids=[2, 3],
+            rollout_logprobs=[-2.0, -1.0],
+            loss_mask=[1, 1],
+            reward=reward,
+            advantage=advantage,
+            teacher_logprobs=teacher,
+        )
 
-    batch = [sample("a", advantage=1.5, reward=1.0), sample("b", advantage=-0.5, reward=-1.0),
-             sample("c", teacher=[-1.0, -1.0])]
-    before = {"judged": 10, "hinted": 2, "groups": 1, "groups_zero_advantage": 1,
-              "group_reward_mean_sum": -1.0, "group_reward_spread_sum": 0.0}
-    now = {"judged": 14, "hinted": 3, "groups": 3, "groups_zero_advantage": 2,
-           "group_reward_mean_sum": -1.5, "group_reward_spread_sum": 0.8}
+    batch = [
+        sample("a", advantage=1.5, reward=1.0),
+        sample("b", advantage=-0.5, reward=-1.0),
+        sample("c", teacher=[-1.0, -1.0]),
+    ]
+    before = {
+        "judged": 10,
+        "hinted": 2,
+        "groups": 1,
+        "groups_zero_advantage": 1,
+        "group_reward_mean_sum": -1.0,
+        "group_reward_spread_sum": 0.0,
+        "truth_turns": 4,
+        "truth_sum": 1.0,
+        "truth_pairs": 4,
+        "truth_agree": 2,
+        "truth_pos": 1,
+        "truth_pos_sum": 0.25,
+        "truth_neg": 3,
+        "truth_neg_sum": 0.75,
+    }
+    now = {
+        "judged": 14,
+        "hinted": 3,
+        "groups": 3,
+        "groups_zero_advantage": 2,
+        "group_reward_mean_sum": -1.5,
+        "group_reward_spread_sum": 0.8,
+        # since then: 4 turns with a truth, all scored ±1, 3 agreeing; +1 on 0.75 and 0.5, -1 on 0 and 0.25
+        "truth_turns": 8,
+        "truth_sum": 2.5,
+        "truth_pairs": 8,
+        "truth_agree": 5,
+        "truth_pos": 3,
+        "truth_pos_sum": 1.5,
+        "truth_neg": 5,
+        "truth_neg_sum": 1.0,
+    }
     got = signal_health(batch, now, before)
-    assert got == pytest.approx({"adv_abs_mean": 1.0, "teacher_minus_rollout": 0.5, "hint_rate": 0.25,
-                                 "group_reward_mean": -0.25, "group_reward_spread": 0.4,
-                                 "zero_adv_group_frac": 0.5})
+    assert got == pytest.approx(
+        {
+            "adv_abs_mean": 1.0,
+            "teacher_minus_rollout": 0.5,
+            "opd_abs_mean": 0.5,
+            "hint_rate": 0.25,
+            "group_reward_mean": -0.25,
+            "group_reward_spread": 0.4,
+            "zero_adv_group_frac": 0.5,
+            "truth_mean": 0.375,
+            "judge_agreement": 0.75,
+            "truth_judged_pos": 0.625,
+            "truth_judged_neg": 0.125,
+        }
+    )
     assert signal_health([sample("d")], now, now) == {}  # nothing new judged, no RL or OPD part

@@ -63,8 +63,18 @@ def test_all_zero_mask_is_a_noop_even_with_overflowing_ratios():
     logp_old = torch.zeros(2, 3)
     logp_new = torch.full((2, 3), 1000.0, requires_grad=True)  # exp(1000) = inf if not guarded
     ref = torch.full((2, 3), -1000.0)
-    out = ppo_loss(logp_new, logp_old, torch.ones(2, 3), torch.zeros(2, 3), clip_low=EPS,
-                   clip_high=EPS_HIGH, logp_ref=ref, kl_coef=0.1, entropy=torch.ones(2, 3), entropy_coef=0.1)
+    out = ppo_loss(
+        logp_new,
+        logp_old,
+        torch.ones(2, 3),
+        torch.zeros(2, 3),
+        clip_low=EPS,
+        clip_high=EPS_HIGH,
+        logp_ref=ref,
+        kl_coef=0.1,
+        entropy=torch.ones(2, 3),
+        entropy_coef=0.1,
+    )
     assert out.loss.item() == 0.0 and out.num_tokens == 0
     out.loss.backward()
     assert torch.isfinite(logp_new.grad).all() and (logp_new.grad == 0).all()
@@ -74,8 +84,9 @@ def test_all_zero_mask_is_a_noop_even_with_overflowing_ratios():
 def test_masked_token_with_huge_ratio_does_not_poison_batch():
     logp_old = torch.tensor([[0.0, 0.0]])
     logp_new = torch.tensor([[0.1, 500.0]], requires_grad=True)
-    out = ppo_loss(logp_new, logp_old, torch.ones(1, 2), torch.tensor([[1.0, 0.0]]), clip_low=EPS,
-                   clip_high=EPS_HIGH)
+    out = ppo_loss(
+        logp_new, logp_old, torch.ones(1, 2), torch.tensor([[1.0, 0.0]]), clip_low=EPS, clip_high=EPS_HIGH
+    )
     out.loss.backward()
     assert out.loss.item() == pytest.approx(-math.exp(0.1), abs=1e-6)
     assert torch.isfinite(logp_new.grad).all()
@@ -84,7 +95,9 @@ def test_masked_token_with_huge_ratio_does_not_poison_batch():
 def test_sample_weight_scales_without_changing_denominator():
     logp = torch.zeros(2, 1)
     base = dict(clip_low=EPS, clip_high=EPS_HIGH)
-    out = ppo_loss(logp, logp, torch.ones(2, 1), torch.ones(2, 1), sample_weight=torch.tensor([1.0, 0.5]), **base)
+    out = ppo_loss(
+        logp, logp, torch.ones(2, 1), torch.ones(2, 1), sample_weight=torch.tensor([1.0, 0.5]), **base
+    )
     assert out.loss.item() == pytest.approx(-(1.0 + 0.5) / 2)
 
 
@@ -102,8 +115,18 @@ def test_kl_and_entropy_enter_total_loss():
     logp = torch.tensor([[-1.0, -1.0]])
     ref = torch.tensor([[-1.0 + math.log(2.0), -1.0]])
     ent = torch.tensor([[2.0, 4.0]])
-    out = ppo_loss(logp, logp, torch.zeros(1, 2), torch.ones(1, 2), clip_low=EPS, clip_high=EPS_HIGH,
-                   logp_ref=ref, kl_coef=0.5, entropy=ent, entropy_coef=0.1)
+    out = ppo_loss(
+        logp,
+        logp,
+        torch.zeros(1, 2),
+        torch.ones(1, 2),
+        clip_low=EPS,
+        clip_high=EPS_HIGH,
+        logp_ref=ref,
+        kl_coef=0.5,
+        entropy=ent,
+        entropy_coef=0.1,
+    )
     kl = (2.0 - math.log(2.0) - 1.0) / 2
     assert out.metrics["kl"] == pytest.approx(kl, abs=1e-6)
     assert out.metrics["entropy"] == pytest.approx(3.0)
@@ -118,12 +141,20 @@ def test_advantages_binary_opd_combined():
     a = compute_advantages(rewards, torch.tensor([True, True]), teacher, torch.tensor([False, False]), old)
     assert a.tolist() == [[1.0] * 3, [-1.0] * 3]
     # OPD only, clipped at 1: teacher - old = [0.5, -2 -> -1, 0]
-    a = compute_advantages(rewards, torch.tensor([False, False]), teacher, torch.tensor([True, False]), old,
-                           opd_adv_clip=1.0)
+    a = compute_advantages(
+        rewards, torch.tensor([False, False]), teacher, torch.tensor([True, False]), old, opd_adv_clip=1.0
+    )
     assert a.tolist() == [[0.5, -1.0, 0.0], [0.0, 0.0, 0.0]]
     # Combined with weights 2 : 0.5; sample 1 has no teacher part.
-    a = compute_advantages(rewards, torch.tensor([True, True]), teacher, torch.tensor([True, False]), old,
-                           binary_rl_weight=2.0, opd_weight=0.5)
+    a = compute_advantages(
+        rewards,
+        torch.tensor([True, True]),
+        teacher,
+        torch.tensor([True, False]),
+        old,
+        binary_rl_weight=2.0,
+        opd_weight=0.5,
+    )
     assert a[0].tolist() == pytest.approx([2.25, 1.0, 2.0])
     assert a[1].tolist() == [-2.0] * 3
 
@@ -141,8 +172,18 @@ def test_topk_term_in_loss_only_on_selected_tokens():
     q = torch.tensor([[[0.5, 0.2], [0.5, 0.2]]]).log().requires_grad_(True)
     p = torch.tensor([[[0.4, 0.4], [0.4, 0.4]]]).log()
     zeros = torch.zeros(1, 2)
-    out = ppo_loss(zeros, zeros, zeros, torch.ones(1, 2), clip_low=EPS, clip_high=EPS_HIGH,
-                   student_topk=q, teacher_topk=p, topk_mask=torch.tensor([[1.0, 0.0]]), topk_coef=2.0)
+    out = ppo_loss(
+        zeros,
+        zeros,
+        zeros,
+        torch.ones(1, 2),
+        clip_low=EPS,
+        clip_high=EPS_HIGH,
+        student_topk=q,
+        teacher_topk=p,
+        topk_mask=torch.tensor([[1.0, 0.0]]),
+        topk_coef=2.0,
+    )
     single = topk_reverse_kl(q[:, :1], p[:, :1]).item()
     assert out.loss.item() == pytest.approx(2.0 * single / 2, abs=1e-6)
     out.loss.backward()
@@ -168,3 +209,27 @@ def test_decoupled_loss_weights_each_token_by_its_behaviour_weight():
     assert out.metrics["behaviour_weight_mean"] == pytest.approx(float(w.mean()))
     plain = ppo_loss(new, prox, adv, mask, clip_low=0.2, clip_high=0.2)
     assert float(plain.loss) == pytest.approx(float(per_tok.mean()), rel=1e-6)  # weight 1 = the plain loss
+
+
+def test_balanced_scale_brings_the_rl_part_to_the_opd_parts_size_and_never_up():
+    from openclaw_rl.trainer.losses import balanced_rl_scale, compute_advantages
+
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])  # the first row's last token is padding
+    old = torch.zeros(2, 3)
+    teacher = torch.tensor([[0.1, -0.1, 9.0], [0.0, 0.0, 0.0]])  # padding must not count
+    rewards, has_reward, has_teacher = (
+        torch.tensor([0.0, 1.0]),
+        torch.tensor([False, True]),
+        torch.tensor([True, False]),
+    )
+    scale = balanced_rl_scale(rewards, has_reward, teacher, has_teacher, old, mask)
+    assert scale == pytest.approx(0.1)  # mean |OPD| over the hinted row's two real tokens
+    adv = compute_advantages(rewards, has_reward, teacher, has_teacher, old, rl_scale=scale)
+    rl_size = float(adv[1].abs().mean())
+    opd_size = float((adv[0, :2]).abs().mean())
+    assert rl_size == pytest.approx(opd_size)  # 1:1 is now an even mix
+    # small advantages are not blown up, and without one of the parts there is nothing to balance
+    small = torch.tensor([0.0, 0.01])
+    assert balanced_rl_scale(small, has_reward, teacher, has_teacher, old, mask) == 1.0
+    no_opd = torch.tensor([False, False])
+    assert balanced_rl_scale(rewards, has_reward, teacher, no_opd, old, mask) is None

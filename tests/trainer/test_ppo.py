@@ -23,8 +23,16 @@ RESPONSE = [1280, 314, 2133, 28, 216, 9]
 def _sample(trainer: Trainer, sid: str = "a", prompt=PROMPT, response=RESPONSE, **kw) -> Sample:
     """A sample whose rollout log-probs are the trainer's own (as if it had served the turn)."""
     lp, _, _ = sequence_logprobs(trainer.model, prompt, response)
-    return Sample(sample_id=sid, session_id="s", turn_index=0, prompt_ids=prompt, response_ids=response,
-                  rollout_logprobs=lp.tolist(), loss_mask=[1] * len(response), **kw)
+    return Sample(
+        sample_id=sid,
+        session_id="s",
+        turn_index=0,
+        prompt_ids=prompt,
+        response_ids=response,
+        rollout_logprobs=lp.tolist(),
+        loss_mask=[1] * len(response),
+        **kw,
+    )
 
 
 def _total_lp(trainer: Trainer, prompt=PROMPT, response=RESPONSE) -> float:
@@ -43,8 +51,17 @@ def test_reward_sign_moves_response_logprob(make_cfg, reward):
         metrics = trainer.train_update([_sample(trainer, reward=reward)])
     after = _total_lp(trainer)
     assert (after - before) * reward > 0.05, (before, after)
-    for key in ("loss", "pg_loss", "kl", "clip_frac", "ppo_kl", "entropy", "grad_norm", "tokens_per_s",
-                "logprob_gap"):
+    for key in (
+        "loss",
+        "pg_loss",
+        "kl",
+        "clip_frac",
+        "ppo_kl",
+        "entropy",
+        "grad_norm",
+        "tokens_per_s",
+        "logprob_gap",
+    ):
         assert key in metrics and metrics[key] == metrics[key]  # present and not NaN
     assert metrics["grad_norm"] > 0 and trainer.step == 3 and trainer.policy_version == 3
 
@@ -84,6 +101,7 @@ def test_opd_moves_student_towards_teacher(make_cfg):
     cfg = make_cfg(kl_coef=0.0)
     trainer = Trainer(cfg, cfg.policy_service.model)
     teacher = _teacher_lp()[0]
+
     def dist() -> float:
         return float((sequence_logprobs(trainer.model, PROMPT, RESPONSE)[0] - teacher).abs().sum())
 
@@ -108,8 +126,9 @@ def test_topk_distillation_reduces_reverse_kl(make_cfg):
 
     before = rkl()
     for _ in range(3):
-        m = trainer.train_update([_sample(trainer, teacher_topk_ids=ids.tolist(),
-                                          teacher_topk_logprobs=top_lp.tolist())])
+        m = trainer.train_update(
+            [_sample(trainer, teacher_topk_ids=ids.tolist(), teacher_topk_logprobs=top_lp.tolist())]
+        )
     assert m["topk_kl"] > 0
     # Random tiny models are near-uniform over 49k tokens, so the KL is small in absolute terms.
     assert rkl() < 0.5 * before
@@ -131,9 +150,11 @@ def test_micro_batching_does_not_change_the_step(make_cfg):
     for budget in (16, 4096):
         cfg = make_cfg(micro_batch_tokens=budget, mini_batch_size=3, batch_size=3, lr=1e-3)
         trainer = Trainer(cfg, cfg.policy_service.model)
-        batch = [_sample(trainer, "a", reward=1.0),
-                 _sample(trainer, "b", prompt=PROMPT[:3], response=RESPONSE[:2], reward=-1.0),
-                 _sample(trainer, "c", prompt=[5, 6], response=[7, 8, 9, 10], reward=1.0)]
+        batch = [
+            _sample(trainer, "a", reward=1.0),
+            _sample(trainer, "b", prompt=PROMPT[:3], response=RESPONSE[:2], reward=-1.0),
+            _sample(trainer, "c", prompt=[5, 6], response=[7, 8, 9, 10], reward=1.0),
+        ]
         trainer.train_update(batch)
         results.append(_weights(trainer))
     # Adam steps are ~lr = 1e-3 per weight; a wrong accumulation (a micro-batch counted twice, a
@@ -195,8 +216,12 @@ def test_lora_export_loads_with_peft(make_cfg, tiny_model_dir):
     meta = json.loads((out / "openclaw_policy.json").read_text())
     assert meta["kind"] == "lora" and meta["version"] == 1
     served = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), out).eval()
-    torch.testing.assert_close(sequence_logprobs(served, PROMPT, RESPONSE)[0],
-                               sequence_logprobs(t.model, PROMPT, RESPONSE)[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        sequence_logprobs(served, PROMPT, RESPONSE)[0],
+        sequence_logprobs(t.model, PROMPT, RESPONSE)[0],
+        atol=1e-5,
+        rtol=1e-5,
+    )
 
 
 def test_full_training_export_and_resume(make_cfg):
@@ -209,8 +234,12 @@ def test_full_training_export_and_resume(make_cfg):
     assert _total_lp(t) > before
     out = t.export_policy(t.checkpoint_root.parent / "exports", 1)
     served = AutoModelForCausalLM.from_pretrained(out).eval()
-    torch.testing.assert_close(sequence_logprobs(served, PROMPT, RESPONSE)[0],
-                               sequence_logprobs(t.model, PROMPT, RESPONSE)[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        sequence_logprobs(served, PROMPT, RESPONSE)[0],
+        sequence_logprobs(t.model, PROMPT, RESPONSE)[0],
+        atol=1e-5,
+        rtol=1e-5,
+    )
     t.save_checkpoint()
     u = Trainer(cfg, cfg.policy_service.model)
     assert u.resume()
@@ -255,7 +284,9 @@ def test_a_group_of_identical_rewards_gives_no_policy_gradient(make_cfg):
     cfg = make_cfg(kl_coef=0.0, entropy_coef=0.0, batch_size=4, mini_batch_size=4)
     trainer = Trainer(cfg, cfg.policy_service.model)
     responses = [RESPONSE, RESPONSE[:4], RESPONSE[1:], RESPONSE[::-1]]
-    grouped = [_sample(trainer, f"g{i}", response=r, reward=-1.0, advantage=0.0) for i, r in enumerate(responses)]
+    grouped = [
+        _sample(trainer, f"g{i}", response=r, reward=-1.0, advantage=0.0) for i, r in enumerate(responses)
+    ]
     metrics = trainer.train_update(grouped)
     assert metrics["grad_norm"] == 0.0 and metrics["pg_loss"] == 0.0
     raw = [_sample(trainer, f"r{i}", response=r, reward=-1.0) for i, r in enumerate(responses)]

@@ -17,10 +17,19 @@ def _samples(n: int) -> list[Sample]:
     out = []
     for i in range(n):
         resp = [100 + i, 200 + i, 300 + i]
-        out.append(Sample(sample_id=f"s{i}", session_id="sess", turn_index=i, prompt_ids=[1, 2, 3 + i],
-                          response_ids=resp, rollout_logprobs=[-10.8] * 3, loss_mask=[1, 1, 1],
-                          reward=1.0 if i % 2 == 0 else -1.0,
-                          teacher_logprobs=[-10.0, -11.0, -10.5] if i == 1 else None))
+        out.append(
+            Sample(
+                sample_id=f"s{i}",
+                session_id="sess",
+                turn_index=i,
+                prompt_ids=[1, 2, 3 + i],
+                response_ids=resp,
+                rollout_logprobs=[-10.8] * 3,
+                loss_mask=[1, 1, 1],
+                reward=1.0 if i % 2 == 0 else -1.0,
+                teacher_logprobs=[-10.0, -11.0, -10.5] if i == 1 else None,
+            )
+        )
     return out
 
 
@@ -85,11 +94,26 @@ def test_openclaw_rl_train_command_line(tmp_path, tiny_model_dir):
     config.write_text(
         f'[global]\nlog_dir = "{tmp_path / "logs"}"\n'
         f'[policy_service]\nmodel = "{tiny_model_dir}"\n'
-        '[training]\nbackend = "torch"\nbatch_size = 2\nmini_batch_size = 2\nlr = 1e-3\n')
-    proc = subprocess.run([sys.executable, "-m", "openclaw_rl.cli", "train", "--config", str(config),
-                           "--samples", str(path), "--steps", "1"],
-                          capture_output=True, text=True, timeout=120,
-                          env={**__import__("os").environ, "OMP_NUM_THREADS": "2"})
+        '[training]\nbackend = "torch"\nbatch_size = 2\nmini_batch_size = 2\nlr = 1e-3\n'
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "openclaw_rl.cli",
+            "train",
+            "--config",
+            str(config),
+            "--samples",
+            str(path),
+            "--steps",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "2"},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "[train] ppo_update done, kl=" in proc.stdout
     assert (tmp_path / "logs" / "policy" / "v000001" / "adapter_config.json").is_file()
