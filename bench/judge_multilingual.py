@@ -65,27 +65,38 @@ def load_set(path: Path) -> list[dict]:
 def judge_version() -> str:
     """HEAD commit, and whether the judge's code or training lines differ from it in the work tree."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
-                              capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "openclaw_rl/judge"], cwd=ROOT, check=True,
-                               capture_output=True, text=True).stdout.split("\n")
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "openclaw_rl/judge"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split("\n")
     except (OSError, subprocess.CalledProcessError):
         return "unknown (no git)"
     changed = sorted(line[3:] for line in dirty if line.strip())
-    return f"HEAD {head}" + (f", uncommitted changes in {', '.join(changed)}" if changed else ", judge files clean")
+    return f"HEAD {head}" + (
+        f", uncommitted changes in {', '.join(changed)}" if changed else ", judge files clean"
+    )
 
 
 def fmt(x: float | None) -> str:
     return "  -  " if x is None else f"{x:5.2f}"
 
 
-def group_table(title: str, key: str, cases: list[dict], runs: list[list[int | None]],
-                order: tuple[str, ...] = ()) -> None:
+def group_table(
+    title: str, key: str, cases: list[dict], runs: list[list[int | None]], order: tuple[str, ...] = ()
+) -> None:
     """One line per value of ``key``: n, label balance, accuracy (mean over runs), 0-rate, sign errors."""
     values = sorted({c[key] for c in cases}, key=lambda v: (order.index(v) if v in order else len(order), v))
     print(f"\n{title}")
-    header = f"{key:32s} {'n':>4s} {'+1':>4s} {'-1':>4s} {'0':>3s} | {'acc':>5s} {'acc+1':>5s} {'acc-1':>5s} " \
-             f"{'zero':>5s} {'sign':>5s}"
+    header = (
+        f"{key:32s} {'n':>4s} {'+1':>4s} {'-1':>4s} {'0':>3s} | {'acc':>5s} {'acc+1':>5s} {'acc-1':>5s} "
+        f"{'zero':>5s} {'sign':>5s}"
+    )
     print(header)
     print("-" * len(header))
     for v in (*values, None):
@@ -99,12 +110,15 @@ def group_table(title: str, key: str, cases: list[dict], runs: list[list[int | N
             return sum(run[i] == cases[i]["label"] for run in runs for i in sub) / (len(sub) * len(runs))
 
         zero = sum(run[i] == 0 for run in runs for i in idx) / (len(idx) * len(runs))
-        sign = sum(run[i] is not None and run[i] * cases[i]["label"] == -1 for run in runs for i in idx) \
-            / (len(idx) * len(runs))
+        sign = sum(run[i] is not None and run[i] * cases[i]["label"] == -1 for run in runs for i in idx) / (
+            len(idx) * len(runs)
+        )
         pos = [i for i in idx if cases[i]["label"] == 1]
         neg = [i for i in idx if cases[i]["label"] == -1]
-        print(f"{name:32s} {len(idx):4d} {labels[1]:4d} {labels[-1]:4d} {labels[0]:3d} | {fmt(acc(idx))} "
-              f"{fmt(acc(pos))} {fmt(acc(neg))} {fmt(zero)} {fmt(sign)}")
+        print(
+            f"{name:32s} {len(idx):4d} {labels[1]:4d} {labels[-1]:4d} {labels[0]:3d} | {fmt(acc(idx))} "
+            f"{fmt(acc(pos))} {fmt(acc(neg))} {fmt(zero)} {fmt(sign)}"
+        )
 
 
 def confusion(cases: list[dict], runs: list[list[int | None]]) -> None:
@@ -139,37 +153,51 @@ def main() -> int:
         shown = args.set
     labels = Counter(c["label"] for c in cases)
     print(f"judge code: {judge_version()}")
-    print(f"held-out {shown}: {len(cases)} cases, labels {dict(labels)}, "
-          f"majority-class rate {max(labels.values()) / len(cases):.2f}")
+    print(
+        f"held-out {shown}: {len(cases)} cases, labels {dict(labels)}, "
+        f"majority-class rate {max(labels.values()) / len(cases):.2f}"
+    )
     print(f"langs {dict(Counter(c['lang'] for c in cases))}")
     print(f"roles {dict(Counter(c['role'] for c in cases))}")
 
     training = load_examples()
     shared = bench_judge.overlap([e.next_state for e in training], {"v3": cases})
-    print(f"training lines: {len(training)}; held-out next states equal to one (normalized): {len(shared)}"
-          + (f" {shared}" if shared else "")
-          + (" (emoji-only states normalize to '', like '{}')" if any(not bench_judge.normalize(s) for s in shared)
-             else ""))
+    print(
+        f"training lines: {len(training)}; held-out next states equal to one (normalized): {len(shared)}"
+        + (f" {shared}" if shared else "")
+        + (
+            " (emoji-only states normalize to '', like '{}')"
+            if any(not bench_judge.normalize(s) for s in shared)
+            else ""
+        )
+    )
     if not args.no_dups:
         dups = bench_judge.near_duplicates({"v3": cases})
         print(f"held-out cases with a training line at MiniLM cosine >= 0.9: {dups['v3']}")
     ev = [read_evidence(c["role"], c["next_state"]) for c in cases]
     decided = [(e.score, c["label"]) for e, c in zip(ev, cases, strict=True) if e.decisive]
-    print(f"evidence rules decide {len(decided)}/{len(cases)} ({sum(s == lab for s, lab in decided)} of them right)")
+    print(
+        f"evidence rules decide {len(decided)}/{len(cases)} ({sum(s == lab for s, lab in decided)} of them right)"
+    )
 
     cfg = Config(prm_service=PrmServiceConfig(backend="minilm"))
     runs, seconds = [], 0.0
     for k in range(args.repeats):
-        scores, elapsed, _ = asyncio.run(bench_judge.run_judge(bench_judge.after_factory, cfg, args.votes, cases,
-                                                               seed=42 + k))
+        scores, elapsed, _ = asyncio.run(
+            bench_judge.run_judge(bench_judge.after_factory, cfg, args.votes, cases, seed=42 + k)
+        )
         runs.append(scores)
         seconds += elapsed
     accs = [sum(s == c["label"] for s, c in zip(run, cases, strict=True)) / len(cases) for run in runs]
-    print(f"\nminilm judge, vote_count {args.votes}, {args.repeats} runs (seeds 42..{41 + args.repeats}): "
-          f"accuracy {sum(accs) / len(accs):.3f} (runs {', '.join(f'{a:.3f}' for a in accs)}), "
-          f"{len(cases) * len(runs) / seconds:.1f} turns/s")
-    print("acc = accuracy (0 counts as wrong for a ±1 label); acc+1 / acc-1 = on the +1 / -1 cases; "
-          "zero = share of 0 answers; sign = share answered with the opposite sign")
+    print(
+        f"\nminilm judge, vote_count {args.votes}, {args.repeats} runs (seeds 42..{41 + args.repeats}): "
+        f"accuracy {sum(accs) / len(accs):.3f} (runs {', '.join(f'{a:.3f}' for a in accs)}), "
+        f"{len(cases) * len(runs) / seconds:.1f} turns/s"
+    )
+    print(
+        "acc = accuracy (0 counts as wrong for a ±1 label); acc+1 / acc-1 = on the +1 / -1 cases; "
+        "zero = share of 0 answers; sign = share answered with the opposite sign"
+    )
 
     group_table("per language", "lang", cases, runs, LANG_ORDER)
     group_table("per role", "role", cases, runs, bench_judge.ROLES)
@@ -178,13 +206,17 @@ def main() -> int:
 
     wrong = [(sum(run[i] != c["label"] for run in runs), i) for i, c in enumerate(cases)]
     wrong = [(w, i) for w, i in wrong if w * 2 > len(runs)]
-    print(f"\ncases judged wrong in most runs: {len(wrong)}/{len(cases)} "
-          "(label -> answers per run; lang, role, style; next state)")
+    print(
+        f"\ncases judged wrong in most runs: {len(wrong)}/{len(cases)} "
+        "(label -> answers per run; lang, role, style; next state)"
+    )
     for _, i in wrong:
         c = cases[i]
         answers = "/".join("err" if run[i] is None else f"{run[i]:+d}" for run in runs)
-        print(f"  {c['label']:+d} -> {answers:9s} {c['lang']:5s} {c['role']:11s} {c['style'][:24]:24s} "
-              f"{short(c['next_state'])}")
+        print(
+            f"  {c['label']:+d} -> {answers:9s} {c['lang']:5s} {c['role']:11s} {c['style'][:24]:24s} "
+            f"{short(c['next_state'])}"
+        )
     return 0
 
 
