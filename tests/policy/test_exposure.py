@@ -158,3 +158,17 @@ def test_a_public_bind_requires_the_generated_key(tmp_path, tiny_model_dir):
     assert str(key_file) in out and "generated key" in out
     assert key not in out  # the path is printed, the key never
     assert key not in (tmp_path / "store.sqlite").read_bytes().decode("latin-1")
+
+
+def test_the_runs_own_clients_send_the_generated_key(tmp_path):
+    """The environment workers and the evaluator reach a public, keyless service with its client key."""
+    import threading
+
+    from openclaw_rl.envs.loop import PolicyClient
+
+    cfg = build_config(
+        {"global": {"log_dir": str(tmp_path)}, "policy_service": {"host": "0.0.0.0"}}, environ={}
+    )
+    client = PolicyClient.from_config(cfg, "http://127.0.0.1:1", threading.Event())
+    key = (tmp_path / "client.key").read_text()
+    assert client.http.headers["Authorization"] == f"Bearer {key}"
