@@ -129,7 +129,7 @@ class PolicyClient:
     ) -> PolicyClient:
         """A client of the policy service at ``base_url`` with the config's model, key and timeout."""
         pol = cfg.policy_service
-        key = pol.api_key.get_secret_value() if pol.api_key is not None else None
+        key = RunDir.of(cfg).client_key(pol)  # api_key, or the key a public, keyless service generated
         return cls(base_url, pol.model, key, pol.request_timeout_sec, stop_event, backoff_max_sec)
 
     def complete(
