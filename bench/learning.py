@@ -39,6 +39,7 @@ from openclaw_rl.config import PACKAGED_DATA, load_config  # noqa: E402
 from openclaw_rl.envs.eval_loop import sessions_to_learn  # noqa: E402
 from openclaw_rl.envs.evaluate import EvalSizes, evaluate  # noqa: E402
 from openclaw_rl.policy.server import PolicyService  # noqa: E402
+from openclaw_rl.runtime.metrics import read_metrics  # noqa: E402
 from openclaw_rl.runtime.ports import free_port  # noqa: E402
 from openclaw_rl.runtime.store import Store  # noqa: E402
 
@@ -61,6 +62,7 @@ class Row:
     wall_s: float
     samples: int
     sessions_to_learn: int | None
+    judge_agreement: float | None
 
     @property
     def change(self) -> float:
@@ -179,6 +181,45 @@ def final_policy(config: Path) -> Path:
     return ckpt / (ckpt / "latest").read_text().strip() / "policy"
 
 
+def run_agreement(config: Path) -> float | None:
+    """The run's judge-persona agreement: of its turns judged +-1, the share the persona agreed with."""
+    rows = read_metrics(load_config(config).log_dir, kind="train")
+    pairs = [r["judge_agreement"] for r in rows if isinstance(r.get("judge_agreement"), int | float)]
+    return statistics.fmean(pairs) if pairs else None
+
+
+def report(rows: list[Row], args: argparse.Namespace) -> None:
+    """The table of the runs so far, then per arm: mean change over its seeds, spread, worst seed."""
+    print()
+    print(
+        f"{'run':<30}{'base':>7}{'trained':>9}{'change':>8}{'to learn':>9}{'agree':>7}{'minutes':>9}"
+        f"{'samples':>9}{'per hour':>10}"
+    )
+    for r in rows:
+        learned = "-" if r.sessions_to_learn is None else str(r.sessions_to_learn)
+        agree = "-" if r.judge_agreement is None else f"{r.judge_agreement:.2f}"
+        print(
+            f"{r.run:<30}{r.base:>7.3f}{r.trained:>9.3f}{r.change:>+8.3f}{learned:>9}{agree:>7}"
+            f"{r.wall_s / 60:>9.1f}{r.samples:>9}{r.per_hour:>10.0f}"
+        )
+    print(f"\n{'arm':<30}{'seeds':>6}{'mean change':>13}{'spread':>8}{'worst':>8}{'per hour':>10}")
+    for arm in dict.fromkeys(r.arm for r in rows):
+        changes = [r.change for r in rows if r.arm == arm]
+        spread = statistics.stdev(changes) if len(changes) > 1 else 0.0
+        per_hour = statistics.fmean(r.per_hour for r in rows if r.arm == arm)
+        print(
+            f"{arm:<30}{len(changes):>6}{statistics.fmean(changes):>+13.3f}{spread:>8.3f}{min(changes):>+8.3f}"
+            f"{per_hour:>10.0f}"
+        )
+    print(
+        f"\n({args.updates} updates of batch {args.batch} per run; n={args.chat_n} held-out problems, one "
+        f"problem moves a score by {1 / args.chat_n:.3f} at most; spread = sample standard deviation "
+        f"over seeds; agree = mean judge-persona agreement per update; live evaluations of {args.live_n} "
+        f"problems every {args.sync} updates)",
+        flush=True,
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -211,7 +252,8 @@ def main() -> int:
     else:
         seeds = [s.strip() for s in args.seeds.split(",") if s.strip()]
         teacher = [s.strip() for s in args.teacher_seeds.split(",") if s.strip()]
-        runs = [f"{arm}:{seed}" for arm in args.arms.split(",") for seed in seeds]
+        # seed by seed, every arm in turn: a bench stopped early has compared the arms on the same seeds
+        runs = [f"{arm}:{seed}" for seed in seeds for arm in args.arms.split(",")]
         runs += [f"combined:{seed}@teacher" for seed in teacher]
     parsed = {r: parse_run(r) for r in runs}
 
@@ -235,16 +277,7 @@ def main() -> int:
         learned = sessions_to_learn(load_config(conf).log_dir)
         base = bases[persona]
         rows.append(
-            {
-                "run": run,
-                "arm": f"{name}@{persona}",
-                "seed": seed,
-                "base": base,
-                "trained": after,
-                "wall_s": wall,
-                "samples": trained,
-                "sessions_to_learn": learned,
-            }
+            Row(run, f"{name}@{persona}", seed, base, after, wall, trained, learned, run_agreement(conf))
         )
         print(
             f"{run}: {base:.3f} -> {after:.3f} after {args.updates} updates ({trained} samples, "
@@ -263,31 +296,7 @@ def main() -> int:
                 indent=2,
             )
         )
-    print()
-    print(
-        f"{'run':<30}{'base':>7}{'trained':>9}{'change':>8}{'to learn':>9}{'minutes':>9}{'samples':>9}"
-        f"{'per hour':>10}"
-    )
-    for r in rows:
-        learned = "-" if r.sessions_to_learn is None else str(r.sessions_to_learn)
-        print(
-            f"{r.run:<30}{r.base:>7.3f}{r.trained:>9.3f}{r.change:>+8.3f}{learned:>9}{r.wall_s / 60:>9.1f}"
-            f"{r.samples:>9}{r.per_hour:>10.0f}"
-        )
-    print(f"\n{'arm':<30}{'seeds':>6}{'mean change':>13}{'spread':>8}{'worst':>8}{'per hour':>10}")
-    for arm in dict.fromkeys(r.arm for r in rows):
-        changes = [r.change for r in rows if r.arm == arm]
-        spread = statistics.stdev(changes) if len(changes) > 1 else 0.0
-        per_hour = statistics.fmean(r.per_hour for r in rows if r.arm == arm)
-        print(
-            f"{arm:<30}{len(changes):>6}{statistics.fmean(changes):>+13.3f}{spread:>8.3f}{min(changes):>+8.3f}"
-            f"{per_hour:>10.0f}"
-        )
-    print(
-        f"\n({args.updates} updates of batch {args.batch} per run; n={args.chat_n} held-out problems, one "
-        f"problem moves a score by {1 / args.chat_n:.3f} at most; spread = sample standard deviation "
-        f"over seeds; live evaluations of {args.live_n} problems every {args.sync} updates)"
-    )
+        report(rows, args)  # after every run: a bench stopped early still leaves its table
     print(f"total {(time.monotonic() - t0) / 60:.1f} min on {os.cpu_count()} cores; runs in {work}")
     return 0
 
