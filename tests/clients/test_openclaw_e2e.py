@@ -93,9 +93,11 @@ def test_a_real_openclaw_session_is_served_recorded_and_judged(openclaw, tmp_pat
             out = json.loads(proc.stdout)
             text = " ".join(p.get("text") or "" for p in out.get("payloads") or [])
             assert text.strip(), out  # every turn answered
-            assert not re.search(
-                r"\b(error|HTTP 4\d\d|HTTP 5\d\d)\b", json.dumps(out.get("meta", {})), re.I
-            ), out
+            # OpenClaw's meta repeats the reply; a model that writes "error" is not an error
+            meta = json.dumps(out.get("meta", {}))
+            for p in out.get("payloads") or []:
+                meta = meta.replace(json.dumps(p.get("text") or "")[1:-1], "")
+            assert not re.search(r"\b(error|HTTP 4\d\d|HTTP 5\d\d)\b", meta, re.I), out
         with sqlite3.connect(RunDir.of(cfg).store) as db:
             sids = [r[0] for r in db.execute("SELECT DISTINCT session_id FROM turns")]
         turns = [t for sid in sids for t in service.store.session_turns(sid)]

@@ -33,6 +33,9 @@ def _raw(model_dir: Path, log_dir: Path, backend: str) -> dict:
             "mini_batch_size": 2,
             "kl_coef": 0.01,
             "checkpoint_interval": 1000,
+            # balanced takes its factor per micro-batch, so sharded and whole batches differ there;
+            # this compares the sharding itself (a known gap, see docs/training.md)
+            "term_balance": "raw",
         },
     }
 
