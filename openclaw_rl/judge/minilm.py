@@ -604,6 +604,7 @@ class MiniLMJudge(Judge):
         self.rng = random.Random(cfg.global_.seed)
         self._recent: OrderedDict[tuple[str, str], dict[int, float]] = OrderedDict()
         self._recent_lock = threading.Lock()
+        self._pending: dict[tuple[str, str], threading.Event] = {}
 
     def evidence(self, next_state: NextState, response: str = "") -> Evidence:
         """Decisive evidence in the state (compared with ``response`` for a JSON tool result), or
@@ -618,12 +619,28 @@ class MiniLMJudge(Judge):
         key = (next_state.role, next_state.content)
         with self._recent_lock:
             probs = self._recent.get(key)
-        if probs is None:
-            probs = self.classifier.predict([key])[0]
+            pending = self._pending.get(key) if probs is None else None
+            owner = probs is None and pending is None
+            if owner:
+                pending = self._pending[key] = threading.Event()
+        if probs is None and not owner and pending is not None:
+            # the score and hint votes of one turn run concurrently: one prediction serves both
+            pending.wait()
             with self._recent_lock:
-                self._recent[key] = probs
-                while len(self._recent) > 256:  # the score and hint votes of one turn share a prediction
-                    self._recent.popitem(last=False)
+                probs = self._recent.get(key)
+        if probs is None:
+            try:
+                probs = self.classifier.predict([key])[0]
+                with self._recent_lock:
+                    self._recent[key] = probs
+                    while len(self._recent) > 256:
+                        self._recent.popitem(last=False)
+            finally:
+                if owner:
+                    with self._recent_lock:
+                        done = self._pending.pop(key, None)
+                    if done is not None:
+                        done.set()
         return restrict(probs, self.prm.reward_space)
 
     def _votes(self, next_state: NextState, response: str = "") -> tuple[list[Vote], Evidence]:
