@@ -7,6 +7,8 @@
     openclaw-rl eval   --config FILE [--checkpoint PATH]
     openclaw-rl status --config FILE
     openclaw-rl openclaw-config --config FILE             the openclaw.json fragment for this service
+    openclaw-rl users add NAME --config FILE              a user and their key (shown once)
+    openclaw-rl users list --config FILE                  per user: turns, samples, feedback, ...
 
 Each verb loads and validates the config first (a bad file exits 2 with every problem listed) and
 then imports only the part it needs, so ``status`` never pays for torch.
@@ -72,6 +74,15 @@ def _cmd_openclaw_config(args: argparse.Namespace) -> int:
     return openclaw_config_command(_config(args.config))
 
 
+def _cmd_users(args: argparse.Namespace) -> int:
+    from openclaw_rl.launcher.users import users_add, users_list
+
+    cfg = _config(args.config)
+    if args.users_command == "add":
+        return users_add(cfg, args.name)
+    return users_list(cfg)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="openclaw-rl", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -130,6 +141,16 @@ def build_parser() -> argparse.ArgumentParser:
         _cmd_openclaw_config,
         "print the openclaw.json fragment that works with this config",
     )
+    users = sub.add_parser("users", help="per-user identity: add a user, list users").add_subparsers(
+        dest="users_command", required=True
+    )
+    p = users.add_parser("add", help="add a user and print their key once")
+    p.add_argument("name", help="the user's name (letters, digits, . _ @ + -)")
+    p.add_argument("--config", required=True, help="path to config.toml")
+    p.set_defaults(fn=_cmd_users)
+    p = users.add_parser("list", help="per user: turns, judged, samples, updates, adapter, feedback")
+    p.add_argument("--config", required=True, help="path to config.toml")
+    p.set_defaults(fn=_cmd_users)
     return parser
 
 

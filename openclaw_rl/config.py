@@ -364,6 +364,33 @@ class TrainingConfig(_Section):
         return self.clip_ratio_high if self.asymmetric_clip else self.clip_ratio
 
 
+#: A user's name: what ``openclaw-rl users add`` takes and what a trusted gateway's ``user`` field or
+#: header gives. It names rows and folders of the run, so it is kept to a safe alphabet.
+USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")
+
+
+class UsersConfig(_Section):
+    """``[users]``: who is talking (docs/users.md).
+
+    ``shared`` (default): one policy learns from everyone, as before; turns still carry their user,
+    so ``users list``, feedback ownership and deletion work. ``per_user``: each user's own adapter
+    (served and trained separately)."""
+
+    mode: Literal["shared", "per_user"] = "shared"
+    header: str | None = Field(
+        None,
+        description="a request header that names the user behind a trusted gateway (besides the body's `user`)",
+    )
+    max_resident: int = Field(8, ge=1, description="per_user: adapters kept in memory (least recently used)")
+
+    @field_validator("header")
+    @classmethod
+    def _header(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9-]{1,64}", v):
+            raise ValueError("must be an HTTP header name: 1-64 letters, digits or '-'")
+        return v
+
+
 class Config(BaseModel):
     """The whole ``config.toml``. Sections are attributes: ``cfg.global_``, ``cfg.api``, ..."""
 
@@ -375,6 +402,7 @@ class Config(BaseModel):
     env_service: EnvServiceConfig = Field(default_factory=EnvServiceConfig)
     prm_service: PrmServiceConfig = Field(default_factory=PrmServiceConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
+    users: UsersConfig = Field(default_factory=UsersConfig)
     source: str = Field("<defaults>", exclude=True)
     warnings: list[str] = Field(default_factory=list, exclude=True)
 
@@ -448,6 +476,7 @@ SECTIONS: dict[str, type[_Section]] = {
     "env_service": EnvServiceConfig,
     "prm_service": PrmServiceConfig,
     "training": TrainingConfig,
+    "users": UsersConfig,
 }
 
 
@@ -676,4 +705,10 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
         )
     if not tr.opd_enabled and tr.binary_rl_weight == 0:
         errors.append("[training] binary_rl_weight = 0 with opd_enabled = false: no learning signal is left")
+    if cfg.users.mode == "per_user":
+        # Refused rather than run as shared: a user who asked for isolation must not get a mix.
+        errors.append(
+            '[users] mode = "per_user": per-user adapters are not in this release yet; '
+            'use mode = "shared" (turns, keys and feedback are still per user, docs/users.md)'
+        )
     return errors, warnings

@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 TurnType = Literal["main", "side"]
 StateRole = Literal["user", "tool", "environment", "system"]
+#: The user of a request that names no one, and of every turn recorded before users existed.
+DEFAULT_USER = "default"
 
 
 class NextState(BaseModel):
@@ -29,11 +31,16 @@ class NextState(BaseModel):
     its user (a persona's preference score), sent as ``X-Turn-Truth`` with the next state. It is
     never shown to the judge nor used by the loss: it only measures how often the judge agrees with
     the truth (docs/training.md "Signal health"). None for real users.
+
+    ``rating``: the user's own verdict (``POST /v1/feedback``): decisive for every judge, whose votes
+    all agree with it; ``content`` is then the feedback's comment (a hint source for OPD), possibly
+    empty.
     """
 
     role: StateRole
     content: str
     truth: float | None = Field(None, ge=0, le=1)
+    rating: Literal[-1, 1] | None = None
 
 
 class Turn(BaseModel):
@@ -54,6 +61,8 @@ class Turn(BaseModel):
     policy_version: int = 0
     created_at: float = Field(default_factory=time.time)
     next_state: NextState | None = None
+    user: str = DEFAULT_USER  # who was served (docs/users.md)
+    response_id: str | None = None  # the completion's id as the client saw it (feedback names it)
 
     @model_validator(mode="after")
     def _aligned(self) -> Turn:
@@ -142,6 +151,7 @@ class Sample(BaseModel):
     teacher_topk_ids: list[list[int]] | None = None
     teacher_topk_logprobs: list[list[float]] | None = None
     weight: float = 1.0
+    user: str = DEFAULT_USER  # whose turn it is: per-user training trains only their adapter on it
 
     @model_validator(mode="after")
     def _aligned(self) -> Sample:

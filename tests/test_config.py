@@ -165,3 +165,17 @@ def test_groups_and_outcome_rewards_are_checked():
     message = str(err.value)
     for needle in ("[env_service] group_size", "[env_service] reward", "[training] baseline_momentum"):
         assert needle in message, message
+
+
+def test_users_section_is_validated_with_the_other_sections():
+    from openclaw_rl.config import ConfigError
+
+    cfg = build_config({"users": {"header": "X-End-User"}}, environ={})
+    assert cfg.users.mode == "shared" and cfg.users.header == "X-End-User"
+    with pytest.raises(ConfigError) as info:
+        build_config({"users": {"mode": "per-user", "header": "X End"}, "training": {"lr": -1}}, environ={})
+    text = str(info.value)
+    assert "[users] mode" in text and "did you mean 'per_user'?" in text
+    assert "[users] header" in text and "[training] lr" in text  # every problem at once
+    with pytest.raises(ConfigError, match="per-user adapters are not in this release yet"):
+        build_config({"users": {"mode": "per_user"}}, environ={})

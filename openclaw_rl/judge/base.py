@@ -97,6 +97,8 @@ class Judge(ABC):
 
     # ------------------------------------------------------------------ internals
     async def _verdict(self, response: str, next_state: NextState) -> JudgeResult:
+        if next_state.rating is not None:
+            return await self._explicit(response, next_state, next_state.rating)
         if self.prm.extract_instruction:
             votes, hint_votes = await asyncio.gather(
                 self.score_votes(response, next_state), self.hint_votes(response, next_state)
@@ -105,6 +107,24 @@ class Judge(ABC):
             votes, hint_votes = await self.score_votes(response, next_state), []
         return JudgeResult(
             score=majority(votes, self.prm.reward_space),
+            votes=votes,
+            hint=select_hint(hint_votes) if hint_votes else None,
+            hint_votes=hint_votes,
+        )
+
+    async def _explicit(self, response: str, state: NextState, rating: int) -> JudgeResult:
+        """The user's own rating (``POST /v1/feedback``) is decisive: every vote is the rating. Its
+        comment, when there is one, is the next state the backend draws a hint from."""
+        votes = [
+            Vote(raw=f"explicit feedback: the user rated this response {rating:+d}", score=rating)
+            for _ in range(self.prm.vote_count)
+        ]
+        hint_votes: list[Vote] = []
+        if self.prm.extract_instruction and state.content.strip():
+            comment = NextState(role="user", content=state.content)
+            hint_votes = await self.hint_votes(response, comment)
+        return JudgeResult(
+            score=rating,
             votes=votes,
             hint=select_hint(hint_votes) if hint_votes else None,
             hint_votes=hint_votes,

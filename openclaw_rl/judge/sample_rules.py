@@ -347,4 +347,5 @@ def _sample(
         teacher_logprobs=opd.teacher_logprobs if opd is not None else None,
         teacher_topk_ids=topk.teacher_topk_ids if topk is not None else None,
         teacher_topk_logprobs=topk.teacher_topk_logprobs if topk is not None else None,
+        user=turn.user,
     )

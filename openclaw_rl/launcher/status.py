@@ -45,15 +45,23 @@ def run_progress_line(cfg: Config, store: Store) -> str:
     return progress_line(store.counters(), latest_eval(cfg.log_dir), cfg.global_.run_name)
 
 
+def existing_store(cfg: Config) -> Store | None:
+    """The run's store, or None (after saying so) when the run has none yet: a read-only command
+    must not create an empty store where a user mistyped ``log_dir``."""
+    path = RunDir.of(cfg).store
+    if not path.is_file():
+        print(f"no run found: {path} does not exist")
+        return None
+    return Store(path)
+
+
 def status_command(cfg: Config) -> int:
     """``openclaw-rl status``: the progress line, the last update, and sessions to learn."""
     from openclaw_rl.envs.eval_loop import learned_line
 
-    path = RunDir.of(cfg).store
-    if not path.is_file():
-        print(f"no run found: {path} does not exist")
+    store = existing_store(cfg)
+    if store is None:
         return 1
-    store = Store(path)
     try:
         print(run_progress_line(cfg, store))
     finally:

@@ -2,8 +2,10 @@
 
 Two keys, two kinds of route:
 
-* the model routes (``/v1/chat/completions``, ``/v1/models``) require ``Authorization: Bearer
-  <key>`` when ``[policy_service] api_key`` is set — the key a user gives their clients;
+* the model routes (``/v1/chat/completions``, ``/v1/feedback``, ``/v1/models``) require
+  ``Authorization: Bearer <key>`` when ``[policy_service] api_key`` is set — the key a user gives
+  their clients — or a user's own key (``openclaw-rl users add``), which also says who is talking
+  (:mod:`openclaw_rl.policy.identity`);
 * the admin routes (weight swaps, pause, closing sessions, and the SGLang / vLLM aliases) are
   never open: they take the run's admin secret (``<log_dir>/admin.key``, made by the launcher for
   each run and read by its own loops), whatever ``api_key`` is. An unauthenticated weight-update
@@ -16,6 +18,7 @@ much of a guess was right.
 Routes::
 
     POST /v1/chat/completions        OpenAI chat completions (JSON or SSE)
+    POST /v1/feedback                {"response_id": ID, "rating": 1|-1, "comment": TEXT}: rate a response
     GET  /v1/models                  the served model and its policy_version
     GET  /healthz                    liveness + policy_version (no auth)
     POST /v1/admin/load_weights      {"path": DIR, "version": N}: swap weights (the trainer's route)
@@ -41,15 +44,18 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from openclaw_rl.policy.identity import Caller, is_loopback
 from openclaw_rl.policy.protocol import (
     APIError,
     CloseSessionRequest,
+    FeedbackRequest,
     LoadWeightsRequest,
     PauseRequest,
     validation_message,
 )
 from openclaw_rl.policy.serving import Serving, escape_for_log
 from openclaw_rl.policy.weights import WeightLoadError
+from openclaw_rl.runtime.users import key_matches, split_key
 
 log = logging.getLogger("openclaw_rl.policy")
 
@@ -70,9 +76,13 @@ def _error(exc: APIError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
-def _bearer_matches(request: Request, expected: bytes) -> bool:
+def _bearer(request: Request) -> str:
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected)
+    return given.strip() if scheme.lower() == "bearer" else ""
+
+
+def _bearer_matches(request: Request, expected: bytes) -> bool:
+    return hmac.compare_digest(_bearer(request).encode(), expected)
 
 
 def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_root: Path) -> FastAPI:
@@ -87,15 +97,29 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
     admin = admin_key.encode()
     root = weights_root.resolve()
 
-    def require_key(request: Request) -> None:
-        if expected is not None and not _bearer_matches(request, expected):
-            raise APIError(
-                401,
-                "missing or wrong API key: send Authorization: Bearer <key>",
-                type_="authentication_error",
-                code="invalid_api_key",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+    def refused(message: str) -> APIError:
+        return APIError(
+            401,
+            message,
+            type_="authentication_error",
+            code="invalid_api_key",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+    def caller(request: Request) -> Caller:
+        """Authenticate a model-route request and say what it may claim about its user."""
+        given = _bearer(request)
+        parts = split_key(given) if given else None
+        if parts is not None:  # shaped like a user key: it is one, or the request is refused
+            found = serving.store.user_key(parts[0])
+            if found is None or not key_matches(parts[1], found[1], found[2]):
+                raise refused("unknown or revoked user key")
+            return Caller(key_user=found[0], trusted=False)
+        if expected is not None:
+            if not hmac.compare_digest(given.encode(), expected):
+                raise refused("missing or wrong API key: send Authorization: Bearer <key>")
+            return Caller(key_user=None, trusted=True)
+        return Caller(key_user=None, trusted=is_loopback(request.client.host if request.client else None))
 
     def require_admin(request: Request) -> None:
         if not _bearer_matches(request, admin):
@@ -165,15 +189,15 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
     async def healthz() -> dict[str, Any]:
         return serving.health()
 
-    @app.get("/v1/models", dependencies=[Depends(require_key)])
+    @app.get("/v1/models", dependencies=[Depends(caller)])
     async def models() -> dict[str, Any]:
         return serving.models()
 
-    @app.post("/v1/chat/completions", dependencies=[Depends(require_key)])
-    async def chat(request: Request):
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request, who: Caller = Depends(caller)):
         body = await request.body()
         headers = {k.lower(): v for k, v in request.headers.items()}
-        job = await serving.start_job(body, headers)
+        job = await serving.start_job(body, headers, who)
         session_headers = {"X-Session-Id": job.assign.session_id, "X-Turn-Index": str(job.assign.turn_index)}
         if job.req.stream:
             return StreamingResponse(
@@ -183,12 +207,19 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
             )
         return JSONResponse(await serving.complete(job), headers=session_headers)
 
+    @app.post("/v1/feedback")
+    async def feedback(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
+        req: FeedbackRequest = await _parse(request, FeedbackRequest)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        return await run_in_threadpool(serving.feedback, req, headers, who)
+
     async def _parse(request: Request, model: type[BaseModel]) -> Any:
         body = await request.body()
         try:
             return model.model_validate_json(body or b"{}", strict=True)
         except ValidationError as exc:
-            raise APIError(400, validation_message(exc)[0]) from None
+            message, param = validation_message(exc)
+            raise APIError(400, message, param=param) from None
 
     async def _swap(path: str, version: int) -> dict[str, Any]:
         path = inside_export_folder(path)

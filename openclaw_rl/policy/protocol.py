@@ -138,6 +138,8 @@ class ChatCompletionRequest(_Lenient):
     session_done: bool | None = None
     # extension: return the prompt and sampled token ids
     return_token_ids: bool = False
+    # OpenAI's end-user identifier: names the user when the caller is a trusted gateway (docs/users.md)
+    user: str | None = Field(None, min_length=1, max_length=128)
 
     @field_validator("n")
     @classmethod
@@ -195,6 +197,23 @@ class CloseSessionRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     session_id: str = Field(min_length=1, max_length=256)
+
+
+class FeedbackRequest(BaseModel):
+    """``POST /v1/feedback``: the user's own verdict on one response (docs/users.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+    response_id: str = Field(min_length=1, max_length=128, description="the completion's `id`")
+    rating: Literal[1, -1]
+    comment: str | None = Field(None, max_length=8000)
+    user: str | None = Field(None, min_length=1, max_length=128)
+
+    @field_validator("rating", mode="before")
+    @classmethod
+    def _not_a_bool(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # JSON true equals 1 to Python; a rating is a number
+            raise ValueError("rating must be the number 1 or -1, not a boolean")
+        return v
 
 
 class PauseRequest(BaseModel):

@@ -39,9 +39,11 @@ from pydantic import ValidationError
 from openclaw_rl.config import Config
 from openclaw_rl.policy.client_rules import clean_user_text, housekeeping_reason
 from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest, SamplingParams
+from openclaw_rl.policy.identity import Caller
 from openclaw_rl.policy.protocol import (
     APIError,
     ChatCompletionRequest,
+    FeedbackRequest,
     completion_id,
     now,
     validation_message,
@@ -49,7 +51,11 @@ from openclaw_rl.policy.protocol import (
 from openclaw_rl.policy.sessions import Assignment, SessionManager
 from openclaw_rl.policy.tools import OPEN, parse_tool_calls
 from openclaw_rl.runtime.store import Store
+from openclaw_rl.runtime.users import Feedback
 from openclaw_rl.types import EpisodeTag, Turn
+
+#: A request that came through no HTTP route (the in-process API, tests): it may name its user.
+IN_PROCESS = Caller(key_user=None, trusted=True)
 
 log = logging.getLogger("openclaw_rl.policy")
 TRUE = {"1", "true", "yes", "on"}
@@ -305,9 +311,18 @@ class Serving:
         )
         return req, gen
 
-    async def start_job(self, body: bytes, headers: dict[str, str]) -> _Job:
+    def user_of(self, caller: Caller, body_user: str | None, headers: dict[str, str]) -> str:
+        """The request's user (:mod:`openclaw_rl.policy.identity`): the configured header wins over
+        the body's ``user`` field."""
+        header = self.cfg.users.header
+        if header is not None and header.lower() in headers:
+            return caller.user(headers[header.lower()], where=f"header {header}")
+        return caller.user(body_user)
+
+    async def start_job(self, body: bytes, headers: dict[str, str], caller: Caller = IN_PROCESS) -> _Job:
         """Validate, admit, assign a session and start generating; errors are APIError."""
         req, gen = self.parse(body, headers)
+        user = self.user_of(caller, req.user, headers)
         if self._in_system >= self.capacity:
             raise APIError(
                 429,
@@ -323,6 +338,16 @@ class Serving:
             sid = headers.get("x-session-id") or req.session_id
             if sid is not None and not (0 < len(sid) <= 256):
                 raise APIError(400, "X-Session-Id must be 1-256 characters", param="X-Session-Id")
+            if sid is not None:
+                owner = await asyncio.to_thread(self.store.session_user, sid)
+                if owner is not None and owner != user:
+                    raise APIError(
+                        403,
+                        "X-Session-Id: this session belongs to another user",
+                        type_="permission_error",
+                        param="X-Session-Id",
+                        code="session_of_another_user",
+                    )
             ttype_h = headers.get("x-turn-type")
             ttype = ttype_h.strip().lower() if ttype_h else req.turn_type
             rules = self.pcfg.client_rules
@@ -334,7 +359,7 @@ class Serving:
             done = done_h if done_h is not None else bool(req.session_done)
             episode = _episode_headers(headers)
             truth = _truth_header(headers.get("x-turn-truth"))
-            assign = self.sessions.assign(req.messages, sid, ttype, done)  # type: ignore[arg-type]
+            assign = self.sessions.assign(req.messages, sid, ttype, done, user)  # type: ignore[arg-type]
             assign.episode = episode
             if assign.next_state is not None and truth is not None:
                 assign.next_state.truth = truth
@@ -401,9 +426,13 @@ class Serving:
             tool_calls=job.tool_calls,
             finish_reason=final.finish_reason,
             policy_version=final.policy_version,
+            user=a.user,
+            response_id=job.id,
         )
         main = a.turn_type == "main"
-        key = self.sessions.prefix_key(job.req.messages, job.content, job.tool_calls) if main else None
+        key = (
+            self.sessions.prefix_key(job.req.messages, job.content, job.tool_calls, a.user) if main else None
+        )
         self.store.record_turn(
             turn, next_state_for_previous=a.next_state if main else None, prefix_digest=key, episode=a.episode
         )
@@ -435,6 +464,61 @@ class Serving:
             self.store.attach_next_state(a.session_id, a.next_state)
         if a.done:
             self.store.close_session(a.session_id)
+
+    # ------------------------------------------------------------------ feedback
+    def feedback(self, req: FeedbackRequest, headers: dict[str, str], caller: Caller) -> dict[str, Any]:
+        """``POST /v1/feedback``: the rating becomes the turn's explicit next state (blocking).
+
+        404 for an id no main turn was served under, 403 when the turn is another user's; nothing
+        is recorded then."""
+        user = self.user_of(caller, req.user, headers)
+        found = self.store.turn_by_response(req.response_id)
+        if found is None:
+            raise APIError(
+                404,
+                f"response_id: no response {escape_for_log(req.response_id, 80)!r} was served here "
+                "(or it was a side request, which is never trained on)",
+                type_="not_found_error",
+                param="response_id",
+                code="response_not_found",
+            )
+        _, owner = found
+        if owner != user:
+            raise APIError(
+                403,
+                "response_id: that response was served to another user; only they may rate it",
+                type_="permission_error",
+                param="response_id",
+                code="not_your_response",
+            )
+        comment = req.comment.strip() if req.comment else None
+        outcome = self.store.record_feedback(
+            Feedback(
+                response_id=req.response_id,
+                user=user,
+                rating=req.rating,
+                comment=comment or None,
+                created_at=time.time(),
+            )
+        )
+        if outcome is None:  # deleted between the two looks
+            raise APIError(404, "response_id: that response is gone", param="response_id")
+        log.info(
+            "[policy_service] feedback %+d on session=%s turn=%d%s",
+            req.rating,
+            escape_for_log(outcome.session_id, 80),
+            outcome.turn_index,
+            "" if outcome.will_train else " (already trained: recorded, not trained again)",
+        )
+        return {
+            "object": "feedback",
+            "response_id": req.response_id,
+            "rating": req.rating,
+            "session_id": outcome.session_id,
+            "turn_index": outcome.turn_index,
+            "will_train": outcome.will_train,
+            "replaced_next_state": outcome.replaced_next_state,
+        }
 
     # ------------------------------------------------------------------ responses
     def finish_reason(self, job: _Job) -> str:

@@ -13,6 +13,10 @@ Each digest is written to the store in the same commit as its turn, and kept in 
 for speed: after a restart a headerless conversation continues its session, found in the store. The
 store keeps the newest ``max_prefixes`` digests (pruned every ``PRUNE_EVERY`` turns).
 
+Digests are per user: the same conversation from two users is two sessions, so nobody's reply is
+ever stitched onto someone else's turn (the default user's digests are the plain ones, as before
+users existed, so an old store's sessions continue).
+
 The next state of the previous main turn is what the client added after the last assistant message:
 the newest non-assistant message (several consecutive tool results are joined, in order, under the
 newest one's role), if its role is ``user``, ``tool`` or ``environment``.
@@ -30,7 +34,7 @@ from typing import Any
 
 from openclaw_rl.policy.protocol import ChatMessage
 from openclaw_rl.runtime.store import Store
-from openclaw_rl.types import EpisodeTag, NextState, TurnType
+from openclaw_rl.types import DEFAULT_USER, EpisodeTag, NextState, TurnType
 
 STATE_ROLES = ("user", "tool", "environment")
 #: Remembered prefixes between two prunings of the store's prefix table.
@@ -48,6 +52,7 @@ class Assignment:
     done: bool
     stitched: bool  # True when the session was found by conversation prefix
     episode: EpisodeTag | None = None  # the environment's group / outcome headers, when sent
+    user: str = DEFAULT_USER
 
 
 def _canon_calls(calls: list[Any] | None) -> list[tuple[str, str]]:
@@ -70,8 +75,11 @@ def canonical(
     return (role, text.strip(), _canon_calls(tool_calls))
 
 
-def digest(items: list[tuple[str, str, list[tuple[str, str]]]]) -> str:
-    return hashlib.sha256(json.dumps(items, ensure_ascii=False).encode()).hexdigest()
+def digest(items: list[tuple[str, str, list[tuple[str, str]]]], user: str = DEFAULT_USER) -> str:
+    text = json.dumps(items, ensure_ascii=False)
+    if user != DEFAULT_USER:
+        text = json.dumps(user) + text
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def next_state_of(messages: list[ChatMessage]) -> NextState | None:
@@ -109,12 +117,12 @@ class SessionManager:
             self._next_index[session_id] = idx + 1
             return idx
 
-    def _find_prefix(self, messages: list[ChatMessage]) -> str | None:
-        """The session whose remembered conversation is the longest prefix of ``messages``."""
+    def _find_prefix(self, messages: list[ChatMessage], user: str) -> str | None:
+        """The session of ``user`` whose remembered conversation is the longest prefix of ``messages``."""
         items = [canonical(m.role, m.text, m.tool_calls) for m in messages]
         # Longest first: every prefix that ends with an assistant message is a candidate.
         keys = [
-            digest(items[:end])
+            digest(items[:end], user)
             for end in range(len(messages), 0, -1)
             if messages[end - 1].role == "assistant"
         ]
@@ -134,13 +142,18 @@ class SessionManager:
         return None
 
     def assign(
-        self, messages: list[ChatMessage], session_id: str | None, turn_type: TurnType | None, done: bool
+        self,
+        messages: list[ChatMessage],
+        session_id: str | None,
+        turn_type: TurnType | None,
+        done: bool,
+        user: str = DEFAULT_USER,
     ) -> Assignment:
-        """Decide the session, turn index and next state for a request."""
+        """Decide the session, turn index and next state for ``user``'s request."""
         ttype: TurnType = turn_type or "main"
         stitched = False
         if session_id is None:
-            found = self._find_prefix(messages) if ttype == "main" else None
+            found = self._find_prefix(messages, user) if ttype == "main" else None
             stitched = found is not None
             session_id = found or f"auto-{uuid.uuid4().hex[:16]}"
             fresh = found is None
@@ -154,16 +167,21 @@ class SessionManager:
             next_state=state,
             done=done,
             stitched=stitched,
+            user=user,
         )
 
     @staticmethod
     def prefix_key(
-        messages: list[ChatMessage], reply_text: str | None, reply_tool_calls: list[dict[str, Any]] | None
+        messages: list[ChatMessage],
+        reply_text: str | None,
+        reply_tool_calls: list[dict[str, Any]] | None,
+        user: str = DEFAULT_USER,
     ) -> str:
-        """The digest of ``messages`` + the reply: what a continuation of this conversation starts with."""
+        """The digest of ``messages`` + the reply: what a continuation of ``user``'s conversation
+        starts with."""
         items = [canonical(m.role, m.text, m.tool_calls) for m in messages]
         items.append(canonical("assistant", reply_text or "", reply_tool_calls))
-        return digest(items)
+        return digest(items, user)
 
     def remember_key(self, key: str, session_id: str) -> None:
         """After a main turn: a request extending its conversation (``key``, from :meth:`prefix_key`)

@@ -51,7 +51,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from openclaw_rl.types import EpisodeTag, JudgeResult, NextState, Sample, Turn
+from openclaw_rl.runtime.users import Feedback, FeedbackOutcome, IssuedKey, UserError, UserStats
+from openclaw_rl.types import DEFAULT_USER, EpisodeTag, JudgeResult, NextState, Sample, Turn
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -99,19 +100,48 @@ CREATE TABLE IF NOT EXISTS prefixes (
     session_id  TEXT NOT NULL,
     created_at  REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS users (
+    name        TEXT PRIMARY KEY,
+    key_id      TEXT UNIQUE,
+    key_salt    TEXT,
+    key_digest  TEXT,
+    created_at  REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS feedback (
+    response_id TEXT NOT NULL,
+    user        TEXT NOT NULL,
+    rating      INTEGER NOT NULL,
+    comment     TEXT,
+    created_at  REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS feedback_user ON feedback(user);
+"""
+
+#: Indexes on columns that :data:`COLUMNS_ADDED` may add to an old file: created after the migration.
+INDEXES_AFTER_MIGRATION = """
+CREATE INDEX IF NOT EXISTS turns_response ON turns(response_id);
+CREATE INDEX IF NOT EXISTS sessions_user ON sessions(user);
+CREATE INDEX IF NOT EXISTS samples_user ON samples(user, status);
 """
 
 #: Columns added after the first release: a store file written by an older version gets them on open
 #: (``ALTER TABLE ... ADD COLUMN``), so a run can resume on its old store.
 COLUMNS_ADDED = {
-    "turns": {"claimed_by": "TEXT", "lease_until": "REAL"},
+    "turns": {"claimed_by": "TEXT", "lease_until": "REAL", "response_id": "TEXT"},
     "sessions": {
         "group_id": "TEXT",
         "group_size": "INTEGER",
         "outcome": "REAL",
         "grouped": "INTEGER NOT NULL DEFAULT 0",
+        "user": f"TEXT NOT NULL DEFAULT '{DEFAULT_USER}'",
     },
+    "samples": {"user": f"TEXT NOT NULL DEFAULT '{DEFAULT_USER}'"},
 }
+
+#: The lease holder a feedback puts on a turn it reopens: already expired, so any judge may claim the
+#: turn at once, yet not ``None``, so a judge still working on the turn's old next state cannot
+#: save its (now stale) judgement.
+FEEDBACK_LEASE = "feedback"
 
 #: Meta keys: the judge's running reward baseline, and its signal-health counters (judged / hinted
 #: turns, groups, zero-advantage groups, sums of group reward means and spreads) that the training
@@ -180,6 +210,8 @@ class Store:
                 for name, sql_type in columns.items():
                     if name not in have:
                         db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}")
+            for statement in INDEXES_AFTER_MIGRATION.strip().splitlines():
+                db.execute(statement)
 
     def close(self) -> None:
         with self._lock:
@@ -217,7 +249,8 @@ class Store:
                     (prefix_digest, turn.session_id, now),
                 )
             db.execute(
-                "INSERT OR IGNORE INTO sessions(session_id, created_at) VALUES (?, ?)", (turn.session_id, now)
+                "INSERT OR IGNORE INTO sessions(session_id, created_at, user) VALUES (?, ?, ?)",
+                (turn.session_id, now, turn.user),
             )
             if episode is not None:
                 self._tag(db, turn.session_id, episode)
@@ -225,9 +258,17 @@ class Store:
                 self._attach(db, turn.session_id, next_state_for_previous, now)
             status = "open" if turn.turn_type == "main" else "side"
             db.execute(
-                "INSERT OR REPLACE INTO turns(session_id, turn_index, turn_type, status, data, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (turn.session_id, turn.turn_index, turn.turn_type, status, turn.model_dump_json(), now),
+                "INSERT OR REPLACE INTO turns(session_id, turn_index, turn_type, status, data, updated_at, "
+                "response_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    turn.session_id,
+                    turn.turn_index,
+                    turn.turn_type,
+                    status,
+                    turn.model_dump_json(),
+                    now,
+                    turn.response_id,
+                ),
             )
 
     def tag_session(self, session_id: str, episode: EpisodeTag) -> None:
@@ -245,6 +286,11 @@ class Store:
             "UPDATE sessions SET group_id=?, group_size=?, outcome=COALESCE(?, outcome) WHERE session_id=?",
             (episode.group_id, episode.group_size, episode.outcome, session_id),
         )
+
+    def session_user(self, session_id: str) -> str | None:
+        """The user a session belongs to (None: no such session yet)."""
+        row = self._db.execute("SELECT user FROM sessions WHERE session_id=?", (session_id,)).fetchone()
+        return None if row is None else row[0]
 
     def session_group(self, session_id: str) -> str | None:
         """The episode group a session belongs to (None: a session on its own, e.g. personal traffic)."""
@@ -526,8 +572,17 @@ class Store:
     def _insert_sample(db: sqlite3.Connection, s: Sample, now: float) -> None:
         db.execute(
             "INSERT OR IGNORE INTO samples(sample_id, session_id, turn_index, policy_version, reward, status, "
-            "data, created_at) VALUES (?, ?, ?, ?, ?, 'ready', ?, ?)",
-            (s.sample_id, s.session_id, s.turn_index, s.policy_version, s.reward, s.model_dump_json(), now),
+            "data, created_at, user) VALUES (?, ?, ?, ?, ?, 'ready', ?, ?, ?)",
+            (
+                s.sample_id,
+                s.session_id,
+                s.turn_index,
+                s.policy_version,
+                s.reward,
+                s.model_dump_json(),
+                now,
+                s.user,
+            ),
         )
 
     def add_samples(self, samples: list[Sample]) -> None:
@@ -579,6 +634,120 @@ class Store:
                 (checkpoint_step,),
             )
             return cur.rowcount
+
+    # ---------------------------------------------------------------- users & feedback
+    def add_user(self, name: str, key: IssuedKey) -> None:
+        """Register ``name`` with ``key`` (only its digest is kept); :class:`UserError` if taken."""
+        with self._tx() as db:
+            row = db.execute("SELECT key_id FROM users WHERE name=?", (name,)).fetchone()
+            if row is not None and row[0] is not None:
+                raise UserError(f"user {name!r} already exists (remove them with `openclaw-rl users delete`)")
+            db.execute(
+                "INSERT OR REPLACE INTO users(name, key_id, key_salt, key_digest, created_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (name, key.key_id, key.salt, key.digest, time.time()),
+            )
+
+    def user_key(self, key_id: str) -> tuple[str, str, str] | None:
+        """(name, salt, digest) of the user whose key has ``key_id``, or None."""
+        row = self._db.execute(
+            "SELECT name, key_salt, key_digest FROM users WHERE key_id=?", (key_id,)
+        ).fetchone()
+        return None if row is None else (row[0], row[1], row[2])
+
+    def user_names(self) -> list[str]:
+        """Everyone the run knows: users added with a key and users named by the traffic."""
+        rows = self._db.execute(
+            "SELECT name FROM users UNION SELECT DISTINCT user FROM sessions WHERE EXISTS "
+            "(SELECT 1 FROM turns t WHERE t.session_id=sessions.session_id) ORDER BY 1"
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def user_stats(self, name: str, adapter_version: str, window: int = 50) -> UserStats:
+        """The ``users list`` line of ``name``; ``positive_rate`` over their last ``window`` judged turns."""
+        db = self._db
+        has_key = db.execute("SELECT 1 FROM users WHERE name=? AND key_id IS NOT NULL", (name,)).fetchone()
+        owned = "t.session_id IN (SELECT session_id FROM sessions WHERE user=?)"
+        turns, judged = db.execute(
+            f"SELECT COUNT(*), COALESCE(SUM(t.status='judged'), 0) FROM turns t "
+            f"WHERE t.turn_type='main' AND {owned}",
+            (name,),
+        ).fetchone()
+        recent = db.execute(
+            f"SELECT t.score FROM turns t WHERE t.status='judged' AND {owned} "
+            "ORDER BY t.updated_at DESC LIMIT ?",
+            (name, window),
+        ).fetchall()
+        samples, updates = db.execute(
+            "SELECT COUNT(*), COUNT(DISTINCT CASE WHEN status='trained' THEN step END) FROM samples WHERE user=?",
+            (name,),
+        ).fetchone()
+        up, down = db.execute(
+            "SELECT COALESCE(SUM(rating=1), 0), COALESCE(SUM(rating=-1), 0) FROM feedback WHERE user=?",
+            (name,),
+        ).fetchone()
+        return UserStats(
+            name=name,
+            has_key=has_key is not None,
+            turns=int(turns),
+            judged=int(judged),
+            samples=int(samples),
+            updates=int(updates),
+            adapter_version=adapter_version,
+            positive_rate=(sum(1 for (sc,) in recent if sc == 1) / len(recent)) if recent else None,
+            feedback_up=int(up),
+            feedback_down=int(down),
+        )
+
+    def turn_by_response(self, response_id: str) -> tuple[Turn, str] | None:
+        """(turn, owner) of the main turn the client saw as completion ``response_id``."""
+        row = self._db.execute(
+            "SELECT t.data, s.user FROM turns t JOIN sessions s ON s.session_id=t.session_id "
+            "WHERE t.response_id=? AND t.turn_type='main'",
+            (response_id,),
+        ).fetchone()
+        return None if row is None else (Turn.model_validate_json(row[0]), row[1])
+
+    def record_feedback(self, feedback: Feedback) -> FeedbackOutcome | None:
+        """Make ``feedback`` the explicit next state of its turn, in one commit.
+
+        The turn is judged again from the rating (``ready``, its untrained samples withdrawn; a judge
+        still holding the turn cannot save its stale verdict, see :data:`FEEDBACK_LEASE`); samples
+        already trained stay as they are and are not made twice (their ids are the turn's). The
+        caller checks ownership first (:meth:`turn_by_response`); None: no such response (or it
+        vanished meanwhile). Nothing is written then.
+        """
+        now = time.time()
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT session_id, turn_index, status, data FROM turns WHERE response_id=? AND turn_type='main'",
+                (feedback.response_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            sid, index, status, data = row
+            turn = Turn.model_validate_json(data)
+            replaced = turn.next_state is not None
+            turn.next_state = NextState(role="user", content=feedback.comment or "", rating=feedback.rating)
+            db.execute(
+                "INSERT INTO feedback(response_id, user, rating, comment, created_at) VALUES (?, ?, ?, ?, ?)",
+                (feedback.response_id, feedback.user, feedback.rating, feedback.comment, now),
+            )
+            trained = db.execute(
+                "SELECT 1 FROM samples WHERE session_id=? AND turn_index=? AND status IN ('claimed','trained')",
+                (sid, index),
+            ).fetchone()
+            db.execute(
+                "DELETE FROM samples WHERE session_id=? AND turn_index=? AND status='ready'", (sid, index)
+            )
+            db.execute(
+                "UPDATE turns SET status='ready', data=?, error=NULL, retry_at=0, updated_at=?, "
+                "claimed_by=?, lease_until=0 WHERE session_id=? AND turn_index=?",
+                (turn.model_dump_json(), now, FEEDBACK_LEASE, sid, index),
+            )
+            return FeedbackOutcome(
+                session_id=sid, turn_index=index, will_train=trained is None, replaced_next_state=replaced
+            )
 
     # ---------------------------------------------------------------- meta & counters
     @staticmethod

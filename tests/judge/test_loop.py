@@ -308,3 +308,43 @@ def test_a_group_with_a_dead_member_is_made_once_it_has_been_quiet(remote, tiny,
     assert [(s.session_id, s.advantage) for s in store.claim_samples(10, step=1, current_version=0)] == [
         ("done", 1.0)
     ]
+
+
+def test_explicit_feedback_is_decisive_and_its_comment_is_the_hint_source(remote, tiny, tmp_path):
+    from openclaw_rl.runtime.users import Feedback
+
+    model, tok = tiny
+    remote.eval_reply = "The user is happy.\nSCORE: +1"  # what the judge model would say of the text
+    remote.hint_reply = "VERDICT: +1\n[HINT_START]Name the city the user asked about.[HINT_END]"
+    cfg = api_config(remote, training={"opd_enabled": True})
+    store = Store(tmp_path / "store.sqlite")
+    t = record(store, tok, "f", 0, "capital of Australia?")
+    t.response_id = "chatcmpl-f0"
+    store.record_turn(t)
+    record(store, tok, "f", 1, "thanks!", previous_next_state="thanks!")
+    store.record_feedback(Feedback("chatcmpl-f0", "default", -1, "wrong, it's Canberra", time.time()))
+    service = JudgeLoop(cfg, store, judge=make_judge(cfg, teacher=LocalTeacher(model, tok, topk=0)))
+    [result] = asyncio.run(service.run_once())
+    assert result.score == -1  # the rating, although the reply text reads as thanks
+    assert [v.score for v in result.votes] == [-1, -1, -1]
+    assert all(v.raw == "explicit feedback: the user rated this response -1" for v in result.votes)
+    assert result.hint == "Name the city the user asked about."  # drawn from the comment
+    [sample] = store.claim_samples(10, step=1, current_version=0)
+    assert sample.reward == -1.0 and sample.teacher_logprobs is not None
+
+
+def test_explicit_positive_feedback_without_a_comment_asks_for_no_hint(remote, tiny, tmp_path):
+    from openclaw_rl.runtime.users import Feedback
+
+    _, tok = tiny
+    remote.eval_reply = "SCORE: -1"
+    cfg = api_config(remote)
+    store = Store(tmp_path / "store.sqlite")
+    t = record(store, tok, "g", 0, "hi")
+    t.response_id = "chatcmpl-g0"
+    store.record_turn(t)
+    store.record_feedback(Feedback("chatcmpl-g0", "default", 1, None, time.time()))
+    calls = remote.calls
+    [result] = asyncio.run(JudgeLoop(cfg, store).run_once())
+    assert result.score == 1 and result.hint is None
+    assert remote.calls == calls  # decided by the rating alone: the judge model was not asked

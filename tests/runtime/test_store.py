@@ -290,7 +290,8 @@ def test_store_file_from_an_older_version_is_migrated_on_open(tmp_path):
     cols = {r[1] for r in s._db.execute("PRAGMA table_info(turns)").fetchall()}
     assert {"claimed_by", "lease_until"} <= cols
     cols = {r[1] for r in s._db.execute("PRAGMA table_info(sessions)").fetchall()}
-    assert {"group_id", "group_size", "outcome", "grouped"} <= cols
+    assert {"group_id", "group_size", "outcome", "grouped", "user"} <= cols
+    assert "user" in {r[1] for r in s._db.execute("PRAGMA table_info(samples)").fetchall()}
     assert s.session_group("old") is None and s.groups_ready() == []
     [claimed] = s.claim_turns("judge-0", limit=5, lease_s=600)  # the old ready turn is judged as before
     assert claimed.key == "old:0" and claimed.next_state.content == "thanks"
@@ -326,3 +327,92 @@ def test_progress_line_shows_updates_ahead_of_their_checkpoint(store):
     store.set_meta("trainer_updates", 5)
     line = progress_line(store.counters())
     assert "samples ready=1 training=2 trained=0" in line and "step=5 checkpointed=4 version=" in line
+
+
+# ------------------------------------------------------------------ users and explicit feedback
+def _served(
+    store: Store, session: str, index: int, user: str, response_id: str, state: str | None = None
+) -> Turn:
+    t = turn(session, index)
+    t.user, t.response_id = user, response_id
+    store.record_turn(t, next_state_for_previous=NextState(role="user", content=state) if state else None)
+    return t
+
+
+def _feedback(store: Store, response_id: str, user: str, rating: int, comment: str | None = None):
+    from openclaw_rl.runtime.users import Feedback
+
+    return store.record_feedback(Feedback(response_id, user, rating, comment, time.time()))
+
+
+def test_user_keys_are_kept_as_digests_and_names_are_unique(store):
+    from openclaw_rl.runtime.users import UserError, issue_key, key_matches, split_key
+
+    key = issue_key()
+    store.add_user("alice", key)
+    key_id, secret = split_key(key.text)
+    name, salt, digest = store.user_key(key_id)
+    assert name == "alice" and key_matches(secret, salt, digest)
+    assert not key_matches(secret[:-1] + ("A" if secret[-1] != "A" else "B"), salt, digest)
+    assert secret not in store.path.read_bytes().decode("latin-1")  # only the digest is stored
+    with pytest.raises(UserError, match="already exists"):
+        store.add_user("alice", issue_key())
+    assert store.user_names() == ["alice"]
+
+
+def test_feedback_reopens_the_turn_and_withdraws_its_untrained_samples(store):
+    t = _served(store, "s", 0, "alice", "chatcmpl-a")
+    _served(store, "s", 1, "alice", "chatcmpl-b", state="thanks, perfect")
+    [due] = store.claim_turns("judge-0", limit=5, lease_s=600)
+    result = JudgeResult(score=1)
+    assert store.save_judgement(due, result, build_samples(due, result, TrainingConfig()), worker="judge-0")
+    assert store.ready_count() == 1
+    outcome = _feedback(store, "chatcmpl-a", "alice", -1, "no, that was the wrong city")
+    assert (
+        outcome.will_train
+        and outcome.replaced_next_state
+        and (outcome.session_id, outcome.turn_index) == ("s", 0)
+    )
+    assert store.ready_count() == 0  # the +1 sample of the reply it contradicts is withdrawn
+    [again] = store.claim_turns("judge-0", limit=5, lease_s=600)
+    assert again.key == t.key and again.next_state.rating == -1
+    assert again.next_state.content == "no, that was the wrong city"
+    stats = store.user_stats("alice", "shared v0")
+    assert (stats.turns, stats.feedback_up, stats.feedback_down) == (2, 0, 1)
+
+
+def test_feedback_wins_over_a_judge_still_working_on_the_old_next_state(store):
+    _served(store, "s", 0, "alice", "chatcmpl-a")
+    _served(store, "s", 1, "alice", "chatcmpl-b", state="thanks")
+    [stale] = store.claim_turns("judge-0", limit=5, lease_s=600)
+    _feedback(store, "chatcmpl-a", "alice", -1)
+    # The slow judge's verdict on "thanks" is refused; the turn is due again with the rating.
+    assert not store.save_judgement(stale, JudgeResult(score=1), worker="judge-0")
+    [due] = store.claim_turns("judge-1", limit=5, lease_s=600)
+    assert due.next_state.rating == -1
+    assert store.save_judgement(due, JudgeResult(score=-1), worker="judge-1")
+    assert store.turn_status("s", 0) == "judged"
+
+
+def test_feedback_on_a_trained_turn_is_recorded_but_trains_nothing_twice(store):
+    _served(store, "s", 0, "alice", "chatcmpl-a")
+    _served(store, "s", 1, "alice", "chatcmpl-b", state="great")
+    [due] = store.claim_turns("judge-0", limit=5, lease_s=600)
+    result = JudgeResult(score=1)
+    store.save_judgement(due, result, build_samples(due, result, TrainingConfig()), worker="judge-0")
+    assert len(store.claim_samples(8, step=1, current_version=0)) == 1
+    store.commit_checkpoint(1, 1)
+    outcome = _feedback(store, "chatcmpl-a", "alice", -1)
+    assert not outcome.will_train
+    [again] = store.claim_turns("judge-0", limit=5, lease_s=600)
+    res = JudgeResult(score=-1)
+    store.save_judgement(again, res, build_samples(again, res, TrainingConfig()), worker="judge-0")
+    assert store.ready_count() == 0  # same sample id as the trained one: not inserted again
+    assert store.user_stats("alice", "shared v1").updates == 1
+
+
+def test_feedback_for_an_unknown_response_writes_nothing(store):
+    _served(store, "s", 0, "alice", "chatcmpl-a")
+    assert _feedback(store, "chatcmpl-zzz", "alice", 1) is None
+    assert store._db.execute("SELECT COUNT(*) FROM feedback").fetchone()[0] == 0
+    assert store.turn_status("s", 0) == "open"

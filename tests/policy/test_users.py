@@ -1,0 +1,198 @@
+"""Who is talking, and explicit feedback, over real HTTP with the official ``openai`` SDK.
+
+A real policy service (tiny random model, real tokenizer) with a service ``api_key`` (so a request
+with that key is a trusted gateway) and ``[users] header``; user keys are made by the real
+``openclaw-rl users add`` command.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from openclaw_rl.config import load_config
+from openclaw_rl.policy.server import PolicyService
+
+KEY = "gateway-key-71c2"
+HEADER = "X-End-User"
+HI = [{"role": "user", "content": "hi there"}]
+
+
+def _cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "openclaw_rl.cli", "users", *args, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def users_run(tiny_model_dir, tmp_path_factory) -> Iterator[tuple[PolicyService, str, Path, dict[str, str]]]:
+    root = tmp_path_factory.mktemp("users")
+    config = root / "config.toml"
+    config.write_text(
+        f"""
+[global]
+log_dir = "{root / "logs"}"
+
+[policy_service]
+model = "{tiny_model_dir}"
+port = 0
+api_key = "{KEY}"
+max_tokens_default = 4
+batch_wait_ms = 2.0
+
+[env_service]
+enabled = false
+
+[users]
+header = "{HEADER}"
+"""
+    )
+    keys = {}
+    for name in ("alice", "bob"):
+        out = _cli(config, "add", name)
+        assert out.returncode == 0, out.stderr
+        keys[name] = next(line for line in out.stdout.splitlines() if line.startswith("ocu-"))
+    svc = PolicyService(load_config(config))
+    url = svc.start()
+    yield svc, url, config, keys
+    svc.stop()
+
+
+def _sdk(url: str, key: str):
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60)
+
+
+def _owner(svc: PolicyService, response_id: str) -> str:
+    found = svc.store.turn_by_response(response_id)
+    assert found is not None, f"{response_id} was not recorded"
+    return found[1]
+
+
+def test_a_user_key_makes_the_request_theirs_whatever_the_body_says(users_run, caplog):
+    svc, url, config, keys = users_run
+    with caplog.at_level(logging.DEBUG):
+        reply = _sdk(url, keys["alice"]).chat.completions.create(
+            model="m", messages=HI, max_tokens=3, user="bob", extra_headers={HEADER: "bob"}
+        )
+    assert _owner(svc, reply.id) == "alice"
+    # the key is shown once by `users add` and is nowhere in the run afterwards
+    secret = keys["alice"].rsplit("-", 1)[1]
+    assert secret not in caplog.text
+    for path in (Path(load_config(config).log_dir)).rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+
+
+def test_an_unknown_user_key_is_refused_not_served_as_someone_else(users_run):
+    from openai import AuthenticationError
+
+    _, url, _, keys = users_run
+    forged = keys["alice"][:-4] + ("AAAA" if not keys["alice"].endswith("AAAA") else "BBBB")
+    for key in (forged, "ocu-00000000-" + "x" * 43):
+        with pytest.raises(AuthenticationError) as info:
+            _sdk(url, key).chat.completions.create(model="m", messages=HI, max_tokens=2)
+        assert info.value.status_code == 401
+
+
+def test_a_trusted_gateway_names_its_users_by_field_or_header(users_run):
+    svc, url, _, _ = users_run
+    gateway = _sdk(url, KEY)
+    by_field = gateway.chat.completions.create(model="m", messages=HI, max_tokens=2, user="carol@example.org")
+    assert _owner(svc, by_field.id) == "carol@example.org"
+    by_header = gateway.chat.completions.create(
+        model="m", messages=HI, max_tokens=2, user="carol@example.org", extra_headers={HEADER: "dave"}
+    )
+    assert _owner(svc, by_header.id) == "dave"  # the configured header wins over the body
+    anonymous = gateway.chat.completions.create(model="m", messages=HI, max_tokens=2)
+    assert _owner(svc, anonymous.id) == "default"
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as c:
+        r = c.post("/v1/chat/completions", json={"messages": HI, "user": "no spaces allowed"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "user"
+        r = c.post("/v1/chat/completions", json={"messages": HI}, headers={HEADER: "../etc"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == f"header {HEADER}"
+
+
+def test_two_users_never_share_a_session(users_run):
+    svc, url, _, keys = users_run
+    alice, bob = _sdk(url, keys["alice"]), _sdk(url, keys["bob"])
+    first = alice.chat.completions.create(model="m", messages=HI, max_tokens=3)
+    convo = [*HI, {"role": "assistant", "content": first.choices[0].message.content}]
+    convo.append({"role": "user", "content": "and then?"})
+    raw = alice.chat.completions.with_raw_response.create(model="m", messages=convo, max_tokens=2)
+    alice_sid = svc.store.turn_by_response(first.id)[0].session_id
+    assert raw.headers["X-Session-Id"] == alice_sid  # her own continuation is stitched
+    # bob sending the very same conversation is a session of his own, and alice's turn keeps her reply
+    raw = bob.chat.completions.with_raw_response.create(model="m", messages=convo, max_tokens=2)
+    assert raw.headers["X-Session-Id"] != alice_sid
+    assert svc.store.session_turns(alice_sid)[0].next_state.content == "and then?"
+    # and bob cannot write into her session by naming it
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {keys['bob']}"}, timeout=60) as c:
+        r = c.post("/v1/chat/completions", json={"messages": HI}, headers={"X-Session-Id": alice_sid})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "session_of_another_user"
+    assert len(svc.store.session_turns(alice_sid)) == 2
+
+
+def _feedback_rows(svc: PolicyService) -> int:
+    return svc.store._db.execute("SELECT COUNT(*) FROM feedback").fetchone()[0]
+
+
+def test_feedback_on_ones_own_response_is_its_explicit_next_state(users_run):
+    svc, url, config, keys = users_run
+    reply = _sdk(url, keys["alice"]).chat.completions.create(model="m", messages=HI, max_tokens=3)
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {keys['alice']}"}, timeout=60) as c:
+        r = c.post(
+            "/v1/feedback", json={"response_id": reply.id, "rating": -1, "comment": " shorter please "}
+        )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["rating"] == -1 and body["will_train"] is True and body["response_id"] == reply.id
+    turn, owner = svc.store.turn_by_response(reply.id)
+    assert owner == "alice" and svc.store.turn_status(turn.session_id, turn.turn_index) == "ready"
+    assert turn.next_state.rating == -1 and turn.next_state.content == "shorter please"
+    listed = _cli(config, "list")
+    assert listed.returncode == 0, listed.stderr
+    [row] = [line.split() for line in listed.stdout.splitlines() if line.startswith("alice ")]
+    assert row[1] == "yes" and int(row[2]) >= 1 and row[-1].endswith("/-1")
+
+
+def test_feedback_errors_name_the_problem_and_record_nothing(users_run):
+    svc, url, _, keys = users_run
+    reply = _sdk(url, keys["alice"]).chat.completions.create(model="m", messages=HI, max_tokens=3)
+    before = _feedback_rows(svc)
+    status = svc.store.turn_status(*svc.store.turn_by_response(reply.id)[0].key.split(":"))
+    with httpx.Client(base_url=url, timeout=60) as c:
+        bob = {"Authorization": f"Bearer {keys['bob']}"}
+        r = c.post("/v1/feedback", json={"response_id": reply.id, "rating": 1}, headers=bob)
+        assert r.status_code == 403 and r.json()["error"]["code"] == "not_your_response"
+        alice = {"Authorization": f"Bearer {keys['alice']}"}
+        r = c.post("/v1/feedback", json={"response_id": "chatcmpl-nope", "rating": 1}, headers=alice)
+        assert r.status_code == 404 and r.json()["error"]["param"] == "response_id"
+        for body, field in (
+            ({"response_id": reply.id, "rating": 2}, "rating"),
+            ({"response_id": reply.id, "rating": "1"}, "rating"),
+            ({"response_id": reply.id, "rating": True}, "rating"),
+            ({"rating": 1}, "response_id"),
+            ({"response_id": reply.id, "rating": 1, "comment": 5}, "comment"),
+            ({"response_id": reply.id, "rating": 1, "stars": 5}, "stars"),
+        ):
+            r = c.post("/v1/feedback", json=body, headers=alice)
+            assert r.status_code == 400, (body, r.text)
+            assert r.json()["error"]["param"] == field and field in r.json()["error"]["message"]
+        r = c.post("/v1/feedback", content=b"{not json", headers=alice)
+        assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+        r = c.post("/v1/feedback", json={"response_id": reply.id, "rating": 1})
+        assert r.status_code == 401  # no key at all
+    assert _feedback_rows(svc) == before
+    turn = svc.store.turn_by_response(reply.id)[0]
+    assert svc.store.turn_status(turn.session_id, turn.turn_index) == status and turn.next_state is None
