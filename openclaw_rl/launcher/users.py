@@ -15,7 +15,7 @@ from openclaw_rl.config import Config
 from openclaw_rl.launcher.status import existing_store
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
-from openclaw_rl.runtime.users import UserError, UserStats, check_user_name, issue_key
+from openclaw_rl.runtime.users import UserError, UserStats, adapter_meta, check_user_name, issue_key
 
 
 def users_add(cfg: Config, name: str) -> int:
@@ -59,9 +59,17 @@ HEADER = ["user", "key", "turns", "judged", "samples", "updates", "adapter", "po
 
 
 def user_table(cfg: Config, store: Store) -> list[UserStats]:
-    """Every user's :class:`UserStats`; in shared mode everyone's adapter is the shared policy."""
+    """Every user's :class:`UserStats`; in shared mode everyone's adapter is the shared policy, in
+    per_user mode their own (``base`` until their first one is served)."""
     version = store.counters().policy_version
-    return [store.user_stats(n, f"shared v{version}") for n in store.user_names()]
+
+    def adapter(name: str) -> str:
+        if cfg.users.mode == "shared":
+            return f"shared v{version}"
+        own = store.get_meta(adapter_meta(name))
+        return f"v{own}" if own is not None else "base"
+
+    return [store.user_stats(n, adapter(n)) for n in store.user_names()]
 
 
 def users_list(cfg: Config) -> int:

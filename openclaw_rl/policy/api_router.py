@@ -21,7 +21,8 @@ Routes::
     POST /v1/feedback                {"response_id": ID, "rating": 1|-1, "comment": TEXT}: rate a response
     GET  /v1/models                  the served model and its policy_version
     GET  /healthz                    liveness + policy_version (no auth)
-    POST /v1/admin/load_weights      {"path": DIR, "version": N}: swap weights (the trainer's route)
+    POST /v1/admin/load_weights      {"path": DIR, "version": N[, "user": NAME]}: swap weights (the
+                                     trainer's route); with "user", only that user's adapter
     POST /v1/admin/pause             {"paused": true|false}: hold new requests (lock-step runs)
     POST /v1/admin/close_session     {"session_id": ID}: end a session its client abandoned
     POST /update_weights_from_disk   SGLang-compatible alias: {"model_path": DIR}
@@ -55,7 +56,7 @@ from openclaw_rl.policy.protocol import (
 )
 from openclaw_rl.policy.serving import Serving, escape_for_log
 from openclaw_rl.policy.weights import WeightLoadError
-from openclaw_rl.runtime.users import key_matches, split_key
+from openclaw_rl.runtime.users import UserError, check_user_name, key_matches, split_key
 
 log = logging.getLogger("openclaw_rl.policy")
 
@@ -221,20 +222,25 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
             message, param = validation_message(exc)
             raise APIError(400, message, param=param) from None
 
-    async def _swap(path: str, version: int) -> dict[str, Any]:
+    async def _swap(path: str, version: int, user: str | None = None) -> dict[str, Any]:
         path = inside_export_folder(path)
+        if user is not None:
+            try:
+                check_user_name(user)
+            except UserError as exc:
+                raise APIError(400, str(exc), param="user") from None
         try:
-            await run_in_threadpool(serving.swap_weights, path, version)
+            await run_in_threadpool(serving.swap_weights, path, version, user)
         except WeightLoadError as exc:
             raise APIError(400, str(exc), param="path") from None
         except TimeoutError as exc:
             raise APIError(503, str(exc), type_="server_error") from None
-        return {"ok": True, "policy_version": version}
+        return {"ok": True, "policy_version": version, **({"user": user} if user else {})}
 
     @app.post("/v1/admin/load_weights", dependencies=[Depends(require_admin)])
     async def load_weights(request: Request) -> dict[str, Any]:
         req: LoadWeightsRequest = await _parse(request, LoadWeightsRequest)
-        return await _swap(req.path, req.version)
+        return await _swap(req.path, req.version, req.user)
 
     @app.post("/v1/admin/pause", dependencies=[Depends(require_admin)])
     async def pause(request: Request) -> dict[str, Any]:

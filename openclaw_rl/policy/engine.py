@@ -47,6 +47,7 @@ class GenRequest:
     prompt_ids: list[int] | None = None  # filled by Engine.prepare when the engine tokenises locally
     tool_choice: Any = None
     session_id: str | None = None  # set by serving once the session is known (replicas route by it)
+    adapter: str | None = None  # per_user mode: the user whose adapter decodes this request
 
 
 @dataclass
@@ -104,6 +105,17 @@ class Engine(ABC):
 
     @abstractmethod
     def swap_weights(self, path: str | Path, version: int) -> None: ...
+
+    def swap_adapter(self, user: str, path: str | Path, version: int) -> None:
+        """Serve ``user``'s requests with the LoRA adapter at ``path`` from now on (per_user mode).
+        Backends that cannot hold per-user adapters refuse with :class:`WeightLoadError`."""
+        from openclaw_rl.policy.weights import WeightLoadError
+
+        raise WeightLoadError(f"backend {self.backend!r} does not serve per-user adapters")
+
+    def adapter_version(self, user: str) -> int:
+        """The version of ``user``'s adapter new requests get (0: none, the base)."""
+        return 0
 
     def stats(self) -> dict[str, Any]:
         """Backend-specific fields for ``/healthz`` (none by default)."""

@@ -77,6 +77,7 @@ class ForwardEngine(Engine):
         self.root = self.v1.removesuffix("/v1")
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.serve_model = pcfg.model
+        self._user_models: dict[str, tuple[str, int]] = {}  # per_user, vllm: user -> (LoRA name, version)
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._sem: asyncio.Semaphore | None = None
@@ -112,8 +113,9 @@ class ForwardEngine(Engine):
     def body(self, req: GenRequest) -> dict[str, Any]:
         """The request sent to the engine."""
         p = req.params
+        own = self._user_models.get(req.adapter) if req.adapter is not None else None
         body: dict[str, Any] = {
-            "model": self.serve_model,
+            "model": own[0] if own is not None else self.serve_model,
             "messages": [m.model_dump(exclude_none=True) for m in req.messages],
             "temperature": p.temperature,
             "top_p": p.top_p,
@@ -142,7 +144,8 @@ class ForwardEngine(Engine):
 
         client = self._http()
         assert self._sem is not None
-        version = self._version
+        own = self._user_models.get(req.adapter) if req.adapter is not None else None
+        version = own[1] if own is not None else (0 if req.adapter is not None else self._version)
         prompt_ids: list[int] | None = None
         ids: list[int] = []
         lps: list[float] = []
@@ -263,6 +266,25 @@ class ForwardEngine(Engine):
         )
 
     # -------------------------------------------------------------- weight sync
+    def swap_adapter(self, user: str, path: str | Path, version: int) -> None:
+        """vllm: load ``user``'s adapter as the named LoRA ``user-<user>-v<version>``; their later
+        requests name it as their ``model`` (the engine batches requests of different LoRAs itself).
+        Other users' adapters stay loaded. sglang / api: refused."""
+        if self.backend != "vllm":
+            raise WeightLoadError(
+                f'backend {self.backend!r} does not serve per-user adapters here; use "vllm" or "transformers"'
+            )
+        p = Path(path)
+        if not (p / "adapter_config.json").is_file():
+            raise WeightLoadError(f"path: {p} is not a LoRA adapter directory (no adapter_config.json)")
+        name = f"user-{user}-v{version}"
+        self._post_weights(f"{self.v1}/load_lora_adapter", {"lora_name": name, "lora_path": str(p)}, p)
+        self._user_models[user] = (name, version)
+
+    def adapter_version(self, user: str) -> int:
+        own = self._user_models.get(user)
+        return own[1] if own is not None else 0
+
     def swap_weights(self, path: str | Path, version: int) -> None:
         """Ask the engine to load ``path``; see the module docstring for each backend."""
         p = Path(path)
@@ -270,7 +292,6 @@ class ForwardEngine(Engine):
             raise WeightLoadError('backend "api" serves a hosted model whose weights cannot be replaced')
         if not p.is_dir():
             raise WeightLoadError(f"path: {p} is not a directory (expected the output of export_policy)")
-        timeout = httpx.Timeout(self.pcfg.request_timeout_sec, connect=10.0)
         if self.backend == "sglang":
             url, body = f"{self.root}/update_weights_from_disk", {"model_path": str(p)}
         else:
@@ -281,6 +302,14 @@ class ForwardEngine(Engine):
                 )
             name = f"policy-v{version}"
             url, body = f"{self.v1}/load_lora_adapter", {"lora_name": name, "lora_path": str(p)}
+        self._post_weights(url, body, p)
+        if self.backend == "vllm":
+            self.serve_model = f"policy-v{version}"
+        self._version = version
+
+    def _post_weights(self, url: str, body: dict[str, Any], p: Path) -> None:
+        """POST a weight-load request to the engine; :class:`WeightLoadError` unless it took them."""
+        timeout = httpx.Timeout(self.pcfg.request_timeout_sec, connect=10.0)
         try:
             resp = httpx.post(url, json=body, headers=self._headers, timeout=timeout)
         except httpx.HTTPError as exc:
@@ -295,6 +324,3 @@ class ForwardEngine(Engine):
             raise WeightLoadError(
                 f"the {self.backend} engine refused the weights at {p}: {resp.status_code} {resp.text[:300]}"
             )
-        if self.backend == "vllm":
-            self.serve_model = f"policy-v{version}"
-        self._version = version

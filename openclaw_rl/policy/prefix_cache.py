@@ -24,9 +24,10 @@ Design: **hash-chained fixed-size blocks**, as vLLM's automatic prefix caching d
   its first), so eviction always takes leaves first and never strands a block behind a missing parent.
   Inserting never evicts the chain being inserted, and stops adding blocks once that chain alone would
   exceed the bound: the bytes held never exceed ``max_bytes``.
-* ``epoch`` is the engine's weights epoch (it changes on every weight swap). It is part of every key and
-  the engine also calls :meth:`PrefixCache.clear` on a swap, so keys/values computed under one policy are
-  never used under another.
+* ``epoch`` is the scope the keys/values were computed in: the engine's weights epoch (it changes on
+  every weight swap), and in per-user mode the user and their adapter's version too. It is part of
+  every key and the engine also calls :meth:`PrefixCache.clear` on a swap, so keys/values computed
+  under one policy are never used under another, and one user's blocks are never another's hit.
 
 The engine thread alone inserts and looks up; a lock still guards every operation so that
 :meth:`PrefixCache.stats` (``/healthz``) can be read from any thread.
@@ -37,7 +38,7 @@ from __future__ import annotations
 import collections
 import itertools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import torch
@@ -83,7 +84,7 @@ class PrefixCache:
         self.inserted = 0  # blocks stored
 
     # ------------------------------------------------------------------ lookup
-    def match(self, tokens: Sequence[int], epoch: int, limit: int | None = None) -> list[Block]:
+    def match(self, tokens: Sequence[int], epoch: Hashable, limit: int | None = None) -> list[Block]:
         """The blocks of the longest cached prefix of ``tokens[:limit]`` (default: all but the last token,
         which must be prefilled for its logits), first block first; marks them recently used."""
         limit = len(tokens) - 1 if limit is None else min(limit, len(tokens))
@@ -97,13 +98,15 @@ class PrefixCache:
                 self.misses += 1
         return chain
 
-    def cached_tokens(self, tokens: Sequence[int], epoch: int) -> int:
+    def cached_tokens(self, tokens: Sequence[int], epoch: Hashable) -> int:
         """How many leading tokens of ``tokens`` are cached (no LRU update, no statistics)."""
         with self._lock:
             return len(self._chain(tokens, epoch, len(tokens) // self.block_tokens)) * self.block_tokens
 
     # ------------------------------------------------------------------ insertion
-    def insert(self, tokens: Sequence[int], epoch: int, kv_of: Callable[[int, int], torch.Tensor]) -> int:
+    def insert(
+        self, tokens: Sequence[int], epoch: Hashable, kv_of: Callable[[int, int], torch.Tensor]
+    ) -> int:
         """Store the full blocks of ``tokens`` not cached yet; return how many were added.
 
         ``kv_of(start, end)`` returns the keys/values of ``tokens[start:end]`` (tokens on dim -2); it is
@@ -170,7 +173,7 @@ class PrefixCache:
             }
 
     # ------------------------------------------------------------------ internals (lock held)
-    def _chain(self, tokens: Sequence[int], epoch: int, n_blocks: int) -> list[Block]:
+    def _chain(self, tokens: Sequence[int], epoch: Hashable, n_blocks: int) -> list[Block]:
         bt = self.block_tokens
         chain: list[Block] = []
         parent = 0

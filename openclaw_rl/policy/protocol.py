@@ -190,6 +190,7 @@ class LoadWeightsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     path: str = Field(min_length=1)
     version: int = Field(ge=0)
+    user: str | None = Field(None, min_length=1, max_length=128, description="per_user: that user's adapter")
 
 
 class CloseSessionRequest(BaseModel):

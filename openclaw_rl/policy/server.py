@@ -66,6 +66,11 @@ class PolicyService:
         key = run.client_key(self.pcfg)
         self.engine.start()
         self.serving = Serving(self.cfg, self.engine, self.store)
+        if self.cfg.users.mode == "per_user":  # every user's newest adapter, loaded on their first request
+            for user in run.published_users():
+                published = run.read_published_policy(user)
+                if published is not None:
+                    self.serving.swap_weights(published.path, published.version, user)
         app = build_app(self.serving, key, admin_key=run.admin_key(), weights_root=run.policies)
         sock = socket.socket(socket.AF_INET6 if ":" in self.pcfg.host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

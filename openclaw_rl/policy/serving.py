@@ -51,7 +51,7 @@ from openclaw_rl.policy.protocol import (
 from openclaw_rl.policy.sessions import Assignment, SessionManager
 from openclaw_rl.policy.tools import OPEN, parse_tool_calls
 from openclaw_rl.runtime.store import Store
-from openclaw_rl.runtime.users import Feedback
+from openclaw_rl.runtime.users import Feedback, adapter_meta
 from openclaw_rl.types import EpisodeTag, Turn
 
 #: A request that came through no HTTP route (the in-process API, tests): it may name its user.
@@ -232,11 +232,16 @@ class Serving:
             ],
         }
 
-    def swap_weights(self, path: str | Path, version: int) -> int:
-        """Replace the policy weights (blocking; in-flight requests complete) and record the version."""
+    def swap_weights(self, path: str | Path, version: int, user: str | None = None) -> int:
+        """Replace the policy weights (blocking; in-flight requests complete) and record the version;
+        ``user``: only that user's adapter (per_user mode), nobody else's weights change."""
         with self._swap_lock:
-            self.engine.swap_weights(path, version)
-            self.store.set_meta("policy_version", version)
+            if user is None:
+                self.engine.swap_weights(path, version)
+                self.store.set_meta("policy_version", version)
+            else:
+                self.engine.swap_adapter(user, path, version)
+                self.store.set_meta(adapter_meta(user), version)
         return version
 
     def _gate(self) -> asyncio.Event:
@@ -323,6 +328,8 @@ class Serving:
         """Validate, admit, assign a session and start generating; errors are APIError."""
         req, gen = self.parse(body, headers)
         user = self.user_of(caller, req.user, headers)
+        if self.cfg.users.mode == "per_user":
+            gen.adapter = user
         if self._in_system >= self.capacity:
             raise APIError(
                 429,

@@ -64,6 +64,7 @@ import torch
 
 from openclaw_rl.config import Config
 from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest
+from openclaw_rl.policy.multi_lora import AdapterTable, ResidentAdapters, read_adapter
 from openclaw_rl.policy.prefix_cache import PrefixCache
 from openclaw_rl.policy.protocol import APIError
 from openclaw_rl.policy.weights import WeightLoadError, check_compatible, load_policy_state
@@ -91,6 +92,9 @@ class _Row:
         self.emitted = 0  # characters of text already sent
         self.version = 0
         self.epoch = 0  # the engine's weights epoch when admitted (prefix-cache entries are per epoch)
+        self.slot = 0  # per_user mode: the row's adapter slot (0 = the base alone)
+        # what the row's keys/values depend on: prefix-cache entries are found only under the same one
+        self.scope: tuple[int, str | None, int] = (0, None, 0)
         self.deferred = False  # sent back once to wait for a shared prefix another row is prefilling
         self.finish: str | None = None
 
@@ -135,6 +139,8 @@ class TransformersEngine(Engine):
         mb = self.pcfg.prefix_cache_mb
         self._prefix: PrefixCache | None = PrefixCache(mb * 2**20) if mb > 0 else None
         self.prefill_tokens = 0  # prompt tokens actually run through a prefill forward pass
+        self._adapters: ResidentAdapters | None = None  # per_user mode (docs/users.md)
+        self._adapter_ops: list[tuple[str, Any, int, threading.Event]] = []
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -153,6 +159,12 @@ class TransformersEngine(Engine):
 
         params = inspect.signature(self.model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        if self.cfg.users.mode == "per_user" and self._adapters is None:
+            tr = self.cfg.training
+            table = AdapterTable(
+                self.model, tr.lora_target_modules, tr.lora_rank, self.cfg.users.max_resident
+            )
+            self._adapters = ResidentAdapters(table)
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="policy-engine", daemon=True)
         self._thread.start()
@@ -200,6 +212,28 @@ class TransformersEngine(Engine):
         if error is not None:
             raise WeightLoadError(f"applying the weights from {path} failed: {error}") from error
 
+    def swap_adapter(self, user: str, path: str | Path, version: int) -> None:
+        """Serve ``user`` with the adapter at ``path`` (version ``version``) from the next step boundary
+        on; other users' adapters and the base are untouched. Blocks until applied. Rows of ``user``
+        already decoding continue on the new adapter (each token's log-prob is the one it was sampled
+        with; the turn keeps the version it started on), as with ``non_blocking`` weight swaps."""
+        if self._adapters is None:
+            raise WeightLoadError('per-user adapters are served only with [users] mode = "per_user"')
+        adapter = read_adapter(path)
+        self._adapters.table.check(adapter)
+        done = threading.Event()
+        with self._cv:
+            if self._thread is None or not self._thread.is_alive():
+                self._adapters.publish(user, adapter, version)
+                return
+            self._adapter_ops.append((user, adapter, version, done))
+            self._cv.notify_all()
+        if not done.wait(self.pcfg.request_timeout_sec * 2):
+            raise TimeoutError("the engine did not reach a step boundary to apply the adapter")
+
+    def adapter_version(self, user: str) -> int:
+        return self._adapters.version(user) if self._adapters is not None else 0
+
     def stats(self) -> dict[str, Any]:
         """Prefix-cache figures for ``/healthz`` (zeros but the prefill count when the cache is off)."""
         if self._prefix is not None:
@@ -219,7 +253,8 @@ class TransformersEngine(Engine):
                 ),
                 0,
             )
-        return {**cache, "prefix_cache_prefill_tokens": self.prefill_tokens}
+        extra = self._adapters.stats() if self._adapters is not None else {}
+        return {**cache, "prefix_cache_prefill_tokens": self.prefill_tokens, **extra}
 
     def _apply(self, state: dict[str, torch.Tensor], version: int) -> None:
         # whatever happens below, keys/values cached so far may not belong to the weights that will serve
@@ -248,6 +283,11 @@ class TransformersEngine(Engine):
                     except (RuntimeError, ValueError) as exc:  # the old weights keep serving
                         self._swap_error = exc
                     done.set()
+                for user, adapter, version, op_done in self._adapter_ops:
+                    assert self._adapters is not None
+                    self._adapters.publish(user, adapter, version)  # checked against the table already
+                    op_done.set()
+                self._adapter_ops.clear()
                 if active == 0 and not self._pending:
                     if self._stopping:
                         return
@@ -263,14 +303,18 @@ class TransformersEngine(Engine):
                         self._cv.wait(timeout=self.pcfg.batch_wait_ms / 1000)
                     while self._pending and active + len(new) < self.pcfg.max_concurrent:
                         new.append(self._pending.popleft())
+                    if self._adapters is not None:
+                        new = self._assign_slots(new, batch)
+                    for r in new:
+                        r.epoch = self._epoch
+                        if self._adapters is None:
+                            r.version = self._version
+                        r.scope = (self._epoch, r.req.adapter, r.version)
                     if self._prefix is not None and len(new) > 1:
                         new = self._defer_shared(new)
             self.active_count = active + len(new)
             try:
                 if new:
-                    for r in new:
-                        r.version = self._version
-                        r.epoch = self._epoch
                     batch = self._prefill(new, batch)
                 if batch is not None and batch.size:
                     batch = self._decode(batch)
@@ -293,6 +337,47 @@ class TransformersEngine(Engine):
                     )
                 batch = None
             self.active_count = batch.size if batch else 0
+
+    def _assign_slots(self, rows: list[_Row], batch: _Batch | None) -> list[_Row]:
+        """Per_user mode: give each new row its user's adapter slot (loading it from disk if it is
+        not resident). A row whose adapter has no free slot — every slot holds an adapter an active
+        row is decoding with — goes back to the queue's front until one finishes; an adapter that
+        fails to load fails its row only. Called with the lock held."""
+        assert self._adapters is not None
+        busy = {r.slot for r in batch.rows} if batch is not None else set()
+        kept: list[_Row] = []
+        later: list[_Row] = []
+        for r in rows:
+            try:
+                got = self._adapters.acquire(r.req.adapter, busy)
+            except WeightLoadError as exc:
+                log.error("[policy_service] adapter of user %s: %s", r.req.adapter, exc)
+                r.send(
+                    Final("error", r.prompt, [], [], "", 0, error=f"the user's adapter failed to load: {exc}")
+                )
+                continue
+            if got is None:
+                later.append(r)
+                continue
+            r.slot, r.version = got
+            busy.add(r.slot)
+            kept.append(r)
+        self._pending.extendleft(reversed(later))
+        return kept
+
+    def _use_slots(self, rows: list[_Row]) -> None:
+        if self._adapters is not None:
+            self._adapters.table.use([r.slot for r in rows])
+
+    def cache_scope(self, adapter: str | None = None) -> tuple[int, str | None, int]:
+        """The prefix-cache scope a new row of ``adapter``'s user gets now (see :mod:`prefix_cache`)."""
+        if self._adapters is None:
+            return (self._epoch, None, self._version)
+        return (self._epoch, adapter, self._adapters.version(adapter))
+
+    def _current_scope(self, r: _Row) -> tuple[int, str | None, int]:
+        """The scope a row would get now: unlike its own once a swap happened while it decoded."""
+        return self.cache_scope(r.req.adapter)
 
     def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any):
         # transformers >= 5.24 names the cache argument ``cache``; older versions ``past_key_values``
@@ -320,8 +405,10 @@ class TransformersEngine(Engine):
         later: list[_Row] = []
         for r in rows:
             if not r.deferred:
-                n = self._prefix.cached_tokens(r.prompt, self._epoch) + bt
-                if n < len(r.prompt) and any(k.prompt[:n] == r.prompt[:n] for k in kept):
+                n = self._prefix.cached_tokens(r.prompt, r.scope) + bt
+                if n < len(r.prompt) and any(
+                    k.scope == r.scope and k.prompt[:n] == r.prompt[:n] for k in kept
+                ):
                     r.deferred = True
                     later.append(r)
                     continue
@@ -333,7 +420,7 @@ class TransformersEngine(Engine):
         groups = [rows]
         hits: dict[int, list[Any]] = {}
         if self._prefix is not None:
-            hits = {id(r): self._prefix.match(r.prompt, self._epoch) for r in rows}
+            hits = {id(r): self._prefix.match(r.prompt, r.scope) for r in rows}
             # rows with nothing cached apart from rows with a cached prefix: one group mixing a long
             # uncached prompt with a long cached prefix would pad every row to the sum of both
             groups = [
@@ -364,6 +451,7 @@ class TransformersEngine(Engine):
                 [[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in rows], device=dev
             )
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            self._use_slots(rows)
             logits, cache = self._forward(ids, mask, positions, DynamicCache())
         else:
             # columns: [pad | cached prefix] (c_max wide, in the cache) then [pad | new tokens] (the input)
@@ -378,6 +466,7 @@ class TransformersEngine(Engine):
                 device=dev,
             )
             positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, c_max:]
+            self._use_slots(rows)
             logits, cache = self._forward(ids, mask, positions, self._cached_kv(blocks, c_max))
             if any(len(t) < width for t in new):  # padding between a cached prefix and its new tokens
                 mask = _compact(mask, cache)
@@ -427,7 +516,7 @@ class TransformersEngine(Engine):
             )
 
         try:
-            self._prefix.insert(tokens, self._epoch, kv_of)
+            self._prefix.insert(tokens, batch.rows[i].scope, kv_of)
         except (
             RuntimeError,
             ValueError,
@@ -438,6 +527,7 @@ class TransformersEngine(Engine):
         batch.mask = torch.cat(
             [batch.mask, torch.ones(batch.size, 1, dtype=batch.mask.dtype, device=batch.mask.device)], dim=1
         )
+        self._use_slots(batch.rows)
         logits, batch.cache = self._forward(
             batch.last[:, None], batch.mask, batch.positions[:, None], batch.cache
         )
@@ -447,7 +537,7 @@ class TransformersEngine(Engine):
         if self._prefix is not None:
             for i, r in enumerate(batch.rows):
                 # a row that straddled a weight swap holds keys/values of two policies: store nothing
-                if r.finish is not None and r.epoch == self._epoch:
+                if r.finish is not None and r.scope == self._current_scope(r):
                     self._store(batch, i, r.prompt + r.ids[:-1])  # the last token was never fed in
         return batch.keep_unfinished()
 

@@ -100,30 +100,47 @@ class RunDir:
         """Exported policy versions (``v000001`` ...) and the pointer to the newest."""
         return self.root / "policy"
 
+    def policy_dir(self, user: str | None = None) -> Path:
+        """Where exported versions and their pointer live: the shared policy's folder, or (per_user
+        mode) ``policy/users/<user>`` for one user's adapters — inside the folder the weight routes
+        load from."""
+        return self.policies if user is None else self.policies / "users" / user
+
+    def published_users(self) -> list[str]:
+        """Users with at least one published adapter (per_user mode)."""
+        root = self.policies / "users"
+        if not root.is_dir():
+            return []
+        return sorted(d.name for d in root.iterdir() if (d / POLICY_POINTER).is_file())
+
     def read_policy_pointer(self) -> tuple[int, Path] | None:
         """The newest published policy ``(version, path)``, or None before the first publication."""
         published = self.read_published_policy()
         return None if published is None else (published.version, published.path)
 
-    def read_published_policy(self) -> PublishedPolicy | None:
-        """The newest published policy with its training step, or None before the first publication.
-        A pointer without ``step`` (written by an older version) reads with ``step = None``."""
-        pointer = self.policies / POLICY_POINTER
+    def read_published_policy(self, user: str | None = None) -> PublishedPolicy | None:
+        """The newest published policy (``user``: that user's adapter) with its training step, or
+        None before the first publication. A pointer without ``step`` (written by an older version)
+        reads with ``step = None``."""
+        pointer = self.policy_dir(user) / POLICY_POINTER
         if not pointer.is_file():
             return None
         data = json.loads(pointer.read_text(encoding="utf-8"))
         step = data.get("step")
         return PublishedPolicy(int(data["version"]), Path(data["path"]), None if step is None else int(step))
 
-    def publish_policy(self, version: int, path: Path, step: int | None = None) -> None:
+    def publish_policy(
+        self, version: int, path: Path, step: int | None = None, user: str | None = None
+    ) -> None:
         """Point :data:`POLICY_POINTER` at ``path`` (atomic: serving never reads half a pointer);
         ``step``: the training step the policy was exported at (the live evaluator spaces its
-        evaluations by it)."""
-        self.policies.mkdir(parents=True, exist_ok=True)
+        evaluations by it); ``user``: publish that user's adapter instead of the shared policy."""
+        folder = self.policy_dir(user)
+        folder.mkdir(parents=True, exist_ok=True)
         data: dict[str, object] = {"version": version, "path": str(path)}
         if step is not None:
             data["step"] = step
-        atomic_write_text(self.policies / POLICY_POINTER, json.dumps(data))
+        atomic_write_text(folder / POLICY_POINTER, json.dumps(data))
 
     @property
     def admin_key_file(self) -> Path:

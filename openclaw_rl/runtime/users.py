@@ -41,6 +41,11 @@ def check_user_name(name: str, where: str = "user") -> str:
     return name
 
 
+def adapter_meta(user: str) -> str:
+    """The store meta key holding the version of ``user``'s served adapter (``users list`` reads it)."""
+    return f"adapter_version:{user}"
+
+
 @dataclass(frozen=True)
 class IssuedKey:
     """A new user key: ``text`` goes to the user once; the store keeps ``key_id``, ``salt``, ``digest``."""

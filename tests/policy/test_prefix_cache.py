@@ -312,8 +312,8 @@ def test_eviction_keeps_the_engine_under_its_bound(tiny_model_dir, tmp_path):
         assert stats["prefix_cache_evictions"] > 0
         cache = engine._prefix
         assert cache is not None
-        assert cache.cached_tokens(prompts[-1], engine._epoch) >= len(prompts[-1]) - BLOCK_TOKENS
-        assert cache.cached_tokens(prompts[0], engine._epoch) == 0
+        assert cache.cached_tokens(prompts[-1], engine.cache_scope()) >= len(prompts[-1]) - BLOCK_TOKENS
+        assert cache.cached_tokens(prompts[0], engine.cache_scope()) == 0
     finally:
         engine.stop()
 

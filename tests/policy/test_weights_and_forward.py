@@ -12,6 +12,7 @@ import httpx
 import pytest
 import torch
 
+from openclaw_rl.policy.weights import WeightLoadError
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.types import Turn
 
@@ -218,3 +219,36 @@ def test_unreachable_engine_is_a_502_not_a_hang(start_service, tiny_model_dir):
     _, url = start_service(tiny_model_dir, "dead", backend="sglang", engine_url="http://127.0.0.1:9")
     r = httpx.post(url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 2}, timeout=60)
     assert r.status_code == 502 and "unreachable" in r.json()["error"]["message"]
+
+
+def test_vllm_forwarding_serves_each_user_their_named_lora(
+    start_service, tiny_model_dir, weight_dirs, tmp_path
+):
+    from openclaw_rl.policy.engine import GenRequest, SamplingParams
+    from openclaw_rl.policy.protocol import ChatMessage
+
+    engine_run = RunDir(tmp_path / "engine")
+    engine_run.root.mkdir(parents=True)
+    engine_run.admin_key_file.write_text("engine-secret")
+    adapter = shutil.copytree(weight_dirs["adapter"], engine_run.policies / "users" / "alice" / "v000003")
+    engine, engine_url = start_service(tiny_model_dir, "engine")
+    fwd, url = start_service(
+        tiny_model_dir, "fwd", backend="vllm", engine_url=engine_url, engine_api_key="engine-secret"
+    )
+    fwd.cfg.users.mode = "per_user"  # after validation, as the per-user serving tests do
+    fwd.serving.swap_weights(adapter, 3, user="alice")
+    assert engine.policy_version == 1  # the stand-in took the LoRA through vLLM's route
+    req = GenRequest([ChatMessage(role="user", content="hi")], None, SamplingParams(max_tokens=2))
+    assert fwd.engine.body(req)["model"] == fwd.engine.serve_model  # no user: the shared model
+    req.adapter = "alice"
+    assert fwd.engine.body(req)["model"] == "user-alice-v3"
+    for user, version in (("alice", 3), ("bob", 0)):
+        r = httpx.post(
+            url + "/v1/chat/completions",
+            json={"messages": USER, "max_tokens": 2, "user": user, "session_id": f"pu-{user}"},
+            timeout=60,
+        )
+        assert r.status_code == 200 and r.json()["policy_version"] == version, r.text
+    sg, _ = start_service(tiny_model_dir, "sg", backend="sglang", engine_url=engine_url)
+    with pytest.raises(WeightLoadError, match="does not serve per-user adapters"):
+        sg.engine.swap_adapter("alice", adapter, 1)
