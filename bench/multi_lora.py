@@ -70,19 +70,16 @@ def make_adapters(n: int, rank: int, root: Path) -> list[Path]:
 
 
 def config(root: Path, per_user: bool, slots: int, sessions: int, rank: int):
-    cfg = build_config(
+    return build_config(
         {
             "global": {"log_dir": str(root)},
             "policy_service": {"max_concurrent": sessions, "batch_wait_ms": 20, "prefix_cache_mb": 0},
             "training": {"lora_rank": rank},
             "env_service": {"enabled": False},
+            "users": {"mode": "per_user" if per_user else "shared", "max_resident": slots},
         },
         environ={},
     )
-    if per_user:
-        cfg.users.mode = "per_user"  # set after validation (the config layer refuses it until training lands)
-        cfg.users.max_resident = slots
-    return cfg
 
 
 async def one(engine: TransformersEngine, user: str | None, topic: str, max_tokens: int) -> int:

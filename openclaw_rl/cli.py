@@ -9,6 +9,8 @@
     openclaw-rl openclaw-config --config FILE             the openclaw.json fragment for this service
     openclaw-rl users add NAME --config FILE              a user and their key (shown once)
     openclaw-rl users list --config FILE                  per user: turns, samples, feedback, ...
+    openclaw-rl users delete NAME --config FILE           forget a user: every row and file of theirs
+    openclaw-rl users export NAME --out DIR --config FILE their adapter (PEFT) and turns (JSONL)
 
 Each verb loads and validates the config first (a bad file exits 2 with every problem listed) and
 then imports only the part it needs, so ``status`` never pays for torch.
@@ -75,11 +77,15 @@ def _cmd_openclaw_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_users(args: argparse.Namespace) -> int:
-    from openclaw_rl.launcher.users import users_add, users_list
+    from openclaw_rl.launcher.users import users_add, users_delete, users_export, users_list
 
     cfg = _config(args.config)
     if args.users_command == "add":
         return users_add(cfg, args.name)
+    if args.users_command == "delete":
+        return users_delete(cfg, args.name)
+    if args.users_command == "export":
+        return users_export(cfg, args.name, args.out)
     return users_list(cfg)
 
 
@@ -149,6 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="path to config.toml")
     p.set_defaults(fn=_cmd_users)
     p = users.add_parser("list", help="per user: turns, judged, samples, updates, adapter, feedback")
+    p.add_argument("--config", required=True, help="path to config.toml")
+    p.set_defaults(fn=_cmd_users)
+    p = users.add_parser("delete", help="remove a user's key, turns, samples, adapters and feedback")
+    p.add_argument("name")
+    p.add_argument("--config", required=True, help="path to config.toml")
+    p.set_defaults(fn=_cmd_users)
+    p = users.add_parser("export", help="write a user's adapter (PEFT) and turns (JSONL) to a folder")
+    p.add_argument("name")
+    p.add_argument("--out", required=True, help="folder to write into")
     p.add_argument("--config", required=True, help="path to config.toml")
     p.set_defaults(fn=_cmd_users)
     return parser

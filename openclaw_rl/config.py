@@ -707,8 +707,15 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
         errors.append("[training] binary_rl_weight = 0 with opd_enabled = false: no learning signal is left")
     if cfg.users.mode == "per_user":
         # Refused rather than run as shared: a user who asked for isolation must not get a mix.
-        errors.append(
-            '[users] mode = "per_user": per-user adapters are not in this release yet; '
-            'use mode = "shared" (turns, keys and feedback are still per user, docs/users.md)'
-        )
+        why = []
+        if not tr.lora:
+            why.append("[training] lora = true (each user's adapter is a LoRA)")
+        if tr.backend != "torch":
+            why.append('[training] backend = "torch" (the FSDP trainer trains one shared policy)')
+        if pol.backend not in ("transformers", "vllm"):
+            why.append('[policy_service] backend = "transformers" or "vllm" (engines that serve many LoRAs)')
+        if pol.num_engines > 1:
+            why.append("[policy_service] num_engines = 1")
+        if why:
+            errors.append('[users] mode = "per_user" needs ' + "; ".join(why))
     return errors, warnings

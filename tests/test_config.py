@@ -177,5 +177,6 @@ def test_users_section_is_validated_with_the_other_sections():
     text = str(info.value)
     assert "[users] mode" in text and "did you mean 'per_user'?" in text
     assert "[users] header" in text and "[training] lr" in text  # every problem at once
-    with pytest.raises(ConfigError, match="per-user adapters are not in this release yet"):
-        build_config({"users": {"mode": "per_user"}}, environ={})
+    assert build_config({"users": {"mode": "per_user"}}, environ={}).users.mode == "per_user"
+    with pytest.raises(ConfigError, match=r"per_user\" needs \[training\] lora = true"):
+        build_config({"users": {"mode": "per_user"}, "training": {"lora": False}}, environ={})

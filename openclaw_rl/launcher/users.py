@@ -2,6 +2,8 @@
 
     openclaw-rl users add NAME --config F     prints NAME's key once; the store keeps a salted digest
     openclaw-rl users list --config F         per user: turns, judged, samples, updates, adapter, ...
+    openclaw-rl users delete NAME --config F  remove NAME's key, turns, samples, adapters, feedback
+    openclaw-rl users export NAME --out DIR --config F   their adapter (PEFT) and turns (JSONL)
 
 Both work while the run is serving: the store is the one the policy service reads keys from, so a
 new key works at once, without a restart (docs/users.md).
@@ -9,11 +11,15 @@ new key works at once, without a restart (docs/users.md).
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
+from pathlib import Path
 
 from openclaw_rl.config import Config
 from openclaw_rl.launcher.status import existing_store
-from openclaw_rl.runtime.rundir import RunDir
+from openclaw_rl.runtime.metrics import METRICS_FILE
+from openclaw_rl.runtime.rundir import RunDir, atomic_write_text
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.runtime.users import UserError, UserStats, adapter_meta, check_user_name, issue_key
 
@@ -87,4 +93,91 @@ def users_list(cfg: Config) -> int:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADER)]
     for line in [HEADER, *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+    return 0
+
+
+def _user_folders(cfg: Config, name: str) -> list[Path]:
+    """The folders that hold only ``name``'s files: their published adapters and their checkpoints."""
+    run = RunDir.of(cfg)
+    return [run.policy_dir(name), run.checkpoints / "users" / name]
+
+
+def _scrub_metrics(cfg: Config, name: str) -> int:
+    """Drop ``name``'s rows (per_user updates) from ``metrics.jsonl``; returns how many. A row another
+    process appends during the rewrite can be lost: delete users while the trainer is idle."""
+    path = RunDir.of(cfg).root / METRICS_FILE
+    if not path.is_file():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            kept.append(line)
+            continue
+        if isinstance(row, dict) and row.get("user") == name:
+            dropped += 1
+        else:
+            kept.append(line)
+    if dropped:
+        atomic_write_text(path, "".join(f"{line}\n" for line in kept))
+    return dropped
+
+
+def users_delete(cfg: Config, name: str) -> int:
+    """The right to be forgotten: remove everything the run holds about ``name`` and say what."""
+    try:
+        check_user_name(name, where="NAME")
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    store = existing_store(cfg)
+    if store is None:
+        return 1
+    try:
+        if name not in store.user_names():
+            print(f"error: the run knows no user {name!r}", file=sys.stderr)
+            return 1
+        counts = store.delete_user(name)
+    finally:
+        store.close()
+    files = 0
+    for folder in _user_folders(cfg, name):
+        if folder.exists():
+            files += sum(1 for p in folder.rglob("*") if p.is_file())
+            shutil.rmtree(folder)
+    counts["metrics_rows"] = _scrub_metrics(cfg, name)
+    counts["files"] = files
+    print(f"user {name} deleted: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
+    return 0
+
+
+def users_export(cfg: Config, name: str, out: str) -> int:
+    """``name``'s newest adapter (a PEFT directory, loadable by ``peft``) and their turns as JSONL."""
+    store = existing_store(cfg)
+    if store is None:
+        return 1
+    dest = Path(out)
+    try:
+        if name not in store.user_names():
+            print(f"error: the run knows no user {name!r}", file=sys.stderr)
+            return 1
+        dest.mkdir(parents=True, exist_ok=True)
+        n = 0
+        with (dest / "turns.jsonl").open("w", encoding="utf-8") as fh:
+            for turn, status, score in store.user_turns(name):
+                row = {**json.loads(turn.model_dump_json()), "status": status, "score": score}
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                n += 1
+    finally:
+        store.close()
+    published = RunDir.of(cfg).read_published_policy(name)
+    if published is not None and published.path.is_dir():
+        if (dest / "adapter").exists():
+            shutil.rmtree(dest / "adapter")
+        shutil.copytree(published.path, dest / "adapter")
+        what = f"adapter v{published.version} in {dest / 'adapter'}"
+    else:
+        what = "no adapter (none trained yet: they are served the base model)"
+    print(f"user {name} exported to {dest}: {n} turns in turns.jsonl, {what}")
     return 0

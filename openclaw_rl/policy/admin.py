@@ -29,11 +29,14 @@ def admin_post(cfg: Config, policy_url: str, route: str, body: dict[str, Any], t
     return None
 
 
-def request_swap(cfg: Config, policy_url: str, path: Path, version: int, timeout: float = 60.0) -> str | None:
-    """Ask the policy service to load ``path`` as ``version``."""
-    return admin_post(
-        cfg, policy_url, "/v1/admin/load_weights", {"path": str(path), "version": version}, timeout
-    )
+def request_swap(
+    cfg: Config, policy_url: str, path: Path, version: int, timeout: float = 60.0, user: str | None = None
+) -> str | None:
+    """Ask the policy service to load ``path`` as ``version`` (``user``: as that user's adapter)."""
+    body: dict[str, Any] = {"path": str(path), "version": version}
+    if user is not None:
+        body["user"] = user
+    return admin_post(cfg, policy_url, "/v1/admin/load_weights", body, timeout)
 
 
 def request_pause(cfg: Config, policy_url: str, paused: bool, timeout: float = 30.0) -> str | None:

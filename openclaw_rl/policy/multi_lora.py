@@ -232,6 +232,8 @@ class ResidentAdapters:
         """(slot, version) for a new row of ``user``: slot 0 when they have no adapter; None when
         every slot holds an adapter an active row is using (the row waits for one to finish).
         Loading from disk may raise :class:`WeightLoadError`."""
+        if user is not None and user in self.sources and not self.sources[user][0].is_dir():
+            self.forget(user)  # deleted (`openclaw-rl users delete`): never serve what was theirs
         if user is None or user not in self.sources:
             return 0, 0
         if user in self.slot_of:
@@ -254,6 +256,18 @@ class ResidentAdapters:
         self.loaded[user] = version
         self.loads += 1
         return slot, version
+
+    def forget(self, user: str) -> None:
+        """Drop ``user``'s adapter: its source, and its slot (zeroed, free for the next user)."""
+        self.sources.pop(user, None)
+        self.loaded.pop(user, None)
+        slot = self.slot_of.pop(user, None)
+        if slot is not None:
+            with torch.no_grad():
+                for layer in self.table.layers.values():
+                    layer.lora_A[slot].zero_()
+                    layer.lora_B[slot].zero_()
+                self.table.scale_S[slot] = 0.0
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -43,8 +43,11 @@ class MetricsWriter:
             folder = Path(log_dir) / "tensorboard"
             self._tb = SummaryWriter(log_dir=str(folder / run_name if run_name else folder))
 
-    def write(self, step: int, values: dict[str, Any], kind: str = "train") -> None:
+    def write(self, step: int, values: dict[str, Any], kind: str = "train", user: str | None = None) -> None:
+        """Append one row; ``user``: the per_user update's user, kept in the row."""
         row = {"kind": kind, "step": step, "time": time.time(), **values}
+        if user is not None:
+            row["user"] = user
         data = (json.dumps(row) + "\n").encode("utf-8")
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

@@ -51,7 +51,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from openclaw_rl.runtime.users import Feedback, FeedbackOutcome, IssuedKey, UserError, UserStats
+from openclaw_rl.runtime.users import (
+    Feedback,
+    FeedbackOutcome,
+    IssuedKey,
+    UserError,
+    UserStats,
+    adapter_meta,
+)
 from openclaw_rl.types import DEFAULT_USER, EpisodeTag, JudgeResult, NextState, Sample, Turn
 
 SCHEMA = """
@@ -194,6 +201,8 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA busy_timeout=30000")
+        # deleted rows are overwritten, not left in free pages: a deleted user stays deleted on disk
+        self._db.execute("PRAGMA secure_delete=ON")
         with self._lock:
             self._db.executescript(SCHEMA)
         self._migrate()
@@ -594,21 +603,37 @@ class Store:
     def ready_count(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM samples WHERE status='ready'").fetchone()[0]
 
+    def ready_by_user(self) -> dict[str, int]:
+        """Ready samples per user (per_user training takes turns by these)."""
+        return dict(
+            self._db.execute(
+                "SELECT user, COUNT(*) FROM samples WHERE status='ready' GROUP BY user"
+            ).fetchall()
+        )
+
     def claim_samples(
-        self, n: int, step: int, current_version: int, max_staleness: int | None = None
+        self,
+        n: int,
+        step: int,
+        current_version: int,
+        max_staleness: int | None = None,
+        user: str | None = None,
     ) -> list[Sample]:
-        """Claim up to ``n`` oldest ready samples for training step ``step``. Samples more than
-        ``max_staleness`` versions behind ``current_version`` are dropped (and counted)."""
+        """Claim up to ``n`` oldest ready samples for training step ``step`` (``user``: only theirs,
+        and only their samples are dropped). Samples more than ``max_staleness`` versions behind
+        ``current_version`` are dropped (and counted)."""
+        only = "" if user is None else " AND user=?"
+        args: tuple[object, ...] = () if user is None else (user,)
         with self._tx() as db:
             if max_staleness is not None:
                 db.execute(
-                    "UPDATE samples SET status='dropped' WHERE status='ready' AND policy_version < ?",
-                    (current_version - max_staleness,),
+                    f"UPDATE samples SET status='dropped' WHERE status='ready' AND policy_version < ?{only}",
+                    (current_version - max_staleness, *args),
                 )
             rows = db.execute(
-                "SELECT sample_id, data FROM samples WHERE status='ready' "
+                f"SELECT sample_id, data FROM samples WHERE status='ready'{only} "
                 "ORDER BY created_at, sample_id LIMIT ?",
-                (n,),
+                (*args, n),
             ).fetchall()
             db.executemany(
                 "UPDATE samples SET status='claimed', step=? WHERE sample_id=?", [(step, r[0]) for r in rows]
@@ -698,6 +723,43 @@ class Store:
             feedback_up=int(up),
             feedback_down=int(down),
         )
+
+    def user_turns(self, name: str) -> Iterator[tuple[Turn, str, int | None]]:
+        """Every turn of ``name``'s sessions with its status and judged score, oldest first."""
+        rows = self._db.execute(
+            "SELECT t.data, t.status, t.score FROM turns t JOIN sessions s ON s.session_id=t.session_id "
+            "WHERE s.user=? ORDER BY s.created_at, t.session_id, t.turn_index",
+            (name,),
+        ).fetchall()
+        for data, status, score in rows:
+            yield Turn.model_validate_json(data), status, score
+
+    def delete_user(self, name: str) -> dict[str, int]:
+        """Remove everything the store holds about ``name`` — key, sessions, turns (with their
+        judgements), samples, remembered prefixes, feedback, adapter version — in one commit; returns
+        the counts removed. Deleted pages are overwritten (``secure_delete``) and the file compacted,
+        so the bytes do not linger in free pages or the write-ahead log."""
+        with self._tx() as db:
+            own = "SELECT session_id FROM sessions WHERE user=?"
+            counts = {
+                "key": db.execute("DELETE FROM users WHERE name=? AND key_id IS NOT NULL", (name,)).rowcount,
+                "turns": db.execute(f"DELETE FROM turns WHERE session_id IN ({own})", (name,)).rowcount,
+                "samples": db.execute(
+                    f"DELETE FROM samples WHERE user=? OR session_id IN ({own})", (name, name)
+                ).rowcount,
+                "prefixes": db.execute(f"DELETE FROM prefixes WHERE session_id IN ({own})", (name,)).rowcount,
+                "feedback": db.execute("DELETE FROM feedback WHERE user=?", (name,)).rowcount,
+                "sessions": db.execute("DELETE FROM sessions WHERE user=?", (name,)).rowcount,
+            }
+            db.execute("DELETE FROM users WHERE name=?", (name,))
+            counts["adapter_version"] = db.execute(
+                "DELETE FROM meta WHERE key=?", (adapter_meta(name),)
+            ).rowcount
+        with self._lock:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._db.execute("VACUUM")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return counts
 
     def turn_by_response(self, response_id: str) -> tuple[Turn, str] | None:
         """(turn, owner) of the main turn the client saw as completion ``response_id``."""

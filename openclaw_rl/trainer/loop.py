@@ -19,6 +19,13 @@ waits for the judge, trains, syncs, then resumes serving.
 A sample is marked trained only after a checkpoint containing its update is on disk, so killing this
 process at any moment and restarting it loses nothing and trains nothing twice into the weights
 that survive.
+
+With ``[users] mode = "per_user"`` each update trains one user's adapter on that user's samples
+only, with that adapter's own optimiser state (:meth:`Trainer.use_user`); :func:`pick_user` says
+whose turn it is. Every per-user update is checkpointed (the user's adapter and optimiser, a few MB)
+and committed at once, so a crash mid-update of one user returns only that update's samples to the
+queue and touches no other user's files. A user's adapter is published, and swapped into serving
+for them alone, every ``weight_sync_interval`` of *their* updates (docs/users.md).
 """
 
 from __future__ import annotations
@@ -35,8 +42,31 @@ from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
 from openclaw_rl.runtime.metrics import MetricsWriter
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import SIGNAL_META, Store
-from openclaw_rl.trainer.ppo import Trainer
+from openclaw_rl.trainer.ppo import Trainer, last_user_step
 from openclaw_rl.types import Sample
+
+#: per_user mode: a user with waiting samples who was passed over this many updates in a row trains
+#: next, with whatever they have — so a user with little traffic still learns.
+STARVE_AFTER = 4
+
+
+def pick_user(waiting: dict[str, int], passed_over: dict[str, int], batch_size: int) -> str | None:
+    """Whose adapter the next per_user update trains, or None (wait for more samples).
+
+    The user passed over ``STARVE_AFTER`` or more updates in a row (with samples waiting) goes
+    first, the longest-waiting of them; otherwise the user with the most waiting samples, once
+    they have a full batch — or once all users together have one (then the largest share trains,
+    a partial batch, rather than everyone waiting for a batch no single user fills)."""
+    waiting = {u: n for u, n in waiting.items() if n > 0}
+    if not waiting:
+        return None
+    starved = [u for u in waiting if passed_over.get(u, 0) >= STARVE_AFTER]
+    if starved:
+        return max(sorted(starved), key=lambda u: (passed_over[u], waiting[u]))
+    best = max(sorted(waiting), key=lambda u: waiting[u])
+    if waiting[best] >= batch_size or sum(waiting.values()) >= batch_size:
+        return best
+    return None
 
 
 def signal_health(
@@ -125,12 +155,19 @@ class TrainingLoop:
         self._swap_thread: threading.Thread | None = None
         self._paused = False
         self._last_signal: dict[str, float] = {}
+        self.per_user = cfg.users.mode == "per_user"
+        self._passed_over: dict[str, int] = {}  # per_user: updates each waiting user was passed over
+        self._user_updates: dict[str, int] = {}  # per_user: updates of each user's adapter in this run
 
     def start(self) -> None:
         tc = self.cfg.training
         if self.trainer is None:
             self.trainer = Trainer(self.cfg, self.cfg.policy_service.model)
-        resumed = self.trainer.resume()
+        if self.per_user:  # each user's adapter is loaded when their turn comes (Trainer.use_user)
+            self.trainer.step = last_user_step(self.cfg)
+            resumed = self.trainer.step > 0
+        else:
+            resumed = self.trainer.resume()
         released = self.store.recover_claims(self.trainer.step)
         pointer = self.run_dir.read_policy_pointer()
         self.version = pointer[0] if pointer else 0
@@ -182,7 +219,12 @@ class TrainingLoop:
         print(f"[training] stopped at step={trainer.step} version={self.version}", flush=True)
         return 0 if tc.max_steps is None or trainer.step >= tc.max_steps or self._stop.is_set() else 1
 
+    def _next_user(self) -> str | None:
+        return pick_user(self.store.ready_by_user(), self._passed_over, self.cfg.training.batch_size)
+
     def _ready_for_update(self) -> bool:
+        if self.per_user and self.cfg.global_.async_mode:
+            return self._next_user() is not None
         if self.cfg.global_.async_mode:
             return self.store.ready_count() >= self.cfg.training.batch_size
         return self._lock_step_ready()
@@ -216,9 +258,22 @@ class TrainingLoop:
         """Claim one batch, run one PPO update, then sync and checkpoint on their intervals."""
         tc, trainer = self.cfg.training, self.started_trainer
         step = trainer.step + 1
-        batch = self.store.claim_samples(tc.batch_size, step, self.version, tc.max_staleness)
+        user: str | None = None
+        if self.per_user:
+            user = self._next_user()
+            if user is None:
+                return {}
+            trainer.use_user(user)
+            self.version = trainer.policy_version
+        batch = self.store.claim_samples(tc.batch_size, step, self.version, tc.max_staleness, user=user)
         if not batch:
             return {}
+        if user is not None:
+            for other, n in self.store.ready_by_user().items():
+                if other != user and n > 0:
+                    self._passed_over[other] = self._passed_over.get(other, 0) + 1
+            self._passed_over[user] = 0
+            self._user_updates[user] = self._user_updates.get(user, 0) + 1
         metrics = trainer.train_update(batch)
         rewards = [s.reward for s in batch if s.reward is not None]
         metrics["reward_mean"] = sum(rewards) / len(rewards) if rewards else 0.0
@@ -229,32 +284,45 @@ class TrainingLoop:
         counters = self.store.counters()
         metrics["samples_dropped"] = float(counters.samples_dropped)
         metrics["sessions"] = float(counters.sessions)  # conversations so far: "sessions to learn"
-        self.metrics.write(trainer.step, metrics)
+        if user is not None:
+            metrics["user_updates"] = float(self._user_updates[user])
+        self.metrics.write(trainer.step, metrics, user=user)
         self.store.set_meta("trainer_updates", trainer.step)  # progress shows updates before their checkpoint
-        if trainer.step % self.cfg.policy_service.weight_sync_interval == 0:
-            self._publish()
-        if trainer.step % tc.checkpoint_interval == 0:
+        if user is not None:
+            if self._user_updates[user] % self.cfg.policy_service.weight_sync_interval == 0:
+                self._publish(user)
+            # every per-user update: the user's adapter, optimiser and (just published) version
+            trainer.save_checkpoint()
             self._commit_checkpoint()
+        else:
+            if trainer.step % self.cfg.policy_service.weight_sync_interval == 0:
+                self._publish()
+            if trainer.step % tc.checkpoint_interval == 0:
+                self._commit_checkpoint()
         if not self.cfg.global_.async_mode:
             if self._swap_thread is not None:
                 self._swap_thread.join()  # lock-step: serve again only on the new weights
             self._set_paused(False)
         return metrics
 
-    def _publish(self) -> None:
-        """Export a new policy version, repoint ``latest``, tell serving without waiting on it."""
+    def _publish(self, user: str | None = None) -> None:
+        """Export a new policy version (``user``: of that user's adapter), repoint ``latest``, tell
+        serving without waiting on it."""
         trainer = self.started_trainer
         self.version += 1
-        path = trainer.export_policy(self.run_dir.policies, self.version)
-        self.run_dir.publish_policy(self.version, path, step=trainer.step)
-        print(f"[async] published policy version={self.version} at step={trainer.step}", flush=True)
+        if user is not None:
+            trainer.policy_version = self.version  # the user's adapter version, saved with it
+        path = trainer.export_policy(self.run_dir.policy_dir(user), self.version)
+        self.run_dir.publish_policy(self.version, path, step=trainer.step, user=user)
+        who = f" user={user}" if user is not None else ""
+        print(f"[async] published policy{who} version={self.version} at step={trainer.step}", flush=True)
         if self.policy_url:
             if self._swap_thread is not None:
                 self._swap_thread.join()  # at most one swap in flight; a newer one supersedes on arrival
             url, version = self.policy_url, self.version
 
             def swap() -> None:
-                err = request_swap(self.cfg, url, path, version)
+                err = request_swap(self.cfg, url, path, version, user=user)
                 if err:
                     print(f"[async] weight swap to version={version} not applied: {err}", flush=True)
 
@@ -268,6 +336,8 @@ class TrainingLoop:
     def _checkpoint(self) -> None:
         """Final checkpoint, unless the last update already wrote one for this very step."""
         trainer = self.started_trainer
+        if self.per_user:  # every per-user update was checkpointed and committed as it finished
+            return
         latest = trainer.latest_checkpoint()
         if latest is None or latest.name != f"step_{trainer.step:08d}":
             trainer.save_checkpoint()

@@ -66,6 +66,24 @@ OPTIMIZER_FILE = "optimizer.pt"
 POLICY_SUBDIR = "policy"
 POLICY_META = "openclaw_policy.json"
 KEEP_CHECKPOINTS = 3
+
+
+def user_checkpoints(cfg: Config, user: str) -> Path:
+    """Where per_user training keeps ``user``'s adapter and optimiser checkpoints."""
+    return RunDir.of(cfg).checkpoints / "users" / user
+
+
+def last_user_step(cfg: Config) -> int:
+    """The newest update any user's checkpoint holds (per_user mode resumes its step count here)."""
+    root = RunDir.of(cfg).checkpoints / "users"
+    steps = [0]
+    for d in root.iterdir() if root.is_dir() else []:
+        ckpt = latest_checkpoint(d)
+        if ckpt is not None:
+            steps.append(int(json.loads((ckpt / STATE_FILE).read_text(encoding="utf-8"))["step"]))
+    return max(steps)
+
+
 # Metrics already divided by a mini-batch's token count (averaged over optimiser steps), and metrics
 # averaged over trained tokens; both the single-process and the FSDP update report them.
 PER_STEP_METRICS = ("loss", "pg_loss", "kl", "entropy", "topk_kl")
@@ -160,11 +178,39 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.params, lr=self.tc.lr)
         self.step = 0
         self.policy_version = 0
+        # per_user mode: whose adapter is being trained, and a fresh adapter for users new to training
+        self.user: str | None = None
+        self._fresh_adapter: dict[str, Tensor] | None = None
+        if self.tc.lora:
+            from peft import get_peft_model_state_dict
+
+            self._fresh_adapter = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
         # [training] term_balance: the factor last applied to the RL part (1: the reward's own unit)
         self.rl_scale = 1.0
         self.checkpoint_root = RunDir.of(cfg).checkpoints
         # The log-prob implementation; the benchmark swaps in logprobs.plain_token_stats to compare.
         self.token_stats = batch_token_stats
+
+    # ------------------------------------------------------------------ per-user adapters
+    def use_user(self, user: str) -> None:
+        """Train ``user``'s own adapter from now on (per_user mode): their weights and optimiser
+        state from their newest checkpoint, or a fresh adapter (equal to the base) and a fresh
+        optimiser for a user never trained. ``step`` stays the run's update count; ``policy_version``
+        becomes the user's adapter version. Checkpoints go to ``checkpoints/users/<user>``."""
+        if user == self.user:
+            return
+        if self._fresh_adapter is None:
+            raise ValueError("per-user training needs [training] lora = true")
+        from peft import set_peft_model_state_dict
+
+        step = self.step
+        self.checkpoint_root = user_checkpoints(self.cfg, user)
+        if not self.resume():
+            set_peft_model_state_dict(self.model, self._fresh_adapter)
+            self.optimizer = torch.optim.AdamW(self.params, lr=self.tc.lr)
+            self.policy_version = 0
+        self.step = step
+        self.user = user
 
     # ------------------------------------------------------------------ scoring helpers
 
@@ -542,6 +588,7 @@ class Trainer:
             "lora": self.tc.lora,
             "base_model": str(self.base_dir),
             "run_name": self.cfg.global_.run_name,
+            "user": self.user,
             "saved_at": time.time(),
         }
 

@@ -53,7 +53,7 @@ def adapters(tmp_path_factory) -> dict[str, Path]:
 
 def _per_user(tmp_path: Path, model: Path, slots: int, **policy):
     cfg = make_config(tmp_path, model, batch_wait_ms=20, **policy)
-    cfg.users.mode = "per_user"  # set after validation: the config layer refuses it until training lands
+    cfg.users.mode = "per_user"  # make_config builds the policy section only
     cfg.users.max_resident = slots
     return cfg
 

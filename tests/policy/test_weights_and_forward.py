@@ -235,7 +235,7 @@ def test_vllm_forwarding_serves_each_user_their_named_lora(
     fwd, url = start_service(
         tiny_model_dir, "fwd", backend="vllm", engine_url=engine_url, engine_api_key="engine-secret"
     )
-    fwd.cfg.users.mode = "per_user"  # after validation, as the per-user serving tests do
+    fwd.cfg.users.mode = "per_user"  # start_service builds the policy section only
     fwd.serving.swap_weights(adapter, 3, user="alice")
     assert engine.policy_version == 1  # the stand-in took the LoRA through vLLM's route
     req = GenRequest([ChatMessage(role="user", content="hi")], None, SamplingParams(max_tokens=2))

@@ -1,0 +1,156 @@
+"""The right to be forgotten, and taking one's data along: ``openclaw-rl users export`` / ``delete``
+against a live policy service (real HTTP, the official ``openai`` SDK, the real CLI)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from openclaw_rl.config import load_config
+from openclaw_rl.policy.server import PolicyService
+from openclaw_rl.runtime.metrics import MetricsWriter
+from openclaw_rl.runtime.rundir import RunDir
+
+NAME = "zoe-forget-7"  # a name no other text in the run contains by chance
+OTHER = "ben-stays-3"
+
+
+def _cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "openclaw_rl.cli", "users", *args, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def _adapter(directory: Path) -> Path:
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from tests.helpers import tiny_model
+
+    base, _ = tiny_model(seed=0)
+    torch.manual_seed(1)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    model.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture
+def live(tiny_model_dir, tmp_path):
+    config = tmp_path / "config.toml"
+    log_dir = tmp_path / "logs"
+    config.write_text(
+        f"""
+[global]
+log_dir = "{log_dir}"
+[policy_service]
+model = "{tiny_model_dir}"
+port = 0
+max_tokens_default = 4
+[env_service]
+enabled = false
+[users]
+mode = "per_user"
+"""
+    )
+    keys = {}
+    for name in (NAME, OTHER):
+        out = _cli(config, "add", name)
+        assert out.returncode == 0, out.stderr
+        keys[name] = next(line for line in out.stdout.splitlines() if line.startswith("ocu-"))
+    cfg = load_config(config)
+    run = RunDir.of(cfg)
+    for name in (NAME, OTHER):  # what per-user training leaves: a published adapter, a checkpoint
+        path = _adapter(run.policy_dir(name) / "v000001")
+        run.publish_policy(1, path, step=1, user=name)
+        (run.checkpoints / "users" / name / "step_00000001").mkdir(parents=True)
+        (run.checkpoints / "users" / name / "step_00000001" / "optimizer.pt").write_bytes(b"x")
+    metrics = MetricsWriter(cfg.log_dir)
+    metrics.write(1, {"loss": 0.5}, user=NAME)
+    metrics.write(2, {"loss": 0.4}, user=OTHER)
+    metrics.close()
+    svc = PolicyService(cfg)
+    url = svc.start()
+    yield svc, url, config, keys
+    svc.stop()
+
+
+def _chat(url: str, key: str, text: str) -> str:
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60)
+    first = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": text}], max_tokens=3
+    )
+    convo = [
+        {"role": "user", "content": text},
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": f"{text} -- thanks, and one more thing"},
+    ]
+    client.chat.completions.create(model="m", messages=convo, max_tokens=3)
+    return first.id
+
+
+def test_export_then_delete_leaves_nothing_that_names_them(live, tmp_path, tiny_model_dir):
+    svc, url, config, keys = live
+    mine = _chat(url, keys[NAME], "zoe's secret question about tulips")
+    _chat(url, keys[OTHER], "ben asks about the weather")
+    r = httpx.post(
+        f"{url}/v1/feedback",
+        json={"response_id": mine, "rating": 1, "comment": "zoe liked it"},
+        headers={"Authorization": f"Bearer {keys[NAME]}"},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+
+    out_dir = tmp_path / "export"
+    out = _cli(config, "export", NAME, "--out", str(out_dir))
+    assert out.returncode == 0, out.stderr
+    turns = [json.loads(line) for line in (out_dir / "turns.jsonl").read_text().splitlines()]
+    assert len(turns) == 2 and all(t["user"] == NAME for t in turns)
+    assert "tulips" in turns[0]["messages"][0]["content"] and turns[0]["next_state"]["rating"] == 1
+    from peft import PeftModel
+
+    from tests.helpers import tiny_model
+
+    base, _ = tiny_model(seed=0)
+    PeftModel.from_pretrained(base, out_dir / "adapter")  # their adapter, loadable by peft
+
+    out = _cli(config, "delete", NAME)
+    assert out.returncode == 0, out.stderr
+    said = out.stdout
+    assert f"user {NAME} deleted" in said and "turns=2" in said and "feedback=1" in said and "key=1" in said
+    assert "metrics_rows=1" in said and "files=" in said
+    # their key is refused at once, by the service that is still running
+    from openai import AuthenticationError, OpenAI
+
+    client = OpenAI(base_url=f"{url}/v1", api_key=keys[NAME], max_retries=0, timeout=30)
+    with pytest.raises(AuthenticationError):
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    # nothing under log_dir names them: not the store (rows, free pages, WAL), not a file, not a folder
+    log_dir = Path(load_config(config).log_dir)
+    needles = [NAME.encode(), b"tulips", b"zoe liked it", mine.encode(), keys[NAME].split("-")[1].encode()]
+    for path in log_dir.rglob("*"):
+        assert NAME not in str(path.relative_to(log_dir)), path
+        if path.is_file():
+            data = path.read_bytes()
+            for needle in needles:
+                assert needle not in data, (path, needle)
+    # the other user is untouched
+    listed = _cli(config, "list")
+    assert OTHER in listed.stdout and NAME not in listed.stdout
+    assert RunDir.of(load_config(config)).read_published_policy(OTHER) is not None
+    assert any(OTHER in line for line in (log_dir / "metrics.jsonl").read_text().splitlines())
+    assert svc.store.user_stats(OTHER, "x").turns == 2
+    # a gateway naming the same name again gets a new user: the base, not the deleted adapter
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "user": NAME}
+    r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)  # loopback without a key: trusted
+    assert r.status_code == 200 and r.json()["policy_version"] == 0, r.text
+    assert svc.engine._adapters is not None and NAME not in svc.engine._adapters.slot_of

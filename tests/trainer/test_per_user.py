@@ -1,0 +1,192 @@
+"""Per-user training: each update trains one user's adapter on their samples only, with their own
+optimiser state; users take turns; a crash mid-update of one user loses nothing and touches no one else."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from openclaw_rl.runtime.rundir import RunDir
+from openclaw_rl.runtime.store import Store
+from openclaw_rl.trainer.loop import STARVE_AFTER, TrainingLoop, pick_user
+from openclaw_rl.trainer.ppo import user_checkpoints
+from openclaw_rl.types import Sample
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _samples(user: str, n: int, start: int = 0) -> list[Sample]:
+    out = []
+    for i in range(start, start + n):
+        resp = [100 + i, 200 + i, 300 + i]
+        out.append(
+            Sample(
+                sample_id=f"{user}-s{i}",
+                session_id=f"{user}-sess{i}",
+                turn_index=0,
+                prompt_ids=[1, 2, 3, 4],
+                response_ids=resp,
+                rollout_logprobs=[-11.0] * 3,
+                loss_mask=[1, 1, 1],
+                reward=1.0 if i % 2 else -1.0,
+                user=user,
+            )
+        )
+    return out
+
+
+def test_the_user_with_most_waiting_goes_first_and_a_quiet_user_is_not_starved():
+    assert pick_user({}, {}, 4) is None
+    assert pick_user({"a": 5, "b": 2}, {}, 4) == "a"
+    assert pick_user({"a": 2, "b": 1}, {}, 4) is None  # together 3 < a batch: wait
+    assert pick_user({"a": 3, "b": 1}, {}, 4) == "a"  # together a batch: the largest share trains
+    assert pick_user({"a": 9, "b": 1}, {"b": STARVE_AFTER}, 4) == "b"  # passed over too often
+    assert pick_user({"a": 9, "b": 0}, {"b": 10}, 4) == "a"  # nothing waiting: not a candidate
+
+
+def _per_user_cfg(make_cfg, **training):
+    cfg = make_cfg(**training)
+    cfg.users.mode = "per_user"
+    return cfg
+
+
+def _adapter(cfg, user: str) -> dict[str, torch.Tensor]:
+    ckpt = user_checkpoints(cfg, user)
+    latest = (ckpt / "latest").read_text().strip()
+    return load_file(str(ckpt / latest / "policy" / "adapter_model.safetensors"))
+
+
+def test_an_update_trains_one_users_adapter_on_their_samples_only(make_cfg):
+    cfg = _per_user_cfg(make_cfg, batch_size=2, mini_batch_size=1)
+    cfg.policy_service.weight_sync_interval = 1
+    store = Store(cfg.log_dir / "store.sqlite")
+    store.add_samples(_samples("alice", 4) + _samples("bob", 2))
+    loop = TrainingLoop(cfg, policy_url=None, store=store)
+    loop.start()
+    claimed: list[list[str]] = []
+    real_train = loop.started_trainer.train_update
+
+    def spy(batch: list[Sample]) -> dict[str, float]:
+        claimed.append(sorted({s.user for s in batch}))
+        return real_train(batch)
+
+    loop.started_trainer.train_update = spy  # type: ignore[method-assign]
+    loop.update_once()  # alice: the most waiting (4 against 2)
+    bob_untouched = not user_checkpoints(cfg, "bob").exists()
+    loop.update_once()  # 2 each: a tie goes to the first name
+    loop.update_once()
+    assert claimed == [["alice"], ["alice"], ["bob"]]
+    assert bob_untouched
+    # each user has their own adapter, optimiser state and published version
+    run = RunDir.of(cfg)
+    for user, updates in (("alice", 2), ("bob", 1)):
+        published = run.read_published_policy(user)
+        assert published is not None and published.version == updates
+        assert (published.path / "adapter_config.json").is_file()
+        latest = user_checkpoints(cfg, user) / (user_checkpoints(cfg, user) / "latest").read_text().strip()
+        assert (latest / "optimizer.pt").is_file()
+    a, b = _adapter(cfg, "alice"), _adapter(cfg, "bob")
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+    c = store.counters()
+    assert (c.samples_trained, c.samples_ready, c.samples_claimed) == (6, 0, 0)
+    assert store.user_stats("alice", "x").updates == 2 and store.user_stats("bob", "x").updates == 1
+
+
+def test_user_a_training_leaves_user_b_bitwise_unchanged(make_cfg):
+    cfg = _per_user_cfg(make_cfg, batch_size=2, mini_batch_size=1)
+    store = Store(cfg.log_dir / "store.sqlite")
+    store.add_samples(_samples("bob", 2))
+    loop = TrainingLoop(cfg, policy_url=None, store=store)
+    loop.start()
+    loop.update_once()
+    bob = _adapter(cfg, "bob")
+    bob_opt = torch.load(
+        user_checkpoints(cfg, "bob")
+        / (user_checkpoints(cfg, "bob") / "latest").read_text().strip()
+        / "optimizer.pt",
+        weights_only=True,
+    )
+    store.add_samples(_samples("alice", 6))
+    for _ in range(3):
+        loop.update_once()
+    assert loop.started_trainer.user == "alice"
+    again = _adapter(cfg, "bob")
+    assert set(again) == set(bob) and all(torch.equal(again[k], bob[k]) for k in bob)
+    opt_now = torch.load(
+        user_checkpoints(cfg, "bob")
+        / (user_checkpoints(cfg, "bob") / "latest").read_text().strip()
+        / "optimizer.pt",
+        weights_only=True,
+    )
+    assert opt_now["state"].keys() == bob_opt["state"].keys()
+    for k, state in bob_opt["state"].items():
+        assert torch.equal(state["exp_avg"], opt_now["state"][k]["exp_avg"])
+    # and bob's next update continues from his own adapter and optimiser, not alice's
+    store.add_samples(_samples("bob", 2, start=10))
+    loop.update_once()
+    assert loop.started_trainer.user == "bob"
+
+
+@pytest.mark.slow
+def test_kill_9_mid_update_of_one_user_loses_nothing_and_leaves_the_other_alone(make_cfg, tmp_path):
+    cfg = _per_user_cfg(make_cfg)
+    conf = tmp_path / "loop.toml"
+
+    def write_conf(max_steps: int) -> None:
+        conf.write_text(f"""
+[global]
+log_dir = "{cfg.log_dir}"
+seed = 0
+[policy_service]
+model = "{cfg.policy_service.model}"
+weight_sync_interval = 3
+[env_service]
+num_envs = 0
+[training]
+lora = true
+lr = 1e-3
+batch_size = 2
+mini_batch_size = 1
+max_steps = {max_steps}
+[users]
+mode = "per_user"
+""")
+
+    store = Store(cfg.log_dir / "store.sqlite")
+    store.add_samples(_samples("bob", 2))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "openclaw_rl.trainer.loop", "--config", str(conf)]
+    write_conf(1)
+    first = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert first.returncode == 0, first.stdout + first.stderr
+    bob = _adapter(cfg, "bob")
+    store.add_samples(_samples("alice", 14))
+    write_conf(8)
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and store.counters().samples_trained < 6:
+        time.sleep(0.05)
+    while time.monotonic() < deadline and store.counters().samples_claimed == 0:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    before = store.counters()
+    assert before.samples_claimed == 2  # the update that was cut short
+    out = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "returned to the queue" in out.stdout
+    after = store.counters()
+    assert (after.samples_trained, after.samples_ready, after.samples_claimed) == (16, 0, 0)
+    again = _adapter(cfg, "bob")
+    assert all(torch.equal(again[k], bob[k]) for k in bob)
+    assert store.user_stats("alice", "x").updates == 7
