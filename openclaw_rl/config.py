@@ -62,7 +62,7 @@ ClientRule = Literal["openclaw"]
 #: ``[env_service] interaction_types``: the environments a worker can run.
 InteractionType = Literal["chat", "terminal", "gui", "tool_call"]
 #: ``[env_service] personas``: the chat environment's simulated users.
-Persona = Literal["student", "teacher"]
+Persona = Literal["student", "teacher", "analyst"]
 
 
 # Named default factories, not lambdas: a lambda's list literal is inferred as list[str], which

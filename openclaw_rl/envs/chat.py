@@ -10,6 +10,9 @@ Two personas:
 * **teacher** — wants a grading comment on a student's answer that is specific and friendly: says
   whether the answer is right, names the correct answer and the student, gives a concrete next
   step, is encouraging, and has no assistant phrases. Asks for rewrites when it is curt or vague.
+* **analyst** — the student's opposite (two users who pull one policy apart, docs/users.md): wants
+  the solution as a structured memo: a heading, the working as a bulleted or numbered list, a
+  formal register (no contractions, slang or exclamation marks) and the final answer stated.
 
 The *same* deterministic preference checks drive the scripted user's reaction and the evaluation
 score :func:`personalization_score` (fraction of the persona's preferences satisfied, 0..1), so the
@@ -37,7 +40,7 @@ from openclaw_rl.envs.data import GsmItem, gsm8k_split
 
 log = logging.getLogger(__name__)
 
-PersonaName = Literal["student", "teacher"]
+PersonaName = Literal["student", "teacher", "analyst"]
 Context = Mapping[str, Any]
 
 # ---------------------------------------------------------------------------------------------
@@ -145,6 +148,26 @@ def student_voice(text: str, ctx: Context | None = None) -> bool:
 
 def final_answer_stated(text: str, ctx: Context | None = None) -> bool:
     return bool(_FINAL.search(_last_line(text)))
+
+
+_HEADING = re.compile(r"^\s{0,3}(#{1,4}\s+\S|\*\*[^*\n]{3,80}\*\*\s*:?\s*$)", re.M)
+_LIST_ITEM = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+\S", re.M)
+_CONTRACTION = re.compile(
+    r"\b\w+'(?:s|t|re|ll|ve|d|m)\b|\b(?:gonna|wanna|lol|pls|ok|okay|yeah|kinda)\b", re.I
+)
+
+
+def has_heading(text: str, ctx: Context | None = None) -> bool:
+    return bool(_HEADING.search(text))
+
+
+def bulleted_working(text: str, ctx: Context | None = None) -> bool:
+    return len(_LIST_ITEM.findall(text)) >= 2
+
+
+def formal_register(text: str, ctx: Context | None = None) -> bool:
+    plain = text.replace("\u2019", "'")
+    return _has_words(text, 8) and "!" not in plain and not _CONTRACTION.search(plain)
 
 
 def says_verdict(text: str, ctx: Context | None = None) -> bool:
@@ -335,7 +358,63 @@ TEACHER = Persona(
     extra={"names": ("Sam", "Maya", "Leo", "Priya", "Jonah", "Ava", "Noah", "Zoe")},
 )
 
-PERSONAS: dict[str, Persona] = {"student": STUDENT, "teacher": TEACHER}
+ANALYST = Persona(
+    name="analyst",
+    goal="get the solution of a word problem as a structured, formal memo",
+    preferences=(
+        Preference(
+            "has_heading",
+            "starts the memo with a heading (a markdown # line or a bold title)",
+            has_heading,
+            (
+                "Please give the memo a heading.",
+                "A title at the top, please; this goes into a report.",
+            ),
+        ),
+        Preference(
+            "bulleted_working",
+            "sets the working out as a bulleted or numbered list",
+            bulleted_working,
+            (
+                "Please set the working out as a bulleted list, one step per bullet.",
+                "I need the steps as a numbered list, not a paragraph.",
+            ),
+        ),
+        Preference(
+            "formal_register",
+            "formal register: no contractions, slang or exclamation marks",
+            formal_register,
+            (
+                "The tone is too casual. Please write formally, without contractions.",
+                "Please remove the exclamation marks and the informal phrasing.",
+            ),
+        ),
+        Preference(
+            "final_answer",
+            "ends with a last line that states the final answer with the number",
+            final_answer_stated,
+            (
+                'Conclude with a line that states the answer, for example "Answer: 42".',
+                "The final answer must be stated on the last line.",
+            ),
+        ),
+    ),
+    openings=(
+        "Please prepare a short memo solving the following problem:\n\n{question}\n\nUse a heading, "
+        "list the steps, and state the answer at the end.",
+        "For the quarterly report I need this problem worked out as a structured memo:\n\n{question}",
+        "Kindly solve the following and present it formally, with the steps itemised:\n\n{question}",
+    ),
+    redo_leads=("That is not quite what I asked for.", "Thank you, however", "Please revise it."),
+    corrections=("The reference solution gives {answer}. Please check the calculation and correct it.",),
+    thanks_and_save=(
+        "Thank you, that is exactly the format I need. Please save it for the report.",
+        "Excellent, that works. Kindly save it so I can include it later.",
+    ),
+    goodbyes=("Thank you, that will be all.", "Much appreciated."),
+)
+
+PERSONAS: dict[str, Persona] = {"student": STUDENT, "teacher": TEACHER, "analyst": ANALYST}
 
 
 def _persona(persona: str | Persona) -> Persona:
@@ -440,7 +519,7 @@ class LLMUserWriter:
 
 @register("chat")
 class ChatEnv(Env):
-    """A chat episode with a simulated student or teacher on one GSM8K problem.
+    """A chat episode with a simulated student, teacher or analyst on one GSM8K problem.
 
     Observations are the user's messages (``str``); ``info["messages"]`` carries them as chat
     messages, ``info["score"]`` the personalisation score of the latest response, and at the end

@@ -142,8 +142,10 @@ class PolicyClient:
         temperature: float | None = None,
         top_p: float | None = None,
         extra_headers: dict[str, str] | None = None,
+        user: str | None = None,
     ) -> dict[str, Any] | None:
-        """The assistant message of one completion; None when the service is stopping.
+        """The assistant message of one completion; None when the service is stopping. ``user``:
+        the OpenAI ``user`` field (a simulated user, per_user mode).
 
         Unreachable / 429 / 5xx: wait and retry (backoff up to ``backoff_max_sec``) until it answers
         or :attr:`stop_event` is set. Other 4xx: :class:`PolicyRequestError`.
@@ -157,6 +159,8 @@ class PolicyClient:
             body["temperature"] = temperature
         if top_p is not None:
             body["top_p"] = top_p
+        if user is not None:
+            body["user"] = user
         headers = {
             "X-Session-Id": session_id,
             "X-Session-Done": "true" if done else "false",
@@ -502,6 +506,7 @@ class EnvLoop:
         messages = [dict(m) for m in info.get("messages", [])]
         tools = info.get("tools")
         headers = dict(group or {})
+        user = simulated_user(self.cfg, info)
         while True:
             try:
                 reply = client.complete(
@@ -513,6 +518,7 @@ class EnvLoop:
                     temperature=self.temperature,
                     top_p=self.top_p,
                     extra_headers=headers,
+                    user=user,
                 )
             except PolicyRequestError as exc:
                 log.warning("[env_service] worker %d: %s", index, exc)
@@ -547,12 +553,21 @@ class EnvLoop:
                         temperature=self.temperature,
                         top_p=self.top_p,
                         extra_headers=closing_headers,
+                        user=user,
                     )
                 except PolicyRequestError as exc:
                     return stats(bool(info.get("success")), f"closing request refused: {exc}")
                 if closing is None:
                     return None
                 return stats(bool(info.get("success")), None, truncated=truncated)
+
+
+def simulated_user(cfg: Config, info: dict[str, Any]) -> str | None:
+    """In per_user mode each chat persona is a user of its own (``sim-<persona>``), so a run shows
+    whether each one's adapter learns that user; None otherwise (everyone is the default user)."""
+    if cfg.users.mode != "per_user" or not isinstance(info.get("persona"), str):
+        return None
+    return f"sim-{info['persona']}"
 
 
 def truth_header(info: dict[str, Any]) -> dict[str, str]:

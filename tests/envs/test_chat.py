@@ -165,4 +165,40 @@ def test_bad_arguments_are_clear(gsm8k_path):
         make("chat", persona="pirate", data_path=str(gsm8k_path))
     with pytest.raises(ValueError, match="user_writer"):
         make("chat", persona="student", data_path=str(gsm8k_path), user_mode="llm")
-    assert set(PERSONAS) == {"student", "teacher"}
+    assert set(PERSONAS) == {"student", "teacher", "analyst"}
+
+
+MEMO_STYLE = """# Memo: signatures still needed
+
+- Carol and Jennifer have 20 + 44 = 64 signatures.
+- They want 100, so 100 - 64 = 36 remain.
+
+Answer: 36"""
+
+
+def test_analyst_wants_what_the_student_does_not():
+    assert personalization_score("analyst", MEMO_STYLE) == 1.0
+    assert personalization_score("student", MEMO_STYLE) <= 0.5
+    assert personalization_score("analyst", STUDENT_STYLE) <= 0.5
+    casual = MEMO_STYLE.replace("They want", "They're gonna want") + "!"
+    report = preference_report("analyst", casual)
+    assert report["formal_register"] is False and report["has_heading"] and report["bulleted_working"]
+
+
+def test_analyst_episode_asks_for_structure_then_thanks(gsm8k_path):
+    good = "# Memo\n\n- The working is itemised here.\n- Each step is stated.\n\nAnswer: {answer}"
+    trace, _ = _run("analyst", [STUDENT_STYLE, good, "Saved."], 3, gsm8k_path)
+    assert "memo" in trace[0].lower() or "formally" in trace[0].lower()
+    assert trace[1][1] <= 0.5 and not trace[1][2]  # the kid's prose: a formal complaint
+    assert "save" in trace[2][0].lower()
+
+
+def test_per_user_mode_makes_each_persona_a_user_of_its_own():
+    from openclaw_rl.config import build_config
+    from openclaw_rl.envs.loop import simulated_user
+
+    shared = build_config({}, environ={})
+    per_user = build_config({"users": {"mode": "per_user"}}, environ={})
+    assert simulated_user(shared, {"persona": "student"}) is None
+    assert simulated_user(per_user, {"persona": "analyst"}) == "sim-analyst"
+    assert simulated_user(per_user, {"task": "ls"}) is None  # not a chat episode
