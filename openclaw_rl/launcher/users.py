@@ -149,6 +149,15 @@ def users_delete(cfg: Config, name: str) -> int:
     counts["metrics_rows"] = _scrub_metrics(cfg, name)
     counts["files"] = files
     print(f"user {name} deleted: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
+    if cfg.users.mode == "per_user":
+        from openclaw_rl.policy.admin import forget_user
+
+        err = forget_user(cfg, cfg.policy_service.local_url, name, timeout=5.0)
+        print(
+            "the running policy service dropped their adapter from memory"
+            if err is None
+            else f"no running policy service reached ({err}); a service started later never loads it"
+        )
     return 0
 
 

@@ -47,3 +47,8 @@ def request_pause(cfg: Config, policy_url: str, paused: bool, timeout: float = 3
 def close_session(cfg: Config, policy_url: str, session_id: str, timeout: float = 10.0) -> str | None:
     """End a session whose client went away (its open last turn is closed, not left waiting)."""
     return admin_post(cfg, policy_url, "/v1/admin/close_session", {"session_id": session_id}, timeout)
+
+
+def forget_user(cfg: Config, policy_url: str, user: str, timeout: float = 10.0) -> str | None:
+    """Tell a running policy service to drop a deleted user's adapter from memory."""
+    return admin_post(cfg, policy_url, "/v1/admin/forget_user", {"user": user}, timeout)

@@ -25,6 +25,7 @@ Routes::
                                      trainer's route); with "user", only that user's adapter
     POST /v1/admin/pause             {"paused": true|false}: hold new requests (lock-step runs)
     POST /v1/admin/close_session     {"session_id": ID}: end a session its client abandoned
+    POST /v1/admin/forget_user       {"user": NAME}: drop a deleted user's adapter from memory
     POST /update_weights_from_disk   SGLang-compatible alias: {"model_path": DIR}
     POST /v1/load_lora_adapter       vLLM-compatible alias: {"lora_name": NAME, "lora_path": DIR}
 """
@@ -50,6 +51,7 @@ from openclaw_rl.policy.protocol import (
     APIError,
     CloseSessionRequest,
     FeedbackRequest,
+    ForgetUserRequest,
     LoadWeightsRequest,
     PauseRequest,
     validation_message,
@@ -252,6 +254,12 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
         req: CloseSessionRequest = await _parse(request, CloseSessionRequest)
         await run_in_threadpool(serving.store.close_session, req.session_id)
         return {"ok": True, "session_id": req.session_id}
+
+    @app.post("/v1/admin/forget_user", dependencies=[Depends(require_admin)])
+    async def forget_user(request: Request) -> dict[str, Any]:
+        req: ForgetUserRequest = await _parse(request, ForgetUserRequest)
+        await run_in_threadpool(serving.engine.forget_adapter, req.user)
+        return {"ok": True, "user": req.user}
 
     @app.post("/update_weights_from_disk", dependencies=[Depends(require_admin)])
     async def sglang_update(request: Request) -> dict[str, Any]:

@@ -117,6 +117,10 @@ class Engine(ABC):
         """The version of ``user``'s adapter new requests get (0: none, the base)."""
         return 0
 
+    def forget_adapter(self, user: str) -> None:
+        """Stop serving ``user``'s adapter and drop it from memory (``users delete``); no-op by default."""
+        return None
+
     def stats(self) -> dict[str, Any]:
         """Backend-specific fields for ``/healthz`` (none by default)."""
         return {}

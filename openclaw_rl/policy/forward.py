@@ -285,6 +285,12 @@ class ForwardEngine(Engine):
         own = self._user_models.get(user)
         return own[1] if own is not None else 0
 
+    def forget_adapter(self, user: str) -> None:
+        """vllm: unload ``user``'s named LoRA from the engine; their next request gets the base."""
+        own = self._user_models.pop(user, None)
+        if own is not None and self.backend == "vllm":
+            self._post_weights(f"{self.v1}/unload_lora_adapter", {"lora_name": own[0]}, Path(own[0]))
+
     def swap_weights(self, path: str | Path, version: int) -> None:
         """Ask the engine to load ``path``; see the module docstring for each backend."""
         p = Path(path)

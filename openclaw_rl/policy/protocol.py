@@ -217,6 +217,13 @@ class FeedbackRequest(BaseModel):
         return v
 
 
+class ForgetUserRequest(BaseModel):
+    """``POST /v1/admin/forget_user``: drop a deleted user's adapter from the running service."""
+
+    model_config = ConfigDict(extra="forbid")
+    user: str = Field(min_length=1, max_length=128)
+
+
 class PauseRequest(BaseModel):
     """``POST /v1/admin/pause``: hold (``true``) or release (``false``) new requests (lock-step runs)."""
 

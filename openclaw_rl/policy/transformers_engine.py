@@ -234,6 +234,21 @@ class TransformersEngine(Engine):
     def adapter_version(self, user: str) -> int:
         return self._adapters.version(user) if self._adapters is not None else 0
 
+    def forget_adapter(self, user: str) -> None:
+        """Drop ``user``'s adapter from memory and from the served set (their slot is zeroed at the
+        next step boundary); their next request gets the base. Blocks until applied."""
+        if self._adapters is None:
+            return
+        done = threading.Event()
+        with self._cv:
+            if self._thread is None or not self._thread.is_alive():
+                self._adapters.forget(user)
+                return
+            self._adapter_ops.append((user, None, 0, done))
+            self._cv.notify_all()
+        if not done.wait(self.pcfg.request_timeout_sec * 2):
+            raise TimeoutError("the engine did not reach a step boundary to drop the adapter")
+
     def stats(self) -> dict[str, Any]:
         """Prefix-cache figures for ``/healthz`` (zeros but the prefill count when the cache is off)."""
         if self._prefix is not None:
@@ -285,7 +300,10 @@ class TransformersEngine(Engine):
                     done.set()
                 for user, adapter, version, op_done in self._adapter_ops:
                     assert self._adapters is not None
-                    self._adapters.publish(user, adapter, version)  # checked against the table already
+                    if adapter is None:
+                        self._adapters.forget(user)
+                    else:
+                        self._adapters.publish(user, adapter, version)  # checked against the table already
                     op_done.set()
                 self._adapter_ops.clear()
                 if active == 0 and not self._pending:

@@ -149,6 +149,13 @@ def test_export_then_delete_leaves_nothing_that_names_them(live, tmp_path, tiny_
     assert RunDir.of(load_config(config)).read_published_policy(OTHER) is not None
     assert any(OTHER in line for line in (log_dir / "metrics.jsonl").read_text().splitlines())
     assert svc.store.user_stats(OTHER, "x").turns == 2
+    # the CLI tells a running service to drop the adapter from memory (here the service listens on
+    # a random port, so the route is called as the CLI calls it, with the service's URL)
+    from openclaw_rl.policy.admin import forget_user
+
+    assert svc.engine._adapters is not None and NAME in svc.engine._adapters.slot_of  # was resident
+    assert forget_user(load_config(config), url, NAME) is None
+    assert NAME not in svc.engine._adapters.slot_of and NAME not in svc.engine._adapters.sources
     # a gateway naming the same name again gets a new user: the base, not the deleted adapter
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "user": NAME}
     r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)  # loopback without a key: trusted
