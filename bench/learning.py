@@ -132,10 +132,16 @@ opd_weight = {m["opd_weight"]}
     return path
 
 
-def score(config: Path, checkpoint: Path | None, n: int, max_tokens: int) -> float:
-    """Held-out personalisation (the run's persona) of the base model or an exported policy."""
+def score(
+    config: Path, checkpoint: Path | None, n: int, max_tokens: int, persona: str | None = None
+) -> float:
+    """Held-out personalisation of the base model or an exported policy: for ``persona``, or the
+    run's one persona."""
     cfg = load_config(config)
     ecfg = cfg.model_copy(deep=True)
+    ecfg.users.mode = "shared"  # the checkpoint given is what is scored, whoever trained it
+    if persona is not None:
+        ecfg.env_service.personas = [persona]  # type: ignore[list-item]
     ecfg.policy_service.port = 0
     ecfg.global_.log_dir = tempfile.mkdtemp(prefix="ocl-eval-")
     service = PolicyService(ecfg)
@@ -151,8 +157,8 @@ def score(config: Path, checkpoint: Path | None, n: int, max_tokens: int) -> flo
     finally:
         service.stop()
         shutil.rmtree(ecfg.global_.log_dir, ignore_errors=True)
-    (persona,) = cfg.env_service.personas
-    return float(summary["chat"][persona]["personalization"])
+    (scored,) = ecfg.env_service.personas
+    return float(summary["chat"][scored]["personalization"])
 
 
 def train(config: Path, log_file: Path) -> tuple[float, int]:

@@ -304,6 +304,7 @@ class TransformersEngine(Engine):
                         self._adapters.forget(user)
                     else:
                         self._adapters.publish(user, adapter, version)  # checked against the table already
+                        log.info("[policy_service] adapter of user %s swapped, version=%d", user, version)
                     op_done.set()
                 self._adapter_ops.clear()
                 if active == 0 and not self._pending:

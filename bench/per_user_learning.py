@@ -1,0 +1,144 @@
+"""Every user their own agent: two simulated users with opposite tastes trained at once, per user and shared.
+
+The student (plain prose in their own voice) and the analyst (a heading, bulleted working, a formal
+register) are the two users of one run of the real main job. In ``per_user`` mode each gets their
+own adapter, trained only on their own next states; in ``shared`` mode (the comparison) one policy
+learns from both. Afterwards every policy is scored on both users' held-out problems (never trained
+on), the base model in the same invocation:
+
+* per user: each adapter's gain on its own user (target >= +0.15 each);
+* cross-evaluation: each user's own adapter against the other user's adapter on that user's score
+  (target: own beats other's by >= 0.15);
+* shared: the one policy's gain on each user.
+
+    .venv/bin/python bench/per_user_learning.py [--updates 16] [--batch 4] [--chat-n 32] [--seed 42]
+
+``--updates`` is per user: the per_user run makes ``2 x updates`` updates in all, the shared run
+the same number, so both see the same traffic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from learning import final_policy, score, train  # noqa: E402
+
+from openclaw_rl.config import load_config  # noqa: E402
+from openclaw_rl.runtime.ports import free_port  # noqa: E402
+from openclaw_rl.runtime.rundir import RunDir  # noqa: E402
+
+USERS = {"student": "sim-student", "analyst": "sim-analyst"}
+
+
+def write_config(work: Path, mode: str, args: argparse.Namespace) -> Path:
+    label = f"{mode}-s{args.seed}"
+    path = work / f"{label}.toml"
+    path.write_text(f"""
+[global]
+run_name = "{label}"
+seed = {args.seed}
+log_dir = "{work / label}"
+[policy_service]
+port = {free_port()}
+max_concurrent = 8
+weight_sync_interval = {args.sync}
+max_tokens_default = {args.max_tokens}
+[env_service]
+num_envs = {args.num_envs}
+group_size = {args.group_size}
+interaction_types = ["chat"]
+personas = ["student", "analyst"]
+max_turns = 3
+data_path = "gsm8k"
+[prm_service]
+backend = "minilm"
+vote_count = 3
+[training]
+lr = {args.lr}
+batch_size = {args.batch}
+mini_batch_size = {max(1, args.batch // 2)}
+micro_batch_tokens = 1024
+checkpoint_interval = {2 * args.updates}
+max_steps = {2 * args.updates}
+max_staleness = {2 * args.sync}
+eval_interval = 0
+[users]
+mode = "{mode}"
+""")
+    return path
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--updates", type=int, default=16, help="updates per user")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--sync", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=2e-4)
+    ap.add_argument("--num-envs", type=int, default=2)
+    ap.add_argument("--group-size", type=int, default=4)
+    ap.add_argument("--chat-n", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--keep", help="keep run directories here")
+    args = ap.parse_args()
+    work = Path(args.keep or tempfile.mkdtemp(prefix="ocl-per-user-"))
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    per_user, shared = write_config(work, "per_user", args), write_config(work, "shared", args)
+    base = {p: score(per_user, None, args.chat_n, args.max_tokens, persona=p) for p in USERS}
+    print(f"base: student {base['student']:.3f}, analyst {base['analyst']:.3f} (n={args.chat_n})", flush=True)
+
+    wall, samples = train(per_user, per_user.with_suffix(".log"))
+    run = RunDir.of(load_config(per_user))
+    adapters = {}
+    for persona, user in USERS.items():
+        published = run.read_published_policy(user)
+        if published is None:
+            raise SystemExit(
+                f"per_user run: no adapter was published for {user}; see {per_user.with_suffix('.log')}"
+            )
+        adapters[persona] = published.path
+    cross = {
+        (adapter, persona): score(per_user, adapters[adapter], args.chat_n, args.max_tokens, persona=persona)
+        for adapter in USERS
+        for persona in USERS
+    }
+    print(f"per_user run: {wall / 60:.1f} min, {samples} samples trained", flush=True)
+
+    wall_s, samples_s = train(shared, shared.with_suffix(".log"))
+    shared_policy = final_policy(shared)
+    together = {p: score(shared, shared_policy, args.chat_n, args.max_tokens, persona=p) for p in USERS}
+    print(f"shared run: {wall_s / 60:.1f} min, {samples_s} samples trained", flush=True)
+
+    print(f"\n{'policy':<28}{'student':>9}{'analyst':>9}")
+    print(f"{'base':<28}{base['student']:>9.3f}{base['analyst']:>9.3f}")
+    for adapter in USERS:
+        row = f"{adapter + ' adapter (per_user)':<28}"
+        print(row + "".join(f"{cross[(adapter, p)]:>9.3f}" for p in USERS))
+    print(f"{'shared policy':<28}{together['student']:>9.3f}{together['analyst']:>9.3f}")
+    print()
+    for persona in USERS:
+        other = next(p for p in USERS if p != persona)
+        own, theirs = cross[(persona, persona)], cross[(other, persona)]
+        print(
+            f"{persona}: own adapter {own - base[persona]:+.3f} over base (target >= +0.15); "
+            f"own - other's adapter = {own - theirs:+.3f} (target >= 0.15); "
+            f"shared policy {together[persona] - base[persona]:+.3f} over base"
+        )
+    print(
+        f"\n({args.updates} updates of batch {args.batch} per user; n={args.chat_n} held-out problems per "
+        f"user; seed {args.seed}; total {(time.monotonic() - t0) / 60:.1f} min)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
