@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -63,6 +64,7 @@ class Row:
     samples: int
     sessions_to_learn: int | None
     judge_agreement: float | None
+    updates: int = 0
 
     @property
     def change(self) -> float:
@@ -161,19 +163,27 @@ def score(
     return float(summary["chat"][scored]["personalization"])
 
 
-def train(config: Path, log_file: Path) -> tuple[float, int]:
-    """Run the main job to max_steps; returns (wall seconds, samples trained)."""
+def train(config: Path, log_file: Path, max_minutes: float | None = None) -> tuple[float, int]:
+    """Run the main job to max_steps, or stop it (SIGTERM: the trainer ends with a checkpoint)
+    after ``max_minutes``; returns (wall seconds, samples trained)."""
     start = time.monotonic()
     with log_file.open("w") as fh:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "openclaw_rl.launch", "--config", str(config)],
             cwd=ROOT,
             stdout=fh,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-    if proc.returncode != 0:
-        raise SystemExit(f"training run failed (exit {proc.returncode}); see {log_file}")
+        try:
+            proc.wait(timeout=None if max_minutes is None else max_minutes * 60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)  # the launcher stops its loops; the trainer checkpoints
+            proc.wait(timeout=300)
+            print(f"  (stopped after {max_minutes:g} min: the time cap of one run)", flush=True)
+        else:
+            if proc.returncode != 0:
+                raise SystemExit(f"training run failed (exit {proc.returncode}); see {log_file}")
     cfg = load_config(config)
     store = Store(cfg.log_dir / "store.sqlite")
     trained = store.counters().samples_trained
@@ -181,10 +191,19 @@ def train(config: Path, log_file: Path) -> tuple[float, int]:
     return time.monotonic() - start, trained
 
 
-def final_policy(config: Path) -> Path:
+def final_policy(config: Path) -> Path | None:
+    """The policy of the run's last checkpoint; None when it never trained (the base is scored)."""
     cfg = load_config(config)
     ckpt = cfg.log_dir / "checkpoints"
+    if not (ckpt / "latest").is_file():
+        return None
     return ckpt / (ckpt / "latest").read_text().strip() / "policy"
+
+
+def updates_done(config: Path) -> int:
+    """How many updates the run made (fewer than max_steps when its time cap stopped it)."""
+    rows = read_metrics(load_config(config).log_dir, kind="train")
+    return max((int(r["step"]) for r in rows), default=0)
 
 
 def run_agreement(config: Path) -> float | None:
@@ -198,14 +217,14 @@ def report(rows: list[Row], args: argparse.Namespace) -> None:
     """The table of the runs so far, then per arm: mean change over its seeds, spread, worst seed."""
     print()
     print(
-        f"{'run':<30}{'base':>7}{'trained':>9}{'change':>8}{'to learn':>9}{'agree':>7}{'minutes':>9}"
-        f"{'samples':>9}{'per hour':>10}"
+        f"{'run':<30}{'base':>7}{'trained':>9}{'change':>8}{'updates':>8}{'to learn':>9}{'agree':>7}"
+        f"{'minutes':>9}{'samples':>9}{'per hour':>10}"
     )
     for r in rows:
         learned = "-" if r.sessions_to_learn is None else str(r.sessions_to_learn)
         agree = "-" if r.judge_agreement is None else f"{r.judge_agreement:.2f}"
         print(
-            f"{r.run:<30}{r.base:>7.3f}{r.trained:>9.3f}{r.change:>+8.3f}{learned:>9}{agree:>7}"
+            f"{r.run:<30}{r.base:>7.3f}{r.trained:>9.3f}{r.change:>+8.3f}{r.updates:>8}{learned:>9}{agree:>7}"
             f"{r.wall_s / 60:>9.1f}{r.samples:>9}{r.per_hour:>10.0f}"
         )
     print(f"\n{'arm':<30}{'seeds':>6}{'mean change':>13}{'spread':>8}{'worst':>8}{'per hour':>10}")
@@ -218,7 +237,9 @@ def report(rows: list[Row], args: argparse.Namespace) -> None:
             f"{per_hour:>10.0f}"
         )
     print(
-        f"\n({args.updates} updates of batch {args.batch} per run; n={args.chat_n} held-out problems, one "
+        f"\n(up to {args.updates} updates of batch {args.batch} per run"
+        + (f", training capped at {args.max_minutes:g} min" if args.max_minutes else "")
+        + f"; n={args.chat_n} held-out problems, one "
         f"problem moves a score by {1 / args.chat_n:.3f} at most; spread = sample standard deviation "
         f"over seeds; agree = mean judge-persona agreement per update; live evaluations of {args.live_n} "
         f"problems every {args.sync} updates)",
@@ -252,6 +273,12 @@ def main() -> int:
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--data", default="gsm8k", help="packaged data set name or JSON file")
     ap.add_argument("--keep", help="keep run directories here instead of a temp dir")
+    ap.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="stop a run's training after this long (it is scored with the updates it made)",
+    )
     args = ap.parse_args()
     if args.runs:
         runs = [r.strip() for r in args.runs.split(",") if r.strip()]
@@ -278,15 +305,18 @@ def main() -> int:
     for run in runs:
         name, _method, seed, persona = parsed[run]
         conf = write_config(work, run, args)
-        wall, trained = train(conf, conf.with_suffix(".log"))
+        wall, trained = train(conf, conf.with_suffix(".log"), args.max_minutes)
         after = score(conf, final_policy(conf), args.chat_n, args.max_tokens)
         learned = sessions_to_learn(load_config(conf).log_dir)
         base = bases[persona]
+        done = updates_done(conf)
         rows.append(
-            Row(run, f"{name}@{persona}", seed, base, after, wall, trained, learned, run_agreement(conf))
+            Row(
+                run, f"{name}@{persona}", seed, base, after, wall, trained, learned, run_agreement(conf), done
+            )
         )
         print(
-            f"{run}: {base:.3f} -> {after:.3f} after {args.updates} updates ({trained} samples, "
+            f"{run}: {base:.3f} -> {after:.3f} after {done} updates ({trained} samples, "
             f"{wall / 60:.1f} min, sessions to learn {learned if learned is not None else '-'})",
             flush=True,
         )

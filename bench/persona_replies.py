@@ -61,7 +61,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=str(ROOT / "configs" / "local.toml"))
     ap.add_argument("--episodes", type=int, default=60, help="episodes per persona")
+    ap.add_argument("--show-wrong", action="store_true", help="print the replies the judge read wrong")
     args = ap.parse_args()
+    misread: dict[str, int] = defaultdict(int)
     cfg = load_config(args.config)
     judge = make_judge(cfg)
     rows: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -77,6 +79,8 @@ def main() -> int:
                 expected = 1 if kind in ("thanks", "goodbye") else -1
                 result = asyncio.run(judge.score(response, NextState(role="user", content=message)))
                 rows[(persona, kind)].append(result.score * expected)
+                if result.score * expected < 0:
+                    misread[f"{persona} {kind} {expected:+d}: {message}"] += 1
                 if terminated or truncated:
                     break
     print(f"judge: [prm_service] backend={cfg.prm_service.backend} vote_count={cfg.prm_service.vote_count}")
@@ -90,6 +94,10 @@ def main() -> int:
     complaints = [s for (_, kind), signs in rows.items() if kind in ("redo", "correction") for s in signs]
     pos = sum(s < 0 for s in complaints)
     print(f"\ncomplaints judged +1: {pos} of {len(complaints)} ({pos / max(1, len(complaints)):.2f})")
+    if args.show_wrong:
+        print("\nread with the wrong sign (times, persona, kind, expected sign: reply):")
+        for text, times in sorted(misread.items(), key=lambda kv: -kv[1]):
+            print(f"{times:>4}  {text[:200]!r}")
     return 0
 
 
