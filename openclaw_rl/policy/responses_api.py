@@ -1,0 +1,394 @@
+"""``POST /v1/responses``: the OpenAI Responses API, served by the chat path.
+
+The request is translated into a chat-completions request (``instructions`` → a system message,
+``input`` items → messages, ``function_call`` / ``function_call_output`` items → assistant tool calls /
+tool messages, function ``tools`` → chat tools, ``max_output_tokens`` → ``max_tokens``, ``user`` as is),
+served and recorded exactly like a chat turn — same token ids, log-probs, sessions, next states and
+client rules — and the result is rendered as a ``response`` object or as the typed SSE events the
+official SDK parses (``response.created`` ... ``response.completed``). The turn is recorded under the
+``resp_...`` id the client sees, so ``POST /v1/feedback`` can name it.
+
+``previous_response_id``: with ``store`` true (the default) each response's whole conversation is
+kept in the run's store; a request naming it continues that conversation and that session (no
+headers, no prefix stitching needed). Only the user a response was served to may continue it (404
+for anyone else, as for an unknown id). With ``store: false`` the turn is still recorded for
+training, but the response cannot be continued.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, ValidationError, field_validator
+
+from openclaw_rl.policy.chat_events import chat_events, token_counts
+from openclaw_rl.policy.protocol import APIError, LenientModel, validation_message
+
+if TYPE_CHECKING:
+    from openclaw_rl.policy.identity import Caller
+    from openclaw_rl.policy.serving import Serving, _Job
+
+
+class ResponsesRequest(LenientModel):
+    """The fields of ``POST /v1/responses`` this service acts on (others are accepted and ignored)."""
+
+    model: str | None = None
+    input: str | list[dict[str, Any]] = Field(min_length=1)
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    stream: bool = False
+    previous_response_id: str | None = Field(None, min_length=1, max_length=128)
+    store: bool = True
+    max_output_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0, le=2)
+    top_p: float = Field(1.0, gt=0, le=1)
+    user: str | None = Field(None, min_length=1, max_length=128)
+    parallel_tool_calls: bool = True
+    metadata: dict[str, Any] | None = None
+
+    @field_validator("tools")
+    @classmethod
+    def _function_tools(cls, v: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        for i, tool in enumerate(v or []):
+            if tool.get("type") != "function":
+                raise ValueError(
+                    f"tools[{i}].type {tool.get('type')!r}: only function tools are supported here"
+                )
+            if not isinstance(tool.get("name"), str):
+                raise ValueError(f"tools[{i}].name: a function tool needs a name")
+        return v
+
+
+def _text_of(content: Any, where: str) -> str:
+    """The text of a message's ``content``: a string, or text parts (``input_text`` / ``output_text``)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise APIError(400, f"{where}: content must be a string or a list of parts", param=where)
+    out = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text"):
+            out.append(str(part.get("text", "")))
+        else:
+            raise APIError(
+                400, f"{where}[{j}].type {kind!r}: only text parts are supported by this model", param=where
+            )
+    return "".join(out)
+
+
+def to_messages(req: ResponsesRequest) -> list[dict[str, Any]]:
+    """``instructions`` + ``input`` as chat messages (see the module docstring)."""
+    items: list[dict[str, Any]] = (
+        [{"role": "user", "content": req.input}] if isinstance(req.input, str) else req.input
+    )
+    messages: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise APIError(400, f"{where}: each input item must be an object", param="input")
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise APIError(
+                    400, f"{where}.role: {role!r} is not user, assistant, system or developer", param="input"
+                )
+            messages.append({"role": role, "content": _text_of(item.get("content", ""), f"{where}.content")})
+        elif kind == "function_call":
+            call = {
+                "id": str(item.get("call_id") or item.get("id") or f"call_{uuid.uuid4().hex[:24]}"),
+                "type": "function",
+                "function": {
+                    "name": str(item.get("name", "")),
+                    "arguments": str(item.get("arguments", "{}")),
+                },
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant":  # text, then its calls: one chat message
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output", "")
+            text = output if isinstance(output, str) else _text_of(output, f"{where}.output")
+            messages.append({"role": "tool", "tool_call_id": str(item.get("call_id", "")), "content": text})
+        elif kind == "reasoning":
+            continue  # this model does not reason in items; nothing to carry over
+        else:
+            raise APIError(400, f"{where}.type {kind!r} is not supported here", param="input")
+    if req.instructions:
+        messages.insert(0, {"role": "system", "content": req.instructions})
+    return messages
+
+
+def _tool_choice(choice: Any) -> Any:
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    return choice
+
+
+def chat_body(req: ResponsesRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The chat-completions request that serves ``req``."""
+    body: dict[str, Any] = {
+        "messages": messages,
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "stream": req.stream,
+    }
+    if req.model:
+        body["model"] = req.model
+    if req.max_output_tokens is not None:
+        body["max_tokens"] = req.max_output_tokens
+    if req.user is not None:
+        body["user"] = req.user
+    if req.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t["name"],
+                    "description": t.get("description"),
+                    "parameters": t.get("parameters") or {"type": "object", "properties": {}},
+                },
+            }
+            for t in req.tools
+        ]
+        if req.tool_choice is not None:
+            body["tool_choice"] = _tool_choice(req.tool_choice)
+    return body
+
+
+class ResponsesCall:
+    """One ``/v1/responses`` request: parse, continue its chain, start the chat job, render."""
+
+    def __init__(self, serving: Serving, raw: bytes, headers: dict[str, str], caller: Caller):
+        self.serving = serving
+        try:
+            self.req = ResponsesRequest.model_validate_json(raw or b"{}", strict=True)
+        except ValidationError as exc:
+            message, param = validation_message(exc)
+            raise APIError(400, message, param=param) from None
+        self.headers = dict(headers)
+        self.caller = caller
+        self.id = f"resp_{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.messages: list[dict[str, Any]] = []
+
+    async def start(self) -> _Job:
+        req = self.req
+        user = self.serving.user_of(self.caller, req.user, self.headers)
+        new = to_messages(req)
+        if req.previous_response_id is not None:
+            chain = self.serving.store.chain(req.previous_response_id)
+            if chain is None or chain[0] != user:
+                raise APIError(
+                    404,
+                    f"previous_response_id: no stored response {req.previous_response_id!r}",
+                    type_="not_found_error",
+                    param="previous_response_id",
+                    code="response_not_found",
+                )
+            _, session_id, before = chain
+            self.headers.setdefault("x-session-id", session_id)
+            # as OpenAI does: the previous response's instructions are not carried over, this one's apply
+            kept = [m for m in before if m["role"] != "system"]
+            system = [m for m in new if m["role"] == "system"]
+            self.messages = [*system, *kept, *[m for m in new if m["role"] != "system"]]
+        else:
+            self.messages = new
+        body = json.dumps(chat_body(req, self.messages)).encode()
+        self.job = await self.serving.start_job(body, self.headers, self.caller, response_id=self.id)
+        return self.job
+
+    # ------------------------------------------------------------------ rendering
+    def _output(self, text: str, calls: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if text or not calls:
+            out.append(self._message_item(text, "completed"))
+        for c in calls or []:
+            out.append(self._call_item(c, "completed"))
+        return out
+
+    def _message_item(self, text: str, status: str) -> dict[str, Any]:
+        return {
+            "type": "message",
+            "id": f"msg_{self.id[5:29]}",
+            "status": status,
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+            if text
+            else [],
+        }
+
+    def _call_item(self, call: dict[str, Any], status: str, arguments: str | None = None) -> dict[str, Any]:
+        fn = call["function"]
+        return {
+            "type": "function_call",
+            "id": f"fc_{call['id'][-24:]}",
+            "call_id": call["id"],
+            "name": fn["name"],
+            "arguments": fn.get("arguments", "") if arguments is None else arguments,
+            "status": status,
+        }
+
+    def response(
+        self, status: str, output: list[dict[str, Any]], finish: str | None = None
+    ) -> dict[str, Any]:
+        """The ``response`` object (``status`` in_progress / completed / incomplete / failed)."""
+        req = self.req
+        usage = None
+        if status != "in_progress":
+            prompt, generated = token_counts(self.job)
+            usage = {
+                "input_tokens": prompt,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": generated,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": prompt + generated,
+            }
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "model": self.serving.model_name,
+            "output": output,
+            "usage": usage,
+            "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if finish == "length" else None,
+            "instructions": req.instructions,
+            "max_output_tokens": req.max_output_tokens,
+            "previous_response_id": req.previous_response_id,
+            "parallel_tool_calls": req.parallel_tool_calls,
+            "temperature": req.temperature,
+            "top_p": req.top_p,
+            "tool_choice": req.tool_choice if req.tool_choice is not None else "auto",
+            "tools": req.tools or [],
+            "store": req.store,
+            "user": req.user,
+            "metadata": req.metadata or {},
+            "text": {"format": {"type": "text"}},
+            "truncation": "disabled",
+            "policy_version": self.job.final.policy_version if self.job.final is not None else None,
+            "session_id": self.job.assign.session_id,
+            "turn_index": self.job.assign.turn_index,
+        }
+
+    def _keep(self, text: str, calls: list[dict[str, Any]] | None) -> None:
+        """Store the conversation so far for ``previous_response_id`` (``store`` true only)."""
+        if not self.req.store:
+            return
+        reply: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:
+            reply["tool_calls"] = [{k: c[k] for k in ("id", "type", "function")} for c in calls]
+        self.serving.store.save_chain(
+            self.id, self.job.assign.user, self.job.assign.session_id, [*self.messages, reply]
+        )
+
+    async def complete(self) -> dict[str, Any]:
+        done = await self.serving.complete(self.job)
+        message = done["choices"][0]["message"]
+        text, calls = message.get("content") or "", message.get("tool_calls")
+        finish = done["choices"][0]["finish_reason"]
+        self._keep(text, calls)
+        status = "incomplete" if finish == "length" else "completed"
+        return self.response(status, self._output(text, calls), finish)
+
+    async def stream(self) -> AsyncIterator[str]:
+        """The typed SSE events of a streamed response, ending with ``response.completed``."""
+        seq = 0
+
+        def event(kind: str, **fields: Any) -> str:
+            nonlocal seq
+            seq += 1
+            payload = {"type": kind, "sequence_number": seq - 1, **fields}
+            return f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+        yield event("response.created", response=self.response("in_progress", []))
+        yield event("response.in_progress", response=self.response("in_progress", []))
+        text, calls, finish = "", None, None
+        item_id = f"msg_{self.id[5:29]}"
+        opened = False
+        async for ev in chat_events(self.serving, self.job):
+            if ev.error is not None:
+                failed = self.response("failed", [])
+                failed["error"] = {"code": "server_error", "message": ev.error.get("message", "")}
+                yield event("response.failed", response=failed)
+                return
+            if ev.text:
+                if not opened:
+                    opened = True
+                    yield event(
+                        "response.output_item.added",
+                        output_index=0,
+                        item=self._message_item("", "in_progress"),
+                    )
+                    yield event(
+                        "response.content_part.added",
+                        item_id=item_id,
+                        output_index=0,
+                        content_index=0,
+                        part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+                    )
+                text += ev.text
+                yield event(
+                    "response.output_text.delta",
+                    item_id=item_id,
+                    output_index=0,
+                    content_index=0,
+                    delta=ev.text,
+                    logprobs=[],
+                )
+            if ev.tool_calls:
+                calls = [{k: v for k, v in c.items() if k != "index"} for c in ev.tool_calls]
+            if ev.finish:
+                finish = ev.finish
+        if opened or not calls:
+            if not opened:
+                yield event(
+                    "response.output_item.added", output_index=0, item=self._message_item("", "in_progress")
+                )
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            if opened:
+                yield event(
+                    "response.output_text.done",
+                    item_id=item_id,
+                    output_index=0,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                )
+                yield event(
+                    "response.content_part.done", item_id=item_id, output_index=0, content_index=0, part=part
+                )
+            yield event(
+                "response.output_item.done", output_index=0, item=self._message_item(text, "completed")
+            )
+        first = 1 if (opened or not calls) else 0
+        for k, call in enumerate(calls or []):
+            index = first + k
+            item = self._call_item(call, "in_progress", arguments="")
+            yield event("response.output_item.added", output_index=index, item=item)
+            args = call["function"].get("arguments", "")
+            yield event(
+                "response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=args
+            )
+            yield event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                arguments=args,
+            )
+            yield event(
+                "response.output_item.done", output_index=index, item=self._call_item(call, "completed")
+            )
+        self._keep(text, calls)
+        status = "incomplete" if finish == "length" else "completed"
+        kind = "response.incomplete" if status == "incomplete" else "response.completed"
+        yield event(kind, response=self.response(status, self._output(text, calls), finish))

@@ -1,0 +1,276 @@
+"""The Responses and Messages APIs with the official ``openai`` and ``anthropic`` SDKs over real HTTP.
+
+Each request is served and recorded by the chat path: the tests check what the client parses and
+what the store holds (the same token ids, sessions, next states as a chat turn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from .conftest import KEY
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def _openai(url: str):
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=60)
+
+
+def _anthropic(url: str, key: str = KEY):
+    from anthropic import Anthropic
+
+    return Anthropic(base_url=url, api_key=key, max_retries=0, timeout=60)
+
+
+def _turn(svc, response_id: str):
+    found = svc.store.turn_by_response(response_id)
+    assert found is not None, f"{response_id} not recorded"
+    return found[0]
+
+
+# ---------------------------------------------------------------------------------------- Responses
+def test_responses_create_is_recorded_like_a_chat_turn(tiny_service):
+    svc, url = tiny_service
+    resp = _openai(url).responses.create(
+        model="policy", input="What is 2+2?", instructions="Answer briefly.", max_output_tokens=6
+    )
+    assert (
+        resp.id.startswith("resp_")
+        and resp.object == "response"
+        and resp.status in ("completed", "incomplete")
+    )
+    turn = _turn(svc, resp.id)
+    assert turn.messages[0] == {"role": "system", "content": "Answer briefly."}
+    assert turn.messages[1] == {"role": "user", "content": "What is 2+2?"}
+    assert resp.output_text == turn.response_text
+    assert resp.usage.input_tokens == len(turn.prompt_ids) and resp.usage.output_tokens == len(
+        turn.response_ids
+    )
+    assert len(turn.response_logprobs) == len(turn.response_ids) > 0
+
+
+def test_streamed_responses_are_the_sdks_typed_events(tiny_service):
+    svc, url = tiny_service
+    stream = _openai(url).responses.create(
+        model="policy", input="Say hello.", max_output_tokens=8, stream=True
+    )
+    events = list(stream)
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds[1] == "response.in_progress"
+    assert kinds[-1] in ("response.completed", "response.incomplete")
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    final = events[-1].response
+    assert final.output_text == deltas == _turn(svc, final.id).response_text
+    assert "response.output_item.done" in kinds
+
+
+def test_previous_response_id_continues_the_session_without_headers(tiny_service):
+    svc, url = tiny_service
+    client = _openai(url)
+    first = client.responses.create(model="policy", input="Name a colour.", max_output_tokens=4)
+    second = client.responses.create(
+        model="policy", input="no, a darker one", previous_response_id=first.id, max_output_tokens=4
+    )
+    t1, t2 = _turn(svc, first.id), _turn(svc, second.id)
+    assert t2.session_id == t1.session_id and t2.turn_index == t1.turn_index + 1
+    assert t2.messages[-1] == {"role": "user", "content": "no, a darker one"}
+    assert t2.messages[-2]["role"] == "assistant" and t2.messages[-2]["content"] == first.output_text
+    stored = svc.store.session_turns(t1.session_id)[0]
+    assert stored.next_state is not None and stored.next_state.content == "no, a darker one"
+    from openai import NotFoundError
+
+    with pytest.raises(NotFoundError):
+        client.responses.create(
+            model="policy", input="hi", previous_response_id="resp_nope", max_output_tokens=2
+        )
+    unstored = client.responses.create(model="policy", input="x", store=False, max_output_tokens=2)
+    with pytest.raises(NotFoundError):
+        client.responses.create(
+            model="policy", input="y", previous_response_id=unstored.id, max_output_tokens=2
+        )
+
+
+def test_a_tool_round_trip_is_translated_and_recorded(tiny_service):
+    svc, url = tiny_service
+    client = _openai(url)
+    first = client.responses.create(
+        model="policy", input="Weather in Oslo?", tools=[WEATHER], max_output_tokens=4
+    )
+    # the client ran the tool the model asked for and sends the call and its output back
+    second = client.responses.create(
+        model="policy",
+        previous_response_id=first.id,
+        tools=[WEATHER],
+        input=[
+            {
+                "type": "function_call",
+                "call_id": "call_7",
+                "name": "get_weather",
+                "arguments": '{"city": "Oslo"}',
+            },
+            {"type": "function_call_output", "call_id": "call_7", "output": "4C, light snow"},
+        ],
+        max_output_tokens=4,
+    )
+    turn = _turn(svc, second.id)
+    assert turn.messages[-1] == {"role": "tool", "tool_call_id": "call_7", "content": "4C, light snow"}
+    assistant = turn.messages[-2]
+    assert (
+        assistant["role"] == "assistant" and assistant["tool_calls"][0]["function"]["name"] == "get_weather"
+    )
+    earlier = svc.store.session_turns(turn.session_id)
+    assert earlier[0].next_state is not None and earlier[0].next_state.role == "tool"
+    assert earlier[0].next_state.content == "4C, light snow"
+
+
+def test_the_model_calling_a_tool_becomes_a_function_call_item(tiny_service):
+    """Rendering of a tool call the engine produced (scripted engine events, as the chat stream test)."""
+    from openclaw_rl.policy.engine import Delta, Final
+    from openclaw_rl.policy.identity import Caller
+    from openclaw_rl.policy.responses_api import ResponsesCall
+    from openclaw_rl.policy.tools import parse_tool_calls
+
+    svc, _ = tiny_service
+    text = 'Checking. <tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+
+    async def run(stream: bool):
+        body = {"input": "Weather in Oslo?", "tools": [WEATHER], "stream": stream}
+        call = ResponsesCall(svc.serving, json.dumps(body).encode(), {}, Caller(None, True))
+        job = await call.start()
+        await asyncio.wait_for(asyncio.gather(*svc.serving._tasks), 60)  # let the real generation end
+        while not job.events.empty():
+            job.events.get_nowait()
+        await job.events.put(Delta(text, [1], [-0.1], [text]))
+        job.final = Final("stop", job.final.prompt_ids, [1], [-0.1], text, 0)
+        job.content, job.tool_calls = parse_tool_calls(text, job.gen.tools)
+        await job.events.put(job.final)
+        if stream:
+            return [c async for c in call.stream()]
+        return await call.complete()
+
+    out = asyncio.run(run(False))
+    kinds = [o["type"] for o in out["output"]]
+    assert kinds == ["message", "function_call"]
+    fc = out["output"][1]
+    assert fc["name"] == "get_weather" and json.loads(fc["arguments"]) == {"city": "Oslo"}
+    events = asyncio.run(run(True))
+    names = [e.split("\n")[0].removeprefix("event: ") for e in events]
+    assert "response.function_call_arguments.done" in names and names[-1] == "response.completed"
+
+
+def test_responses_errors_name_the_field(tiny_service):
+    _, url = tiny_service
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=30) as c:
+        r = c.post("/v1/responses", json={"input": "hi", "max_output_tokens": 0})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "max_output_tokens"
+        r = c.post("/v1/responses", json={"input": "hi", "tools": [{"type": "web_search"}]})
+        assert r.status_code == 400 and "only function tools" in r.json()["error"]["message"]
+        r = c.post("/v1/responses", json={"input": [{"type": "input_image", "image_url": "x"}]})
+        assert r.status_code == 400 and "input[0]" in r.json()["error"]["message"]
+        assert (
+            c.post("/v1/responses", json={"input": "hi"}, headers={"Authorization": "Bearer no"}).status_code
+            == 401
+        )
+
+
+# ---------------------------------------------------------------------------------------- Messages
+def test_messages_create_with_the_anthropic_sdk_is_recorded(tiny_service):
+    svc, url = tiny_service
+    msg = _anthropic(url).messages.create(
+        model="policy",
+        max_tokens=6,
+        system="You are terse.",
+        messages=[{"role": "user", "content": "What is 3+3?"}],
+    )
+    assert msg.id.startswith("msg_") and msg.type == "message" and msg.role == "assistant"
+    assert msg.stop_reason in ("end_turn", "max_tokens")
+    turn = _turn(svc, msg.id)
+    assert turn.messages[0] == {"role": "system", "content": "You are terse."}
+    text = "".join(b.text for b in msg.content if b.type == "text")
+    assert text == turn.response_text
+    assert msg.usage.input_tokens == len(turn.prompt_ids) and msg.usage.output_tokens == len(
+        turn.response_ids
+    )
+
+
+def test_a_messages_conversation_is_stitched_and_its_reply_is_the_next_state(tiny_service):
+    svc, url = tiny_service
+    client = _anthropic(url)
+    convo = [{"role": "user", "content": "Pick a number."}]
+    first = client.messages.create(model="policy", max_tokens=4, messages=convo)
+    convo += [
+        {"role": "assistant", "content": [{"type": "text", "text": first.content[0].text}]},
+        {"role": "user", "content": [{"type": "text", "text": "thanks, that's perfect"}]},
+    ]
+    second = client.messages.create(model="policy", max_tokens=4, messages=convo)
+    t1, t2 = _turn(svc, first.id), _turn(svc, second.id)
+    assert t2.session_id == t1.session_id and t2.turn_index == 1
+    assert svc.store.session_turns(t1.session_id)[0].next_state.content == "thanks, that's perfect"
+
+
+def test_streamed_messages_and_a_tool_result(tiny_service):
+    svc, url = tiny_service
+    client = _anthropic(url)
+    tools = [{"name": "get_weather", "description": "weather", "input_schema": WEATHER["parameters"]}]
+    convo = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Let me check."},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Oslo"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "4C, snow"}],
+        },
+    ]
+    with client.messages.stream(model="policy", max_tokens=6, messages=convo, tools=tools) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert final.id.startswith("msg_") and "".join(b.text for b in final.content if b.type == "text") == text
+    turn = _turn(svc, final.id)
+    assert turn.messages[-1] == {"role": "tool", "tool_call_id": "toolu_1", "content": "4C, snow"}
+    assert turn.messages[-2]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert turn.response_text == text
+
+
+def test_messages_errors_have_anthropics_shape_and_x_api_key_works(tiny_service):
+    from anthropic import AuthenticationError, BadRequestError
+
+    _, url = tiny_service
+    with pytest.raises(AuthenticationError) as info:
+        _anthropic(url, key="wrong").messages.create(
+            model="policy", max_tokens=2, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert info.value.body["type"] == "error" and info.value.body["error"]["type"] == "authentication_error"
+    with pytest.raises(BadRequestError) as bad:
+        _anthropic(url).messages.create(
+            model="policy", max_tokens=0, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert (
+        bad.value.body["error"]["type"] == "invalid_request_error"
+        and "max_tokens" in bad.value.body["error"]["message"]
+    )
+    r = httpx.post(
+        f"{url}/v1/messages",
+        headers={"x-api-key": KEY},
+        json={"model": "p", "max_tokens": 2, "messages": [{"role": "user", "content": [{"type": "image"}]}]},
+        timeout=30,
+    )
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    assert "messages[0].content[0]" in r.json()["error"]["message"]
