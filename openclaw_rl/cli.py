@@ -6,7 +6,7 @@
     openclaw-rl train  --config FILE --samples F.jsonl [--steps N] [--resume]
     openclaw-rl eval   --config FILE [--checkpoint PATH]
     openclaw-rl status --config FILE
-    openclaw-rl openclaw-config --config FILE             the openclaw.json fragment for this service
+    openclaw-rl openclaw-config --config FILE [--api T]   the openclaw.json fragment for this service
     openclaw-rl users add NAME --config FILE              a user and their key (shown once)
     openclaw-rl users list --config FILE                  per user: turns, samples, feedback, ...
     openclaw-rl users delete NAME --config FILE           forget a user: every row and file of theirs
@@ -73,7 +73,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_openclaw_config(args: argparse.Namespace) -> int:
     from openclaw_rl.launcher.openclaw_config import openclaw_config_command
 
-    return openclaw_config_command(_config(args.config))
+    return openclaw_config_command(_config(args.config), args.api)
 
 
 def _cmd_users(args: argparse.Namespace) -> int:
@@ -90,6 +90,8 @@ def _cmd_users(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from openclaw_rl.launcher.openclaw_config import API_TYPES  # config and rundir only: light
+
     parser = argparse.ArgumentParser(prog="openclaw-rl", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -146,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
         "openclaw-config",
         _cmd_openclaw_config,
         "print the openclaw.json fragment that works with this config",
+    ).add_argument(
+        "--api",
+        choices=list(API_TYPES),
+        default="openai-completions",
+        help="the protocol OpenClaw speaks to the service (default %(default)s)",
     )
     users = sub.add_parser("users", help="per-user identity: add a user, list users").add_subparsers(
         dest="users_command", required=True

@@ -35,9 +35,14 @@ LARGE_OUTPUT = 4096
 LARGE_WINDOW = 32_768
 
 
-def provider_url(cfg: Config) -> str:
+#: OpenClaw's provider ``api`` types this service speaks, and the path its ``baseUrl`` ends with
+#: (OpenClaw's Anthropic provider appends ``/v1/messages`` itself; the OpenAI ones append to ``/v1``).
+API_TYPES = {"openai-completions": "/v1", "openai-responses": "/v1", "anthropic-messages": ""}
+
+
+def provider_url(cfg: Config, api: str = "openai-completions") -> str:
     """The URL OpenClaw should call: the service's port on loopback when it binds every address."""
-    return f"{cfg.policy_service.local_url}/v1"
+    return f"{cfg.policy_service.local_url}{API_TYPES[api]}"
 
 
 def _api_key(cfg: Config) -> str:
@@ -59,8 +64,9 @@ def _api_key_note(cfg: Config) -> str:
     return "// the service has no api_key; any string works (set one before exposing the port)"
 
 
-def openclaw_fragment(cfg: Config) -> dict:
-    """The fragment as data (what the command prints, minus comments)."""
+def openclaw_fragment(cfg: Config, api: str = "openai-completions") -> dict:
+    """The fragment as data (what the command prints, minus comments); ``api``: the protocol OpenClaw
+    speaks to the service (one of :data:`API_TYPES`)."""
     pol = cfg.policy_service
     window = pol.max_model_len
     output = LARGE_OUTPUT if window >= LARGE_WINDOW else min(SMALL_OUTPUT, window // 4)
@@ -78,9 +84,9 @@ def openclaw_fragment(cfg: Config) -> dict:
         "models": {
             "providers": {
                 PROVIDER: {
-                    "baseUrl": provider_url(cfg),
+                    "baseUrl": provider_url(cfg, api),
                     "apiKey": _api_key(cfg),
-                    "api": "openai-completions",
+                    "api": api,
                     "models": [
                         {
                             "id": model_id,
@@ -107,14 +113,15 @@ def openclaw_fragment(cfg: Config) -> dict:
     }
 
 
-def render(cfg: Config) -> str:
+def render(cfg: Config, api: str = "openai-completions") -> str:
     """The fragment as JSON5 text with comments saying what each part is for."""
-    frag = openclaw_fragment(cfg)
+    frag = openclaw_fragment(cfg, api)
     window = cfg.policy_service.max_model_len
     body = json.dumps(frag, indent=2)
     notes = {
         '"apiKey"': _api_key_note(cfg),
         '"contextWindow"': "// = [policy_service] max_model_len; OpenClaw compacts its history before it fills",
+        '"api"': "// the protocol: openai-completions, openai-responses or anthropic-messages (--api)",
         '"skipBootstrap"': "// no workspace bootstrap files in the prompt",
         '"profile"': "// three tools instead of the full set: the default agent alone is ~18k tokens",
         '"maxSkillsInPrompt"': "// no skill descriptions in the prompt",
@@ -137,7 +144,7 @@ def render(cfg: Config) -> str:
     return "\n".join(head + lines) + "\n"
 
 
-def openclaw_config_command(cfg: Config) -> int:
+def openclaw_config_command(cfg: Config, api: str = "openai-completions") -> int:
     """Print the fragment; exit 0."""
-    print(render(cfg), end="")
+    print(render(cfg, api), end="")
     return 0

@@ -52,7 +52,9 @@ def openclaw() -> Path:
 
 
 @pytest.mark.timeout(1200)  # three Node start-ups, three answers and the judge on 2 cores
-def test_a_real_openclaw_session_is_served_recorded_and_judged(openclaw, tmp_path):
+@pytest.mark.parametrize("api", ["openai-completions", "openai-responses", "anthropic-messages"])
+def test_a_real_openclaw_session_is_served_recorded_and_judged(openclaw, tmp_path, api):
+    """OpenClaw speaking each protocol it can be pointed at (``openclaw-rl openclaw-config --api``)."""
     cfg = build_config(
         {
             "global": {"log_dir": str(tmp_path / "logs")},
@@ -67,9 +69,9 @@ def test_a_real_openclaw_session_is_served_recorded_and_judged(openclaw, tmp_pat
     url = service.start()
     try:
         cfg.policy_service.port = int(url.rsplit(":", 1)[1])
-        fragment = render(cfg)
+        fragment = render(cfg, api)
         config = _json5_to_json(fragment)
-        assert config == json.loads(json.dumps(openclaw_fragment(cfg)))  # comments aside, the same data
+        assert config == json.loads(json.dumps(openclaw_fragment(cfg, api)))  # comments aside, the same data
         # a short answer keeps the test quick on 2 cores; everything else is the printed fragment
         config["models"]["providers"]["openclaw-rl"]["models"][0]["maxTokens"] = 48
         (tmp_path / "openclaw.json").write_text(json.dumps(config, indent=2))
