@@ -24,12 +24,19 @@ from openclaw_rl.runtime.store import Store
 from openclaw_rl.runtime.users import UserError, UserStats, adapter_meta, check_user_name, issue_key
 
 
-def users_add(cfg: Config, name: str) -> int:
-    """Register ``name`` and print their key (the only time it is shown)."""
+def _bad_name(name: str) -> bool:
+    """Say so (and return True) when ``name`` is no user name."""
     try:
         check_user_name(name, where="NAME")
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return True
+    return False
+
+
+def users_add(cfg: Config, name: str) -> int:
+    """Register ``name`` and print their key (the only time it is shown)."""
+    if _bad_name(name):
         return 2
     store = Store(RunDir.of(cfg).store)
     try:
@@ -126,10 +133,7 @@ def _scrub_metrics(cfg: Config, name: str) -> int:
 
 def users_delete(cfg: Config, name: str) -> int:
     """The right to be forgotten: remove everything the run holds about ``name`` and say what."""
-    try:
-        check_user_name(name, where="NAME")
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    if _bad_name(name):
         return 2
     store = existing_store(cfg)
     if store is None:

@@ -45,7 +45,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from openclaw_rl.policy.identity import Caller, is_loopback
@@ -57,7 +57,7 @@ from openclaw_rl.policy.protocol import (
     ForgetUserRequest,
     LoadWeightsRequest,
     PauseRequest,
-    validation_message,
+    parse_body,
 )
 from openclaw_rl.policy.responses_api import ResponsesCall
 from openclaw_rl.policy.serving import Serving, escape_for_log
@@ -223,34 +223,30 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
             )
         return JSONResponse(await serving.complete(job), headers=session_headers)
 
-    def _session_headers(call: ResponsesCall | MessagesCall) -> dict[str, str]:
-        return {"X-Session-Id": call.job.assign.session_id, "X-Turn-Index": str(call.job.assign.turn_index)}
+    async def _other_protocol(call: ResponsesCall | MessagesCall):
+        """Start a Responses / Messages call on the chat path and answer in its protocol."""
+        await call.start()
+        session = {
+            "X-Session-Id": call.job.assign.session_id,
+            "X-Turn-Index": str(call.job.assign.turn_index),
+        }
+        if call.req.stream:
+            return StreamingResponse(
+                call.stream(),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", **session},
+            )
+        return JSONResponse(await call.complete(), headers=session)
 
     @app.post("/v1/responses")
     async def responses(request: Request, who: Caller = Depends(caller)):
         headers = {k.lower(): v for k, v in request.headers.items()}
-        call = ResponsesCall(serving, await request.body(), headers, who)
-        await call.start()
-        if call.req.stream:
-            return StreamingResponse(
-                call.stream(),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", **_session_headers(call)},
-            )
-        return JSONResponse(await call.complete(), headers=_session_headers(call))
+        return await _other_protocol(ResponsesCall(serving, await request.body(), headers, who))
 
     @app.post("/v1/messages")
     async def messages(request: Request, who: Caller = Depends(caller)):
         headers = {k.lower(): v for k, v in request.headers.items()}
-        call = MessagesCall(serving, await request.body(), headers, who)
-        await call.start()
-        if call.req.stream:
-            return StreamingResponse(
-                call.stream(),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", **_session_headers(call)},
-            )
-        return JSONResponse(await call.complete(), headers=_session_headers(call))
+        return await _other_protocol(MessagesCall(serving, await request.body(), headers, who))
 
     @app.post("/v1/feedback")
     async def feedback(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
@@ -259,12 +255,7 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
         return await run_in_threadpool(serving.feedback, req, headers, who)
 
     async def _parse(request: Request, model: type[BaseModel]) -> Any:
-        body = await request.body()
-        try:
-            return model.model_validate_json(body or b"{}", strict=True)
-        except ValidationError as exc:
-            message, param = validation_message(exc)
-            raise APIError(400, message, param=param) from None
+        return parse_body(model, await request.body())
 
     async def _swap(path: str, version: int, user: str | None = None) -> dict[str, Any]:
         path = inside_export_folder(path)

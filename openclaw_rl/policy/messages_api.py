@@ -20,10 +20,10 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from openclaw_rl.policy.chat_events import chat_events, token_counts
-from openclaw_rl.policy.protocol import MAX_STOP, APIError, LenientModel, validation_message
+from openclaw_rl.policy.protocol import MAX_STOP, APIError, LenientModel, parse_body
 
 if TYPE_CHECKING:
     from openclaw_rl.policy.identity import Caller
@@ -213,11 +213,7 @@ class MessagesCall:
 
     def __init__(self, serving: Serving, raw: bytes, headers: dict[str, str], caller: Caller):
         self.serving = serving
-        try:
-            self.req = MessagesRequest.model_validate_json(raw or b"{}", strict=True)
-        except ValidationError as exc:
-            message, param = validation_message(exc)
-            raise APIError(400, message, param=param) from None
+        self.req = parse_body(MessagesRequest, raw)
         self.headers = headers
         self.caller = caller
         self.id = f"msg_{uuid.uuid4().hex[:24]}"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -25,6 +25,7 @@ ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool", "e
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_STOP = 4
 MAX_TOP_LOGPROBS = 20
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class _Lenient(BaseModel):
@@ -286,6 +287,15 @@ def validation_message(exc: ValidationError) -> tuple[str, str | None]:
         if line not in lines:
             lines.append(line)
     return "; ".join(lines), first
+
+
+def parse_body(model: type[ModelT], raw: bytes) -> ModelT:
+    """A request body validated strictly as ``model``; :class:`APIError` 400 naming the field."""
+    try:
+        return model.model_validate_json(raw or b"{}", strict=True)
+    except ValidationError as exc:
+        message, param = validation_message(exc)
+        raise APIError(400, message, param=param) from None
 
 
 def completion_id() -> str:

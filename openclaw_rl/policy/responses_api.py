@@ -23,10 +23,10 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from openclaw_rl.policy.chat_events import chat_events, token_counts
-from openclaw_rl.policy.protocol import APIError, LenientModel, validation_message
+from openclaw_rl.policy.protocol import APIError, LenientModel, parse_body
 
 if TYPE_CHECKING:
     from openclaw_rl.policy.identity import Caller
@@ -169,11 +169,7 @@ class ResponsesCall:
 
     def __init__(self, serving: Serving, raw: bytes, headers: dict[str, str], caller: Caller):
         self.serving = serving
-        try:
-            self.req = ResponsesRequest.model_validate_json(raw or b"{}", strict=True)
-        except ValidationError as exc:
-            message, param = validation_message(exc)
-            raise APIError(400, message, param=param) from None
+        self.req = parse_body(ResponsesRequest, raw)
         self.headers = dict(headers)
         self.caller = caller
         self.id = f"resp_{uuid.uuid4().hex}"
