@@ -209,8 +209,6 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA busy_timeout=30000")
-        # deleted rows are overwritten, not left in free pages: a deleted user stays deleted on disk
-        self._db.execute("PRAGMA secure_delete=ON")
         with self._lock:
             self._db.executescript(SCHEMA)
         self._migrate()
@@ -747,6 +745,8 @@ class Store:
         judgements), samples, remembered prefixes, feedback, adapter version — in one commit; returns
         the counts removed. Deleted pages are overwritten (``secure_delete``) and the file compacted,
         so the bytes do not linger in free pages or the write-ahead log."""
+        with self._lock:  # deleted rows are overwritten, not left in free pages (set outside a transaction)
+            self._db.execute("PRAGMA secure_delete=ON")
         with self._tx() as db:
             own = "SELECT session_id FROM sessions WHERE user=?"
             counts = {
