@@ -210,7 +210,6 @@ class ResidentAdapters:
         self.table = table
         self.sources: dict[str, tuple[Path, int]] = {}  # user -> (newest adapter dir, its version)
         self.slot_of: collections.OrderedDict[str, int] = collections.OrderedDict()  # LRU order
-        self.loaded: dict[str, int] = {}  # user -> version of the adapter in their slot
         self.loads = 0
         self.evictions = 0
 
@@ -218,7 +217,8 @@ class ResidentAdapters:
         """The version a new row of ``user`` is served with (0: no adapter yet, the base)."""
         if user is None or user not in self.sources:
             return 0
-        return self.loaded.get(user, self.sources[user][1]) if user in self.slot_of else self.sources[user][1]
+        # a resident slot always holds the newest version: publish() copies it in at once
+        return self.sources[user][1]
 
     def publish(self, user: str, adapter: Adapter, version: int) -> None:
         """A new version of ``user``'s adapter: into their slot now if resident, else on their next request."""
@@ -226,7 +226,6 @@ class ResidentAdapters:
         slot = self.slot_of.get(user)
         if slot is not None:
             self.table.load(slot, adapter)
-            self.loaded[user] = version
 
     def acquire(self, user: str | None, busy: set[int]) -> tuple[int, int] | None:
         """(slot, version) for a new row of ``user``: slot 0 when they have no adapter; None when
@@ -238,7 +237,7 @@ class ResidentAdapters:
             return 0, 0
         if user in self.slot_of:
             self.slot_of.move_to_end(user)
-            return self.slot_of[user], self.loaded[user]
+            return self.slot_of[user], self.sources[user][1]
         taken = set(self.slot_of.values())
         free = [s for s in range(1, self.table.slots + 1) if s not in taken]
         if free:
@@ -248,19 +247,16 @@ class ResidentAdapters:
             if victim is None:
                 return None
             slot = self.slot_of.pop(victim)
-            self.loaded.pop(victim, None)
             self.evictions += 1
         path, version = self.sources[user]
         self.table.load(slot, read_adapter(path))
         self.slot_of[user] = slot
-        self.loaded[user] = version
         self.loads += 1
         return slot, version
 
     def forget(self, user: str) -> None:
         """Drop ``user``'s adapter: its source, and its slot (zeroed, free for the next user)."""
         self.sources.pop(user, None)
-        self.loaded.pop(user, None)
         slot = self.slot_of.pop(user, None)
         if slot is not None:
             with torch.no_grad():
