@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import logging
 import signal
+import sqlite3
 import threading
 
 from openclaw_rl.config import Config
@@ -278,7 +279,15 @@ class JudgeLoop:
             raise
         try:
             while not self._stop.is_set():
-                results = await self.run_once()
+                try:
+                    results = await self.run_once()
+                except sqlite3.OperationalError as exc:
+                    # The store stayed locked past its busy timeout (another process holding a long
+                    # write): the leased turns come back when their lease ends, so wait and go on
+                    # rather than end the service.
+                    log.warning("[prm_service] the store is busy (%s); retrying", exc)
+                    await asyncio.to_thread(self._stop.wait, self.cfg.prm_service.retry_interval_sec)
+                    continue
                 if results and all(not r.ok for r in results):
                     wait = self.cfg.prm_service.retry_interval_sec  # outage: pause, do not hammer
                 elif results:

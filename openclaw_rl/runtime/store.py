@@ -50,6 +50,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from openclaw_rl.runtime.users import (
     Feedback,
@@ -244,6 +245,18 @@ class Store:
                 raise
             self._db.execute("COMMIT")
 
+    # Every read holds the handle's lock and runs to its last row. A statement left stepping on the
+    # shared connection keeps a read snapshot open; a BEGIN IMMEDIATE from another thread of this
+    # process then upgrades that old snapshot and, once another process has committed since, gets
+    # SQLITE_BUSY at once (no busy wait applies): "database is locked" under two judges.
+    def _all(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[Any]:
+        with self._lock:
+            return self._db.execute(sql, params).fetchall()
+
+    def _one(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> Any:
+        with self._lock:
+            return self._db.execute(sql, params).fetchone()
+
     # ---------------------------------------------------------------- serving side
     def record_turn(
         self,
@@ -304,12 +317,12 @@ class Store:
 
     def session_user(self, session_id: str) -> str | None:
         """The user a session belongs to (None: no such session yet)."""
-        row = self._db.execute("SELECT user FROM sessions WHERE session_id=?", (session_id,)).fetchone()
+        row = self._one("SELECT user FROM sessions WHERE session_id=?", (session_id,))
         return None if row is None else row[0]
 
     def session_group(self, session_id: str) -> str | None:
         """The episode group a session belongs to (None: a session on its own, e.g. personal traffic)."""
-        row = self._db.execute("SELECT group_id FROM sessions WHERE session_id=?", (session_id,)).fetchone()
+        row = self._one("SELECT group_id FROM sessions WHERE session_id=?", (session_id,))
         return None if row is None else row[0]
 
     def attach_next_state(self, session_id: str, next_state: NextState) -> bool:
@@ -352,10 +365,10 @@ class Store:
         found: dict[str, str] = {}
         for start in range(0, len(digests), 500):  # SQLite caps the number of bound parameters
             chunk = digests[start : start + 500]
-            rows = self._db.execute(
+            rows = self._all(
                 f"SELECT digest, session_id FROM prefixes WHERE digest IN ({','.join('?' * len(chunk))})",
                 chunk,
-            ).fetchall()
+            )
             found.update(dict(rows))
         return found
 
@@ -370,21 +383,17 @@ class Store:
             return cur.rowcount
 
     def next_turn_index(self, session_id: str) -> int:
-        row = self._db.execute(
-            "SELECT MAX(turn_index) FROM turns WHERE session_id=?", (session_id,)
-        ).fetchone()
+        row = self._one("SELECT MAX(turn_index) FROM turns WHERE session_id=?", (session_id,))
         return 0 if row[0] is None else row[0] + 1
 
     def session_turns(self, session_id: str) -> list[Turn]:
-        rows = self._db.execute(
-            "SELECT data FROM turns WHERE session_id=? ORDER BY turn_index", (session_id,)
-        ).fetchall()
+        rows = self._all("SELECT data FROM turns WHERE session_id=? ORDER BY turn_index", (session_id,))
         return [Turn.model_validate_json(r[0]) for r in rows]
 
     def turn_status(self, session_id: str, turn_index: int) -> str | None:
-        row = self._db.execute(
+        row = self._one(
             "SELECT status FROM turns WHERE session_id=? AND turn_index=?", (session_id, turn_index)
-        ).fetchone()
+        )
         return None if row is None else row[0]
 
     # ---------------------------------------------------------------- judge side
@@ -393,7 +402,7 @@ class Store:
         retry is due) that no judge holds a live lease on. It claims nothing: a judge that runs
         next to others must use :meth:`claim_turns`."""
         now = time.time()
-        rows = self._db.execute(_DUE_TURNS, (now, now, limit)).fetchall()
+        rows = self._all(_DUE_TURNS, (now, now, limit))
         return [Turn.model_validate_json(r[2]) for r in rows]
 
     def claim_turns(self, worker: str, limit: int, lease_s: float) -> list[Turn]:
@@ -431,9 +440,9 @@ class Store:
 
     def claimed_by(self, session_id: str, turn_index: int) -> str | None:
         """The judge holding a lease on the turn (expired or not), or None."""
-        row = self._db.execute(
+        row = self._one(
             "SELECT claimed_by FROM turns WHERE session_id=? AND turn_index=?", (session_id, turn_index)
-        ).fetchone()
+        )
         return None if row is None else row[0]
 
     def save_judgement(
@@ -479,16 +488,16 @@ class Store:
             return True
 
     def judgement(self, session_id: str, turn_index: int) -> JudgeResult | None:
-        row = self._db.execute(
+        row = self._one(
             "SELECT judge FROM turns WHERE session_id=? AND turn_index=?", (session_id, turn_index)
-        ).fetchone()
+        )
         return None if row is None or row[0] is None else JudgeResult.model_validate_json(row[0])
 
     def judged_turns(self, session_id: str) -> tuple[list[Turn], dict[int, JudgeResult]]:
         """A session's turns, and the successful judgements of those judged, in one query."""
-        rows = self._db.execute(
+        rows = self._all(
             "SELECT data, status, judge FROM turns WHERE session_id=? ORDER BY turn_index", (session_id,)
-        ).fetchall()
+        )
         turns, results = [], {}
         for data, status, judge in rows:
             turn = Turn.model_validate_json(data)
@@ -501,12 +510,12 @@ class Store:
 
     def sessions_needing_guarantee(self) -> list[str]:
         """Done sessions, fully judged, with no sample yet and no guarantee applied."""
-        rows = self._db.execute(
+        rows = self._all(
             "SELECT s.session_id FROM sessions s WHERE s.done=1 AND s.guaranteed=0 AND s.group_id IS NULL "
             "AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.session_id=s.session_id "
             "                AND t.status IN ('open','ready','failed')) "
             "AND NOT EXISTS (SELECT 1 FROM samples x WHERE x.session_id=s.session_id)"
-        ).fetchall()
+        )
         return [r[0] for r in rows]
 
     def groups_ready(self, quiet_s: float = GROUP_QUIET_S) -> list[str]:
@@ -514,21 +523,21 @@ class Store:
         judge, and either every member finished (``group_size`` done sessions) or the group has been
         quiet for ``quiet_s`` with at least one finished member."""
         now = time.time()
-        rows = self._db.execute(
+        rows = self._all(
             "SELECT s.group_id, MAX(s.group_size), SUM(s.done), "
             "       (SELECT MAX(t.updated_at) FROM turns t JOIN sessions u ON u.session_id=t.session_id "
             "        WHERE u.group_id=s.group_id) "
             "FROM sessions s WHERE s.group_id IS NOT NULL AND s.grouped=0 GROUP BY s.group_id"
-        ).fetchall()
+        )
         ready = []
         for group_id, size, done, last in rows:
             if not done or (done < (size or 1) and now - (last or now) < quiet_s):
                 continue
-            waiting = self._db.execute(
+            waiting = self._one(
                 "SELECT 1 FROM turns t JOIN sessions s ON s.session_id=t.session_id "
                 "WHERE s.group_id=? AND s.done=1 AND t.status IN ('ready','failed') LIMIT 1",
                 (group_id,),
-            ).fetchone()
+            )
             if waiting is None:
                 ready.append(group_id)
         return ready
@@ -537,10 +546,10 @@ class Store:
         """(session id, outcome) of a group's finished members, oldest first."""
         return [
             (r[0], r[1])
-            for r in self._db.execute(
+            for r in self._all(
                 "SELECT session_id, outcome FROM sessions WHERE group_id=? AND done=1 ORDER BY created_at, session_id",
                 (group_id,),
-            ).fetchall()
+            )
         ]
 
     def apply_group(self, group_id: str, samples: list[Sample]) -> bool:
@@ -607,15 +616,11 @@ class Store:
                 self._insert_sample(db, s, now)
 
     def ready_count(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM samples WHERE status='ready'").fetchone()[0]
+        return self._one("SELECT COUNT(*) FROM samples WHERE status='ready'")[0]
 
     def ready_by_user(self) -> dict[str, int]:
         """Ready samples per user (per_user training takes turns by these)."""
-        return dict(
-            self._db.execute(
-                "SELECT user, COUNT(*) FROM samples WHERE status='ready' GROUP BY user"
-            ).fetchall()
-        )
+        return dict(self._all("SELECT user, COUNT(*) FROM samples WHERE status='ready' GROUP BY user"))
 
     def claim_samples(
         self,
@@ -681,42 +686,43 @@ class Store:
 
     def user_key(self, key_id: str) -> tuple[str, str, str] | None:
         """(name, salt, digest) of the user whose key has ``key_id``, or None."""
-        row = self._db.execute(
-            "SELECT name, key_salt, key_digest FROM users WHERE key_id=?", (key_id,)
-        ).fetchone()
+        row = self._one("SELECT name, key_salt, key_digest FROM users WHERE key_id=?", (key_id,))
         return None if row is None else (row[0], row[1], row[2])
 
     def user_names(self) -> list[str]:
         """Everyone the run knows: users added with a key and users named by the traffic."""
-        rows = self._db.execute(
+        rows = self._all(
             "SELECT name FROM users UNION SELECT DISTINCT user FROM sessions WHERE EXISTS "
             "(SELECT 1 FROM turns t WHERE t.session_id=sessions.session_id) ORDER BY 1"
-        ).fetchall()
+        )
         return [r[0] for r in rows]
 
     def user_stats(self, name: str, adapter_version: str, window: int = 50) -> UserStats:
         """The ``users list`` line of ``name``; ``positive_rate`` over their last ``window`` judged turns."""
-        db = self._db
-        has_key = db.execute("SELECT 1 FROM users WHERE name=? AND key_id IS NOT NULL", (name,)).fetchone()
-        owned = "t.session_id IN (SELECT session_id FROM sessions WHERE user=?)"
-        turns, judged = db.execute(
-            f"SELECT COUNT(*), COALESCE(SUM(t.status='judged'), 0) FROM turns t "
-            f"WHERE t.turn_type='main' AND {owned}",
-            (name,),
-        ).fetchone()
-        recent = db.execute(
-            f"SELECT t.score FROM turns t WHERE t.status='judged' AND {owned} "
-            "ORDER BY t.updated_at DESC LIMIT ?",
-            (name, window),
-        ).fetchall()
-        samples, updates = db.execute(
-            "SELECT COUNT(*), COUNT(DISTINCT CASE WHEN status='trained' THEN step END) FROM samples WHERE user=?",
-            (name,),
-        ).fetchone()
-        up, down = db.execute(
-            "SELECT COALESCE(SUM(rating=1), 0), COALESCE(SUM(rating=-1), 0) FROM feedback WHERE user=?",
-            (name,),
-        ).fetchone()
+        with self._lock:  # one consistent read of the user's rows (see _all)
+            db = self._db
+            has_key = db.execute(
+                "SELECT 1 FROM users WHERE name=? AND key_id IS NOT NULL", (name,)
+            ).fetchone()
+            owned = "t.session_id IN (SELECT session_id FROM sessions WHERE user=?)"
+            turns, judged = db.execute(
+                f"SELECT COUNT(*), COALESCE(SUM(t.status='judged'), 0) FROM turns t "
+                f"WHERE t.turn_type='main' AND {owned}",
+                (name,),
+            ).fetchone()
+            recent = db.execute(
+                f"SELECT t.score FROM turns t WHERE t.status='judged' AND {owned} "
+                "ORDER BY t.updated_at DESC LIMIT ?",
+                (name, window),
+            ).fetchall()
+            samples, updates = db.execute(
+                "SELECT COUNT(*), COUNT(DISTINCT CASE WHEN status='trained' THEN step END) FROM samples WHERE user=?",
+                (name,),
+            ).fetchone()
+            up, down = db.execute(
+                "SELECT COALESCE(SUM(rating=1), 0), COALESCE(SUM(rating=-1), 0) FROM feedback WHERE user=?",
+                (name,),
+            ).fetchone()
         return UserStats(
             name=name,
             has_key=has_key is not None,
@@ -732,11 +738,11 @@ class Store:
 
     def user_turns(self, name: str) -> Iterator[tuple[Turn, str, int | None]]:
         """Every turn of ``name``'s sessions with its status and judged score, oldest first."""
-        rows = self._db.execute(
+        rows = self._all(
             "SELECT t.data, t.status, t.score FROM turns t JOIN sessions s ON s.session_id=t.session_id "
             "WHERE s.user=? ORDER BY s.created_at, t.session_id, t.turn_index",
             (name,),
-        ).fetchall()
+        )
         for data, status, score in rows:
             yield Turn.model_validate_json(data), status, score
 
@@ -786,18 +792,16 @@ class Store:
 
     def chain(self, response_id: str) -> tuple[str, str, list[dict[str, object]]] | None:
         """(user, session id, conversation) of a stored response, or None."""
-        row = self._db.execute(
-            "SELECT user, session_id, messages FROM chains WHERE response_id=?", (response_id,)
-        ).fetchone()
+        row = self._one("SELECT user, session_id, messages FROM chains WHERE response_id=?", (response_id,))
         return None if row is None else (row[0], row[1], json.loads(row[2]))
 
     def turn_by_response(self, response_id: str) -> tuple[Turn, str] | None:
         """(turn, owner) of the main turn the client saw as completion ``response_id``."""
-        row = self._db.execute(
+        row = self._one(
             "SELECT t.data, s.user FROM turns t JOIN sessions s ON s.session_id=t.session_id "
             "WHERE t.response_id=? AND t.turn_type='main'",
             (response_id,),
-        ).fetchone()
+        )
         return None if row is None else (Turn.model_validate_json(row[0]), row[1])
 
     def record_feedback(self, feedback: Feedback) -> FeedbackOutcome | None:
@@ -851,7 +855,7 @@ class Store:
             self._set_meta(db, key, value)
 
     def get_meta(self, key: str, default: object = None) -> object:
-        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        row = self._one("SELECT value FROM meta WHERE key=?", (key,))
         return default if row is None else json.loads(row[0])
 
     def _meta_int(self, key: str, default: int) -> int:
@@ -863,17 +867,11 @@ class Store:
 
     def counters(self) -> Counters:
         turn_counts = dict(
-            self._db.execute(
-                "SELECT status, COUNT(*) FROM turns WHERE turn_type='main' GROUP BY status"
-            ).fetchall()
+            self._all("SELECT status, COUNT(*) FROM turns WHERE turn_type='main' GROUP BY status")
         )
-        sample_counts = dict(
-            self._db.execute("SELECT status, COUNT(*) FROM samples GROUP BY status").fetchall()
-        )
-        reward = self._db.execute("SELECT AVG(score) FROM turns WHERE status='judged'").fetchone()[0]
-        sessions = self._db.execute(
-            "SELECT COUNT(DISTINCT session_id) FROM turns WHERE turn_type='main'"
-        ).fetchone()[0]
+        sample_counts = dict(self._all("SELECT status, COUNT(*) FROM samples GROUP BY status"))
+        reward = self._one("SELECT AVG(score) FROM turns WHERE status='judged'")[0]
+        sessions = self._one("SELECT COUNT(DISTINCT session_id) FROM turns WHERE turn_type='main'")[0]
         return Counters(
             turns=sum(turn_counts.values()),
             open=turn_counts.get("open", 0),

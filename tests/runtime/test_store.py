@@ -416,3 +416,45 @@ def test_feedback_for_an_unknown_response_writes_nothing(store):
     assert _feedback(store, "chatcmpl-zzz", "alice", 1) is None
     assert store._db.execute("SELECT COUNT(*) FROM feedback").fetchone()[0] == 0
     assert store.turn_status("s", 0) == "open"
+
+
+def test_threads_reading_while_another_process_writes_never_see_database_is_locked(tmp_path):
+    """Reads on a shared handle must not hold a read snapshot that a BEGIN IMMEDIATE from another
+    thread would then upgrade: once another handle has committed since, SQLite refuses that at once
+    ("database is locked"), and a judge's thread died of it with two judges on one store."""
+    import threading
+
+    path = tmp_path / "s.sqlite"
+    a, b = Store(path), Store(path)
+    errors: list[str] = []
+    stop = time.time() + 3
+
+    def reads(s: Store) -> None:
+        while time.time() < stop:
+            try:
+                s.ready_count()
+                s.user_names()
+                s.sessions_for_prefixes(["x"] * 50)
+            except Exception as exc:  # the assertion below reports every one
+                errors.append(repr(exc))
+
+    def writes(s: Store, key: str) -> None:
+        while time.time() < stop:
+            try:
+                s.add_to_meta(key, {"n": 1.0})
+            except Exception as exc:
+                errors.append(repr(exc))
+
+    threads = [
+        threading.Thread(target=reads, args=(a,)),
+        threading.Thread(target=reads, args=(a,)),
+        threading.Thread(target=writes, args=(a, "a")),
+        threading.Thread(target=reads, args=(b,)),
+        threading.Thread(target=writes, args=(b, "b")),
+        threading.Thread(target=writes, args=(b, "c")),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
