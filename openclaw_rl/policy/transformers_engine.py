@@ -120,6 +120,10 @@ class TransformersEngine(Engine):
     """The embedded policy: a transformers causal LM decoded with continuous batching on one thread."""
 
     backend = "transformers"
+    #: The batch cache's kind: ``"growing"`` (:mod:`openclaw_rl.policy.kv_cache`: a decode step writes
+    #: its keys/values into spare room) or ``"dynamic"`` (transformers' ``DynamicCache``, which copies
+    #: the whole cache every step; kept so ``bench/decode.py`` measures the two side by side).
+    cache_kind = "growing"
 
     def __init__(self, cfg: Config, model: Any = None, tokenizer: Any = None):
         super().__init__(cfg)
@@ -398,6 +402,16 @@ class TransformersEngine(Engine):
         """The scope a row would get now: unlike its own once a swap happened while it decoded."""
         return self.cache_scope(r.req.adapter)
 
+    def new_cache(self, kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Any:
+        """An empty batch cache, or one holding ``kv`` (one ``(keys, values)`` pair per layer)."""
+        if self.cache_kind == "dynamic":
+            from transformers import DynamicCache
+
+            return DynamicCache(ddp_cache_data=kv) if kv else DynamicCache()
+        from openclaw_rl.policy.kv_cache import GrowingCache
+
+        return GrowingCache(kv)
+
     def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any):
         # transformers >= 5.24 names the cache argument ``cache``; older versions ``past_key_values``
         out = self.model(
@@ -456,8 +470,6 @@ class TransformersEngine(Engine):
 
     def _prefill_group(self, rows: list[_Row], blocks: list[list[Any]]) -> _Batch:
         """Prefill ``rows`` (each after its cached ``blocks``, if any) and sample their first tokens."""
-        from transformers import DynamicCache
-
         pad = self.tokenizer.pad_token_id
         dev = self.pcfg.device
         bt = self._prefix.block_tokens if self._prefix is not None else 0
@@ -471,7 +483,7 @@ class TransformersEngine(Engine):
             )
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
             self._use_slots(rows)
-            logits, cache = self._forward(ids, mask, positions, DynamicCache())
+            logits, cache = self._forward(ids, mask, positions, self.new_cache())
         else:
             # columns: [pad | cached prefix] (c_max wide, in the cache) then [pad | new tokens] (the input)
             new = [r.prompt[c:] for r, c in zip(rows, cached, strict=True)]
@@ -505,8 +517,6 @@ class TransformersEngine(Engine):
 
     def _cached_kv(self, blocks: list[list[Any]], width: int) -> Any:
         """A batch cache ``width`` columns wide holding each row's cached blocks right-aligned."""
-        from transformers import DynamicCache
-
         bt = self._prefix.block_tokens if self._prefix is not None else 0
         first = next(b for row in blocks for b in row).kv  # [2 * layers, heads, bt, dim]
         kv = first.new_zeros((first.shape[0], len(blocks), first.shape[1], width, first.shape[3]))
@@ -514,7 +524,7 @@ class TransformersEngine(Engine):
             start = width - len(row) * bt
             for j, block in enumerate(row):
                 kv[:, i, :, start + j * bt : start + (j + 1) * bt] = block.kv
-        return DynamicCache(ddp_cache_data=[(kv[2 * n], kv[2 * n + 1]) for n in range(first.shape[0] // 2)])
+        return self.new_cache([(kv[2 * n], kv[2 * n + 1]) for n in range(first.shape[0] // 2)])
 
     def _store(self, batch: _Batch, i: int, tokens: list[int]) -> None:
         """Put the keys/values of ``tokens`` — row ``i``'s, right-aligned in the batch cache — in the
