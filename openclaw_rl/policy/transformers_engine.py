@@ -5,7 +5,9 @@ owns the model and decodes every active request together, one token per step, ov
 (left padding + attention mask + explicit position ids per row). A request that arrives while others
 are decoding is prefilled on its own and merged into the running batch at the next step boundary; a
 finished request is dropped from the batch (its cache rows are removed). Up to ``max_concurrent``
-requests decode together; the serving layer keeps a bounded queue in front (429 beyond it).
+requests decode together; the serving layer keeps a bounded queue in front (429 beyond it). The batch
+cache is a :class:`~openclaw_rl.policy.kv_cache.GrowingCache`: a decode step writes its one column
+of keys/values into spare room, where transformers' ``DynamicCache`` would copy the whole cache.
 
 Sampling and the recorded log-probs (what PPO's ``logp_old`` is):
 
