@@ -32,7 +32,8 @@ from openclaw_rl.launcher.external import ExternalEngine, engine_python, launch_
 from openclaw_rl.policy.server import PolicyService
 from openclaw_rl.runtime.ports import free_port
 
-pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
+# real processes; vLLM's start-up (about 2 minutes on 2 cores) lands in the first test's setup
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 #: vLLM's CPU kernels against torch's eager float32 forward, per response token.
 LOGPROB_TOL = 2e-3
@@ -133,6 +134,7 @@ def test_recorded_ids_and_logprobs_are_the_training_forward_pass(real_vllm, embe
     assert tok.decode(turn.response_ids, skip_special_tokens=True).strip() == turn.response_text.strip()
     ours = _forward_logprobs(model, turn.prompt_ids, turn.response_ids)
     gap = (ours - torch.tensor(turn.response_logprobs)).abs().max().item()
+    print(f"vLLM vs training forward: max |logprob gap| {gap:.2e} over {len(turn.response_ids)} tokens")
     assert gap < LOGPROB_TOL, f"vLLM's recorded log-probs differ from the training forward by {gap:.2e}"
 
 
