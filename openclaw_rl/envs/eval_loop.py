@@ -16,6 +16,13 @@ each persona in ``[env_service] personas``. The policy is served by a private in
 store, so evaluation turns never become training data; each evaluated version's exported weights are
 swapped into it.
 
+In ``[users] mode = "per_user"`` each simulated user's adapter (``sim-<persona>``) is evaluated on
+its own persona's problems once it has ``eval_interval`` more updates than at its last evaluation
+(:func:`due_user_policies`): one ``eval`` row per evaluation with ``user``, ``adapter_version``,
+``user_score`` and ``score_<persona>``, and an ``[eval] user=...`` line. Those rows carry no
+``score`` / ``policy_version``, so the run-wide figures (base, progress line, sessions to learn)
+read only the shared rows.
+
 What has been evaluated is read back from ``metrics.jsonl`` (:func:`due_policy`), so a restarted
 evaluator never evaluates a version twice, and the launcher can ask the same function whether an
 evaluation is still due before it stops the run. SIGTERM / SIGINT end it after the request in flight;
@@ -39,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from openclaw_rl.config import Config
+from openclaw_rl.config import Config, Persona
 from openclaw_rl.runtime.metrics import MetricsWriter, read_metrics
 from openclaw_rl.runtime.rundir import PublishedPolicy, RunDir
 
@@ -193,6 +200,67 @@ def due_policy(cfg: Config) -> PublishedPolicy | None:
 
 
 @dataclass(frozen=True)
+class UserDue:
+    """A simulated user's adapter version that is due for evaluation on its own persona."""
+
+    user: str
+    persona: Persona
+    policy: PublishedPolicy
+
+
+def due_user_policies(cfg: Config) -> list[UserDue]:
+    """per_user mode: each simulated user whose newest published adapter is newer than the last one
+    evaluated for them by at least ``eval_interval`` updates (a version is published every
+    ``weight_sync_interval`` of the user's updates), in user order. Real users have no held-out
+    persona and are not evaluated here."""
+    from openclaw_rl.envs.loop import simulated_persona
+
+    if cfg.users.mode != "per_user":
+        return []
+    rows = eval_rows(cfg.log_dir)
+    run = RunDir.of(cfg)
+    out: list[UserDue] = []
+    for user in run.published_users():
+        persona = simulated_persona(cfg, user)
+        if persona is None:
+            continue
+        try:
+            published = run.read_published_policy(user)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # unreadable pointer: look again on the next poll
+        if published is None:
+            continue
+        done = [
+            int(r["adapter_version"])
+            for r in rows
+            if r.get("user") == user and isinstance(r.get("adapter_version"), int)
+        ]
+        last = max(done, default=0)
+        updates_since = (published.version - last) * cfg.policy_service.weight_sync_interval
+        if published.version > last and updates_since >= cfg.training.eval_interval:
+            out.append(UserDue(user, persona, published))
+    return out
+
+
+def pending_evaluation(cfg: Config) -> str | None:
+    """What the evaluator still has to score (``version=N`` or ``user=U version=N``), or None."""
+    due = due_policy(cfg)
+    if due is not None:
+        return f"version={due.version}"
+    users = due_user_policies(cfg)
+    return ", ".join(f"user={u.user} version={u.policy.version}" for u in users) or None
+
+
+def base_persona_score(rows: list[dict[str, Any]], persona: str) -> float | None:
+    """The base policy's score on one persona (its ``score_<persona>``)."""
+    for r in rows:
+        value = r.get(f"score_{persona}")
+        if r.get("policy_version") == BASE_VERSION and isinstance(value, int | float):
+            return float(value)
+    return None
+
+
+@dataclass(frozen=True)
 class EvalResult:
     """One finished evaluation, as written to ``metrics.jsonl``."""
 
@@ -201,6 +269,7 @@ class EvalResult:
     score: float
     scores: dict[str, float]
     base_score: float | None
+    user: str | None = None  # per_user: the simulated user whose adapter this was
 
     def line(self) -> str:
         base = (
@@ -208,7 +277,8 @@ class EvalResult:
             if self.version == BASE_VERSION
             else ("base n/a" if self.base_score is None else f"base {self.base_score:.2f}")
         )
-        return f"[eval] version={self.version} step={self.step} score={self.score:.2f} ({base})"
+        who = f" user={self.user}" if self.user is not None else ""
+        return f"[eval]{who} version={self.version} step={self.step} score={self.score:.2f} ({base})"
 
 
 class EvalLoop:
@@ -238,6 +308,7 @@ class EvalLoop:
         self.url = ""
         self.metrics: MetricsWriter | None = None
         self.loaded_version = BASE_VERSION
+        self.loaded_user: str | None = None  # per_user: whose adapter the private copy holds
         self.evaluated: list[EvalResult] = []
 
     def start(self) -> None:
@@ -247,6 +318,9 @@ class EvalLoop:
 
         self._tmp = tempfile.TemporaryDirectory(prefix="openclaw_live_eval_")
         self.ecfg = private_service_config(self.cfg, self._tmp.name)
+        # per_user: the private copy serves one adapter at a time, merged into the base like a
+        # shared policy version, so each user's adapter is scored exactly as it was trained
+        self.ecfg.users.mode = "shared"
         self.service = PolicyService(self.ecfg)
         with contextlib.redirect_stdout(io.StringIO()):  # its "listening" line would read as the run's server
             self.url = self.service.start()
@@ -293,9 +367,16 @@ class EvalLoop:
         assert self.service is not None and self.metrics is not None, "call start() first"
         assert self.ecfg is not None, "call start() first"  # start() sets it before the service
         due = due_policy(self.cfg)
-        if due is None or self._stop.is_set() or any(r.version == due.version for r in self.evaluated):
+        if due is None and not self._stop.is_set():
+            users = due_user_policies(self.cfg)
+            return self._evaluate_user(users[0]) if users else None
+        if (
+            due is None
+            or self._stop.is_set()
+            or any(r.version == due.version and r.user is None for r in self.evaluated)
+        ):
             return None
-        if due.version != self.loaded_version:
+        if due.version != self.loaded_version or self.loaded_user is not None:
             if due.version == BASE_VERSION:
                 return None  # unreachable: the base is due first, and is evaluated before any swap
             try:
@@ -303,7 +384,7 @@ class EvalLoop:
             except Exception as exc:  # a broken export: record it, keep evaluating later ones
                 self._record_failure(due, f"loading the weights failed: {type(exc).__name__}: {exc}")
                 return None
-            self.loaded_version = due.version
+            self.loaded_version, self.loaded_user = due.version, None
         started = time.monotonic()
         try:
             summary = evaluate(
@@ -334,11 +415,64 @@ class EvalLoop:
         print(result.line(), flush=True)
         return result
 
-    def _record_failure(self, due: PublishedPolicy, error: str) -> None:
+    def _evaluate_user(self, due: UserDue) -> EvalResult | None:
+        """Score one simulated user's adapter on that user's persona (see the module docstring)."""
+        from openclaw_rl.envs.evaluate import evaluate
+        from openclaw_rl.envs.loop import PolicyRequestError
+
+        assert self.service is not None and self.metrics is not None and self.ecfg is not None
+        pub = due.policy
+        step = policy_step(self.cfg, pub)
+        if (self.loaded_user, self.loaded_version) != (due.user, pub.version):
+            try:
+                self.service.swap_weights(pub.path, pub.version)
+            except Exception as exc:  # a broken export: record it, keep evaluating later ones
+                self._record_failure(
+                    pub, f"loading the weights failed: {type(exc).__name__}: {exc}", due.user
+                )
+                return None
+            self.loaded_version, self.loaded_user = pub.version, due.user
+        ecfg = self.ecfg.model_copy(deep=True)
+        ecfg.env_service.personas = [due.persona]
+        started = time.monotonic()
+        try:
+            summary = evaluate(
+                ecfg, self.url, self.sizes, stop=self._stop, verbose=False, concurrency=self.concurrency
+            )
+        except PolicyRequestError as exc:
+            self._record_failure(pub, str(exc), due.user)
+            return None
+        except RuntimeError:
+            if self._stop.is_set():
+                return None
+            raise
+        chat = summary.get("chat", {}).get(due.persona)
+        if chat is None:
+            self._record_failure(pub, f"no chat score for persona {due.persona!r}", due.user)
+            return None
+        score = float(chat["personalization"])
+        base = base_persona_score(eval_rows(self.cfg.log_dir), due.persona)
+        result = EvalResult(pub.version, step, score, {due.persona: score}, base, user=due.user)
+        values: dict[str, Any] = {
+            "adapter_version": pub.version,
+            "user_score": score,
+            f"score_{due.persona}": score,
+            "user_base_score": base,
+            "n_per_persona": int(chat["n"]),
+            "elapsed_s": round(time.monotonic() - started, 1),
+        }
+        self.metrics.write(step, values, kind="eval", user=due.user)
+        self.evaluated.append(result)
+        print(result.line(), flush=True)
+        return result
+
+    def _record_failure(self, due: PublishedPolicy, error: str, user: str | None = None) -> None:
         """A version that cannot be evaluated gets a row without a score: it is never retried."""
         assert self.metrics is not None, "call start() first"
-        print(f"[eval] version={due.version} step={due.step} not evaluated: {error}", flush=True)
-        self.metrics.write(due.step or 0, {"policy_version": due.version, "error": error[:500]}, kind="eval")
+        who = f" user={user}" if user is not None else ""
+        print(f"[eval]{who} version={due.version} step={due.step} not evaluated: {error}", flush=True)
+        key = "policy_version" if user is None else "adapter_version"
+        self.metrics.write(due.step or 0, {key: due.version, "error": error[:500]}, kind="eval", user=user)
 
 
 def main(argv: list[str] | None = None) -> int:

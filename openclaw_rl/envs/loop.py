@@ -58,7 +58,7 @@ from typing import Any, Literal
 
 import httpx
 
-from openclaw_rl.config import Config
+from openclaw_rl.config import Config, Persona
 from openclaw_rl.envs.base import Env, make
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
@@ -562,12 +562,24 @@ class EnvLoop:
                 return stats(bool(info.get("success")), None, truncated=truncated)
 
 
+#: The user name a chat persona talks as in per_user mode: ``sim-<persona>``.
+SIMULATED_PREFIX = "sim-"
+
+
 def simulated_user(cfg: Config, info: dict[str, Any]) -> str | None:
     """In per_user mode each chat persona is a user of its own (``sim-<persona>``), so a run shows
     whether each one's adapter learns that user; None otherwise (everyone is the default user)."""
     if cfg.users.mode != "per_user" or not isinstance(info.get("persona"), str):
         return None
-    return f"sim-{info['persona']}"
+    return f"{SIMULATED_PREFIX}{info['persona']}"
+
+
+def simulated_persona(cfg: Config, user: str) -> Persona | None:
+    """The chat persona behind a simulated user's name (None for a real user or an unknown persona)."""
+    if not user.startswith(SIMULATED_PREFIX):
+        return None
+    name = user.removeprefix(SIMULATED_PREFIX)
+    return next((p for p in cfg.env_service.personas if p == name), None)
 
 
 def truth_header(info: dict[str, Any]) -> dict[str, str]:

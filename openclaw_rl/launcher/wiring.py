@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 from openclaw_rl.config import CHILD_ENV, Config
-from openclaw_rl.envs.eval_loop import due_policy, learned_line, live_eval_problem
+from openclaw_rl.envs.eval_loop import learned_line, live_eval_problem, pending_evaluation
 from openclaw_rl.launcher.status import run_progress_line
 from openclaw_rl.runtime.metrics import plot_metrics
 from openclaw_rl.runtime.rundir import RunDir
@@ -311,12 +311,14 @@ def _await_final_eval(cfg: Config, evaluator: Child | None, interrupted: Callabl
     """Training reached ``max_steps``: give the evaluator (if running) time to score the policy it has
     not scored yet — the learning curve's last point — before the run is stopped. Ctrl-C ends the
     wait."""
-    if evaluator is None or not evaluator.alive() or due_policy(cfg) is None:
+    if evaluator is None or not evaluator.alive():
         return
-    due = due_policy(cfg)
+    due = pending_evaluation(cfg)
+    if due is None:
+        return
     print(
         f"[launch] waiting up to {FINAL_EVAL_TIMEOUT_S:.0f}s for the evaluator to score policy "
-        f"version={due.version if due else '?'} (Ctrl-C to skip)",
+        f"{due} (Ctrl-C to skip)",
         flush=True,
     )
     deadline = time.monotonic() + FINAL_EVAL_TIMEOUT_S
@@ -324,7 +326,7 @@ def _await_final_eval(cfg: Config, evaluator: Child | None, interrupted: Callabl
         evaluator.alive()
         and not interrupted()
         and time.monotonic() < deadline
-        and due_policy(cfg) is not None
+        and pending_evaluation(cfg) is not None
     ):
         time.sleep(0.5)
 

@@ -282,3 +282,74 @@ def test_sessions_to_learn_is_the_first_lasting_lead_of_the_live_eval(tmp_path):
     writer.write(16, {"policy_version": 4, "score": 0.52}, kind="eval")
     assert sessions_to_learn(tmp_path) == 30  # from step 12 on it stays at base + 0.15 or above
     assert (learned_line(tmp_path) or "").startswith("[learned] sessions to learn: 30")
+
+
+def _user_adapter(tmp_path: Path, cfg, user: str, version: int, seed: int) -> Path:
+    """A user's published LoRA adapter (peft format, as the per_user trainer exports it)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from tests.helpers import tiny_model
+
+    base, _ = tiny_model(seed=0)
+    torch.manual_seed(seed)
+    model = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
+    run = RunDir.of(cfg)
+    path = run.policy_dir(user) / f"v{version:06d}"
+    model.save_pretrained(path)
+    run.publish_policy(version, path, step=version, user=user)
+    return path
+
+
+def test_per_user_each_simulated_users_adapter_is_scored_on_its_own_persona(
+    tmp_path, tiny_model_dir, gsm8k_path, capsys
+):
+    from openclaw_rl.envs.eval_loop import due_user_policies, pending_evaluation
+
+    cfg = build_config(
+        {
+            "global": {"log_dir": str(tmp_path / "logs")},
+            "policy_service": {"model": str(tiny_model_dir), "batch_wait_ms": 2.0, "weight_sync_interval": 1},
+            "env_service": {
+                "interaction_types": ["chat"],
+                "personas": ["student", "teacher"],
+                "data_path": str(gsm8k_path),
+            },
+            "training": {"eval_interval": 2, "eval_size": 2, "lora": True},
+            "users": {"mode": "per_user"},
+        },
+        environ={},
+    )
+    loop = EvalLoop(cfg, sizes=SIZES, tensorboard=False)
+    loop.start()
+    try:
+        base = loop.run_once()
+        assert base is not None and base.user is None and set(base.scores) == {"student", "teacher"}
+        _user_adapter(tmp_path, cfg, "sim-student", 1, seed=1)
+        _user_adapter(tmp_path, cfg, "alice", 5, seed=2)  # a real user: no held-out persona
+        assert due_user_policies(cfg) == [] and loop.run_once() is None  # 1 update < eval_interval 2
+        _user_adapter(tmp_path, cfg, "sim-student", 2, seed=3)
+        assert pending_evaluation(cfg) == "user=sim-student version=2"
+        result = loop.run_once()
+        assert result is not None and (result.user, result.version) == ("sim-student", 2)
+        assert set(result.scores) == {"student"} and result.base_score == base.scores["student"]
+        assert loop.service.policy_version == 2  # the student's adapter was merged into the private copy
+        assert loop.run_once() is None and pending_evaluation(cfg) is None
+    finally:
+        loop.close()
+    out = capsys.readouterr().out
+    assert f"[eval] user=sim-student version=2 step=2 score={result.score:.2f}" in out
+    rows = read_metrics(cfg.log_dir, kind="eval")
+    user_row = next(r for r in rows if r.get("user") == "sim-student")
+    assert user_row["adapter_version"] == 2 and user_row["score_student"] == result.score
+    assert "score" not in user_row and "policy_version" not in user_row  # the run-wide figures ignore it
+    assert latest_eval(cfg.log_dir)["policy_version"] == 0 and due_policy(cfg) is None
+    # a restarted evaluator does not score that version again
+    again = EvalLoop(cfg, sizes=SIZES, tensorboard=False)
+    again.start()
+    try:
+        assert again.run_once() is None
+    finally:
+        again.close()
