@@ -359,10 +359,36 @@ class EvalLoop:
             self.close()
         return 0
 
-    def run_once(self) -> EvalResult | None:
-        """Evaluate the policy that is due, if any; None when nothing was (or the loop is stopping)."""
+    def _load_and_score(self, pub: PublishedPolicy, user: str | None, ecfg: Config) -> dict[str, Any] | None:
+        """Put ``pub`` (``user``'s adapter, or a shared version) into the private copy unless it is
+        there already, then run the held-out chat evaluation with ``ecfg``. None when the weights
+        would not load or the service refused a request (both recorded, never retried) or the loop
+        is stopping (nothing written: it is due again after a restart)."""
         from openclaw_rl.envs.evaluate import evaluate
         from openclaw_rl.envs.loop import PolicyRequestError
+
+        assert self.service is not None
+        if (self.loaded_user, self.loaded_version) != (user, pub.version):
+            try:
+                self.service.swap_weights(pub.path, pub.version)
+            except Exception as exc:  # a broken export: record it, keep evaluating later ones
+                self._record_failure(pub, f"loading the weights failed: {type(exc).__name__}: {exc}", user)
+                return None
+            self.loaded_version, self.loaded_user = pub.version, user
+        try:
+            return evaluate(
+                ecfg, self.url, self.sizes, stop=self._stop, verbose=False, concurrency=self.concurrency
+            )
+        except PolicyRequestError as exc:  # a 4xx from the private service: retrying would repeat it
+            self._record_failure(pub, str(exc), user)
+            return None
+        except RuntimeError:
+            if self._stop.is_set():
+                return None
+            raise
+
+    def run_once(self) -> EvalResult | None:
+        """Evaluate the policy that is due, if any; None when nothing was (or the loop is stopping)."""
 
         assert self.service is not None and self.metrics is not None, "call start() first"
         assert self.ecfg is not None, "call start() first"  # start() sets it before the service
@@ -376,27 +402,12 @@ class EvalLoop:
             or any(r.version == due.version and r.user is None for r in self.evaluated)
         ):
             return None
-        if due.version != self.loaded_version or self.loaded_user is not None:
-            if due.version == BASE_VERSION:
-                return None  # unreachable: the base is due first, and is evaluated before any swap
-            try:
-                self.service.swap_weights(due.path, due.version)
-            except Exception as exc:  # a broken export: record it, keep evaluating later ones
-                self._record_failure(due, f"loading the weights failed: {type(exc).__name__}: {exc}")
-                return None
-            self.loaded_version, self.loaded_user = due.version, None
+        if due.version == BASE_VERSION and (self.loaded_user, self.loaded_version) != (None, BASE_VERSION):
+            return None  # unreachable: the base is due first, and is evaluated before any swap
         started = time.monotonic()
-        try:
-            summary = evaluate(
-                self.ecfg, self.url, self.sizes, stop=self._stop, verbose=False, concurrency=self.concurrency
-            )
-        except PolicyRequestError as exc:  # a 4xx from the private service: retrying would repeat it
-            self._record_failure(due, str(exc))
+        summary = self._load_and_score(due, None, self.ecfg)
+        if summary is None:
             return None
-        except RuntimeError:
-            if self._stop.is_set():
-                return None  # stopped mid-evaluation: nothing is written, it is due again after a restart
-            raise
         chat = summary.get("chat", {})
         scores = {p: float(v["personalization"]) for p, v in chat.items()}
         score = sum(scores.values()) / max(1, len(scores))
@@ -417,35 +428,16 @@ class EvalLoop:
 
     def _evaluate_user(self, due: UserDue) -> EvalResult | None:
         """Score one simulated user's adapter on that user's persona (see the module docstring)."""
-        from openclaw_rl.envs.evaluate import evaluate
-        from openclaw_rl.envs.loop import PolicyRequestError
 
         assert self.service is not None and self.metrics is not None and self.ecfg is not None
         pub = due.policy
         step = policy_step(self.cfg, pub)
-        if (self.loaded_user, self.loaded_version) != (due.user, pub.version):
-            try:
-                self.service.swap_weights(pub.path, pub.version)
-            except Exception as exc:  # a broken export: record it, keep evaluating later ones
-                self._record_failure(
-                    pub, f"loading the weights failed: {type(exc).__name__}: {exc}", due.user
-                )
-                return None
-            self.loaded_version, self.loaded_user = pub.version, due.user
         ecfg = self.ecfg.model_copy(deep=True)
         ecfg.env_service.personas = [due.persona]
         started = time.monotonic()
-        try:
-            summary = evaluate(
-                ecfg, self.url, self.sizes, stop=self._stop, verbose=False, concurrency=self.concurrency
-            )
-        except PolicyRequestError as exc:
-            self._record_failure(pub, str(exc), due.user)
+        summary = self._load_and_score(pub, due.user, ecfg)
+        if summary is None:
             return None
-        except RuntimeError:
-            if self._stop.is_set():
-                return None
-            raise
         chat = summary.get("chat", {}).get(due.persona)
         if chat is None:
             self._record_failure(pub, f"no chat score for persona {due.persona!r}", due.user)

@@ -1,9 +1,10 @@
 """The embedded engine's key/value cache: appending a token writes into spare room, never copies.
 
 transformers' ``DynamicLayer`` appends with ``torch.cat``: every decode step allocates a new tensor
-per layer and copies the whole cache into it. For one session at 7k tokens of context on
-SmolLM2-135M (30 layers, 3 key/value heads of 64) that is ~320 MB read and written per generated
-token, more than the attention itself reads, so long-context decode was bound by the copy.
+per layer and copies the whole cache into it: for one session at 7k tokens of context on
+SmolLM2-135M (30 layers, 3 key/value heads of 64), ~320 MB read and written per generated token.
+Measured (bench/decode.py) that copy is a few percent of a step at 4k and about a fifth at 7k; a
+one-token step is mostly the weights being read (docs/serving.md).
 
 :class:`GrowingLayer` keeps each layer's keys and values at the front of a buffer with spare columns
 (``[batch, heads, capacity, dim]``) and exposes the filled part as a view, so a decode step writes
@@ -99,9 +100,8 @@ class GrowingLayer(DynamicLayer):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        k_owned = v_owned = self._owned
-        self._k, self._kn = _append(self._k, self._kn, k_owned, key_states)
-        self._v, self._vn = _append(self._v, self._vn, v_owned, value_states)
+        self._k, self._kn = _append(self._k, self._kn, self._owned, key_states)
+        self._v, self._vn = _append(self._v, self._vn, self._owned, value_states)
         self._owned = True
         keys, values = self.keys, self.values
         assert keys is not None and values is not None
