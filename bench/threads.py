@@ -1,15 +1,17 @@
-"""Thread shares: a PPO update timed while the serving engine generates, with and without them.
+"""Thread shares: a PPO update timed with the serving engine generating and idle, per thread count.
 
 The launcher gives the serving engine and the trainer half of the cores each
 (``launcher/wiring.thread_shares``). Without it both ask torch for a thread per core, and on a small
-machine their spinning intra-op threads take turns on the same cores. This runs both ways in one
-invocation, alternating, on the same batch:
+machine their spinning intra-op threads take turns on the same cores. While serving is idle, though,
+the trainer's share leaves the other half of the machine unused, so the training loop takes every
+core for a pass whenever serving answers no request and no turn waits for the judge
+(``trainer/loop.CoreBudget``, ``[training] use_idle_cores``). This times, in one invocation,
+alternating, on the same batch of 4 chat-sized samples (``Trainer.train_update`` in this process):
 
-* a generator process (the real ``PolicyService`` behind HTTP, with 4 sessions generating without
-  pause through the ``openai``-compatible route) with T threads;
-* in this process, ``Trainer.train_update`` on a fixed batch of 4 samples with T threads;
-
-for T = the launcher's share and T = every core. Prints each update's seconds and the ratio.
+* next to a generator process (the real ``PolicyService`` behind HTTP, 4 sessions generating without
+  pause through the ``openai``-compatible route): both on their shares; both on every core (torch's
+  default); the engine on its share and the trainer on every core (what the budget must avoid);
+* with serving idle: the trainer on its share, and on every core (what the budget does).
 
     .venv/bin/python bench/threads.py [--rounds 2]
 """
@@ -89,34 +91,60 @@ def main() -> int:
             )
         )
     trainer.train_update(batch)  # warm-up
-    times: dict[int, list[float]] = {share: [], cores: []}
+
+    def timed(threads: int) -> float:
+        torch.set_num_threads(threads)
+        t0 = time.perf_counter()
+        trainer.train_update(batch)
+        return time.perf_counter() - t0
+
+    # (engine threads or None for an idle engine, trainer threads)
+    cases = [(share, share), (cores, cores), (share, cores), (None, share), (None, cores)]
+    times: dict[tuple[int | None, int], list[float]] = {c: [] for c in cases}
     for _ in range(args.rounds):
-        for threads in (share, cores):
-            env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-            gen = subprocess.Popen(
-                [sys.executable, "-c", GENERATOR.format(root=str(ROOT), log=str(work / "serve"))],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-                env=env,
+        for engine, threads in cases:
+            if engine is None:
+                times[(engine, threads)].append(timed(threads))
+            else:
+                env = {**os.environ, "OMP_NUM_THREADS": str(engine), "MKL_NUM_THREADS": str(engine)}
+                gen = subprocess.Popen(
+                    [sys.executable, "-c", GENERATOR.format(root=str(ROOT), log=str(work / "serve"))],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                    env=env,
+                )
+                try:
+                    assert gen.stdout is not None and gen.stdout.readline().strip() == "generating"
+                    time.sleep(3)  # the sessions are under way
+                    times[(engine, threads)].append(timed(threads))
+                finally:
+                    gen.kill()
+                    gen.wait()
+            print(
+                f"engine {'idle' if engine is None else f'{engine} thread(s)'}, trainer {threads} thread(s): "
+                f"update {times[(engine, threads)][-1]:.1f} s",
+                flush=True,
             )
-            try:
-                assert gen.stdout is not None and gen.stdout.readline().strip() == "generating"
-                time.sleep(3)  # the sessions are under way
-                torch.set_num_threads(threads)
-                t0 = time.perf_counter()
-                trainer.train_update(batch)
-                times[threads].append(time.perf_counter() - t0)
-            finally:
-                gen.kill()
-                gen.wait()
-            print(f"threads={threads} per process: update {times[threads][-1]:.1f} s", flush=True)
-    a, b = statistics.median(times[share]), statistics.median(times[cores])
-    print(f"\n{cores} cores; a PPO update (batch 4) next to a generating engine, median of {args.rounds}:")
-    print(f"  {share} thread(s) each (the launcher's shares): {a:.1f} s")
-    print(f"  {cores} threads each (torch's default):          {b:.1f} s")
-    print(f"  default / shares: x{b / a:.2f}")
+    med = {c: statistics.median(t) for c, t in times.items()}
+    print(f"\n{cores} cores; a PPO update (batch 4), median of {args.rounds}:")
+    print("  next to a generating engine:")
+    print(
+        f"    engine {share} / trainer {share} thread(s) (the launcher's shares): {med[(share, share)]:.1f} s"
+    )
+    print(f"    engine {cores} / trainer {cores} (torch's default):              {med[(cores, cores)]:.1f} s")
+    print(
+        f"    engine {share} / trainer {cores} (trainer borrows busy cores):    {med[(share, cores)]:.1f} s"
+    )
+    print(
+        f"    default / shares: x{med[(cores, cores)] / med[(share, share)]:.2f}; "
+        f"borrowing / shares: x{med[(share, cores)] / med[(share, share)]:.2f}"
+    )
+    print("  serving idle:")
+    print(f"    trainer {share} thread(s) (its share): {med[(None, share)]:.1f} s")
+    print(f"    trainer {cores} threads (idle cores taken): {med[(None, cores)]:.1f} s")
+    print(f"    share / every core: x{med[(None, share)] / med[(None, cores)]:.2f} faster on every core")
     return 0
 
 

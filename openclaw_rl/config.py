@@ -318,6 +318,12 @@ class TrainingConfig(_Section):
         "OPD part (docs/training.md)",
     )
     topk_distill: bool = False
+    use_idle_cores: bool = Field(
+        True,
+        description="the trainer uses every core for a pass while serving answers no request and no "
+        "turn waits for the judge, and its launcher share (half the cores) otherwise; false keeps the "
+        'share (docs/training.md, "Cores")',
+    )
     lora: bool = True
     lora_rank: int = Field(16, ge=1)
     lora_alpha: int = Field(32, ge=1)
@@ -597,7 +603,8 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
     return build_config(raw, source=str(p), environ=environ)
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine's loopback."""
     if host in ("localhost", "ip6-localhost"):
         return True
     try:
@@ -611,7 +618,7 @@ def generates_client_key(pol: PolicyServiceConfig) -> bool:
     machines can reach, no ``api_key`` is set and ``allow_open_endpoint`` does not say an open
     endpoint is intended. Anyone who reached an open port could use the model and put turns into its
     training, so such a service requires the key it writes to ``<log_dir>/client.key`` instead."""
-    if _is_loopback(pol.host) or pol.allow_open_endpoint:
+    if is_loopback(pol.host) or pol.allow_open_endpoint:
         return False
     return pol.api_key is None or not pol.api_key.get_secret_value()
 

@@ -29,6 +29,17 @@ def admin_post(cfg: Config, policy_url: str, route: str, body: dict[str, Any], t
     return None
 
 
+def serving_in_flight(policy_url: str, timeout: float = 2.0) -> int | None:
+    """Requests the policy service at ``policy_url`` is answering or queueing now (its ``/healthz``),
+    or None when it cannot tell (unreachable, or an answer without the count)."""
+    try:
+        r = httpx.get(f"{policy_url.rstrip('/')}/healthz", timeout=timeout)
+        value = r.json().get("in_flight") if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    return value if isinstance(value, int) else None
+
+
 def request_swap(
     cfg: Config, policy_url: str, path: Path, version: int, timeout: float = 60.0, user: str | None = None
 ) -> str | None:

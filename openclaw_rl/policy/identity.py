@@ -11,9 +11,9 @@
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
+from openclaw_rl.config import is_loopback as config_is_loopback
 from openclaw_rl.policy.protocol import APIError
 from openclaw_rl.runtime.users import UserError, check_user_name
 from openclaw_rl.types import DEFAULT_USER
@@ -40,9 +40,4 @@ class Caller:
 
 def is_loopback(host: str | None) -> bool:
     """Whether a peer address is this machine's (``127.0.0.0/8``, ``::1``)."""
-    if not host:
-        return False
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return bool(host) and config_is_loopback(host or "")

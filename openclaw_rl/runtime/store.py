@@ -615,6 +615,10 @@ class Store:
             for s in samples:
                 self._insert_sample(db, s, now)
 
+    def turns_waiting(self) -> int:
+        """Main turns with their next state that the judge has not judged yet."""
+        return self._one("SELECT COUNT(*) FROM turns WHERE status='ready'")[0]
+
     def ready_count(self) -> int:
         return self._one("SELECT COUNT(*) FROM samples WHERE status='ready'")[0]
 

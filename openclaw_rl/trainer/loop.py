@@ -31,13 +31,19 @@ for them alone, every ``weight_sync_interval`` of *their* updates (docs/users.md
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
+import time
 import warnings
+from collections.abc import Callable
+from urllib.parse import urlsplit
 
-from openclaw_rl.config import Config
-from openclaw_rl.policy.admin import request_pause, request_swap
+import torch
+
+from openclaw_rl.config import Config, is_loopback
+from openclaw_rl.policy.admin import request_pause, request_swap, serving_in_flight
 from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
 from openclaw_rl.runtime.metrics import MetricsWriter
 from openclaw_rl.runtime.rundir import RunDir
@@ -67,6 +73,41 @@ def pick_user(waiting: dict[str, int], passed_over: dict[str, int], batch_size: 
     if waiting[best] >= batch_size or sum(waiting.values()) >= batch_size:
         return best
     return None
+
+
+class CoreBudget:
+    """How many torch threads the trainer may use for its next pass: every core while serving and
+    judging are idle, its launcher share (its threads at start) while either works.
+
+    Why: the launcher gives the trainer half the cores because spinning intra-op threads of two busy
+    processes on the same cores slow both (``launcher/wiring.thread_shares``). But serving is often
+    idle while the trainer works: environment workers wait while a batch's worth of samples is
+    queued, and lock-step pauses serving outright; then half the machine sat unused. The decision is
+    taken again before every scoring pass and micro-batch (a few seconds of work each), so a request
+    that arrives mid-update costs at most one micro-batch of contention. ``idle`` is asked at most
+    once per ``recheck_s``."""
+
+    def __init__(self, share: int, cores: int, idle: Callable[[], bool], recheck_s: float = 1.0):
+        self.share, self.cores, self.idle, self.recheck_s = max(1, share), max(1, cores), idle, recheck_s
+        self._at = -float("inf")
+        self._threads = self.share
+        self.wide_passes = 0  # passes that ran on every core (a metric)
+        self.passes = 0
+
+    def __call__(self) -> int:
+        now = time.monotonic()
+        if now - self._at >= self.recheck_s:
+            self._at = now
+            self._threads = self.cores if self.cores > self.share and self.idle() else self.share
+        self.passes += 1
+        self.wide_passes += self._threads > self.share
+        return self._threads
+
+    def take_share_of_wide(self) -> float:
+        """The share of passes since the last call that ran on every core (then starts counting anew)."""
+        share = self.wide_passes / self.passes if self.passes else 0.0
+        self.passes = self.wide_passes = 0
+        return share
 
 
 def signal_health(
@@ -158,11 +199,15 @@ class TrainingLoop:
         self.per_user = cfg.users.mode == "per_user"
         self._passed_over: dict[str, int] = {}  # per_user: updates each waiting user was passed over
         self._user_updates: dict[str, int] = {}  # per_user: updates of each user's adapter in this run
+        self.cores: CoreBudget | None = None  # [training] use_idle_cores: set by start()
 
     def start(self) -> None:
         tc = self.cfg.training
         if self.trainer is None:
             self.trainer = Trainer(self.cfg, self.cfg.policy_service.model)
+        if tc.use_idle_cores and self._shares_cores_with_serving(self.trainer):
+            self.cores = CoreBudget(torch.get_num_threads(), len(os.sched_getaffinity(0)), self._others_idle)
+            self.trainer.thread_budget = self.cores
         if self.per_user:  # each user's adapter is loaded when their turn comes (Trainer.use_user)
             self.trainer.step = last_user_step(self.cfg)
             resumed = self.trainer.step > 0
@@ -187,6 +232,18 @@ class TrainingLoop:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _shares_cores_with_serving(self, trainer: Trainer) -> bool:
+        """Whether this trainer and the serving engine take turns on the same CPU cores: one process
+        training on the CPU, serving on this machine (a loopback URL)."""
+        host = urlsplit(self.policy_url or "").hostname
+        return trainer.world == 1 and str(trainer.device).startswith("cpu") and is_loopback(host or "")
+
+    def _others_idle(self) -> bool:
+        """Whether serving answers no request and no turn waits for the judge (see CoreBudget)."""
+        if self.policy_url is None or self.store.turns_waiting() > 0:
+            return False
+        return serving_in_flight(self.policy_url) == 0
 
     @property
     def started_trainer(self) -> Trainer:
@@ -275,6 +332,8 @@ class TrainingLoop:
             self._passed_over[user] = 0
             self._user_updates[user] = self._user_updates.get(user, 0) + 1
         metrics = trainer.train_update(batch)
+        if self.cores is not None:
+            metrics["wide_pass_frac"] = self.cores.take_share_of_wide()
         rewards = [s.reward for s in batch if s.reward is not None]
         metrics["reward_mean"] = sum(rewards) / len(rewards) if rewards else 0.0
         signal = self.store.get_meta(SIGNAL_META, {})

@@ -36,7 +36,7 @@ import logging
 import math
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -190,6 +190,9 @@ class Trainer:
         self.checkpoint_root = RunDir.of(cfg).checkpoints
         # The log-prob implementation; the benchmark swaps in logprobs.plain_token_stats to compare.
         self.token_stats = batch_token_stats
+        # How many torch threads to use for the next pass (the training loop's CoreBudget); None:
+        # keep the process's own setting.
+        self.thread_budget: Callable[[], int] | None = None
 
     # ------------------------------------------------------------------ per-user adapters
     def use_user(self, user: str) -> None:
@@ -433,6 +436,7 @@ class Trainer:
         grad_norms: list[float] = []
         if active:
             mb = self.tc.mini_batch_size
+            self._take_threads()
             old_lp, ref_lp = self._score_old_and_ref(active, first_mini_batch=min(mb, len(active)))
             lengths = [s.num_tokens for s in active]
             for start in range(0, len(active), mb):
@@ -446,6 +450,7 @@ class Trainer:
                 finite = True
                 for micro in micros:
                     rows = [mine[j] for j in micro]
+                    self._take_threads()
                     loss, m, n_tok = self._micro_step(
                         [active[i] for i in rows],
                         [old_lp[i] for i in rows],
@@ -486,6 +491,14 @@ class Trainer:
         totals = self._sum_over_processes(totals)
         sums = {key: float(totals[k]) for k, key in enumerate(keys)}
         return self._end_update(samples, active, t0, sums, float(totals[-1]), grad_norms, skipped)
+
+    def _take_threads(self) -> None:
+        """Use as many torch threads for the next pass as :attr:`thread_budget` allows now."""
+        if self.thread_budget is None:
+            return
+        n = self.thread_budget()
+        if n != torch.get_num_threads():
+            torch.set_num_threads(n)
 
     # -- hooks of the update loop; the single-process versions (FSDPTrainer overrides them) --
 

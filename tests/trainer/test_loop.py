@@ -183,3 +183,106 @@ def test_signal_health_reports_what_the_learning_signal_is_worth():
         }
     )
     assert signal_health([sample("d")], now, now) == {}  # nothing new judged, no RL or OPD part
+
+
+def test_core_budget_takes_every_core_only_while_the_others_are_idle():
+    from openclaw_rl.trainer.loop import CoreBudget
+
+    idle = {"now": True}
+    asked: list[bool] = []
+
+    def others_idle() -> bool:
+        asked.append(idle["now"])
+        return idle["now"]
+
+    budget = CoreBudget(share=1, cores=4, idle=others_idle, recheck_s=0.0)
+    assert budget() == 4
+    idle["now"] = False
+    assert budget() == 1
+    assert budget.take_share_of_wide() == 0.5 and budget.take_share_of_wide() == 0.0
+    # no core to borrow: the share, without asking anyone
+    asked.clear()
+    assert CoreBudget(share=2, cores=2, idle=others_idle, recheck_s=0.0)() == 2 and asked == []
+    # asked at most once per recheck_s: a burst of micro-batches costs one look
+    slow = CoreBudget(share=1, cores=2, idle=others_idle, recheck_s=3600.0)
+    asked.clear()
+    idle["now"] = True
+    assert [slow() for _ in range(5)] == [2] * 5 and len(asked) == 1
+
+
+def test_trainer_uses_idle_cores_and_gives_them_back_when_a_turn_waits_for_the_judge(
+    make_cfg, tiny_model_dir
+):
+    """Against a real, idle policy service the trainer's passes run on every core; with a turn
+    waiting for the judge they keep the launcher's share."""
+    import torch
+
+    from openclaw_rl.policy.server import PolicyService
+    from openclaw_rl.types import NextState
+    from tests.runtime.test_store import turn
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: nothing to borrow")
+    cfg = make_cfg(max_steps=2, checkpoint_interval=100)
+    svc_cfg = cfg.model_copy(deep=True)
+    svc_cfg.policy_service.port = 0
+    svc_cfg.global_.log_dir = str(cfg.log_dir / "svc")
+    svc = PolicyService(svc_cfg)
+    url = svc.start()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the launcher's share on a 2-core machine
+    try:
+        store = Store(cfg.log_dir / "store.sqlite")
+        store.add_samples(_samples(4))
+        loop = TrainingLoop(cfg, policy_url=url, store=store)
+        loop.start()
+        first = loop.update_once()
+        assert first["wide_pass_frac"] == 1.0
+        store.record_turn(turn("judge-me", 0))
+        store.record_turn(turn("judge-me", 1), next_state_for_previous=NextState(role="user", content="no"))
+        assert store.turns_waiting() == 1
+        time.sleep(1.1)  # past the budget's recheck interval
+        second = loop.update_once()
+        assert second["wide_pass_frac"] == 0.0 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+        svc.stop()
+
+
+def test_serving_in_flight_counts_a_streaming_request(tiny_model_dir, tmp_path):
+    import threading
+
+    import httpx
+
+    from openclaw_rl.config import build_config
+    from openclaw_rl.policy.admin import serving_in_flight
+    from openclaw_rl.policy.server import PolicyService
+
+    cfg = build_config(
+        {"global": {"log_dir": str(tmp_path)}, "policy_service": {"model": str(tiny_model_dir), "port": 0}},
+        environ={},
+    )
+    svc = PolicyService(cfg)
+    url = svc.start()
+    try:
+        assert serving_in_flight(url) == 0
+        seen: list[int | None] = []
+        done = threading.Event()
+
+        def poll() -> None:
+            while not done.is_set():
+                seen.append(serving_in_flight(url))
+                time.sleep(0.02)
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        body = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 256}
+        r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
+        done.set()
+        poller.join()
+        assert r.status_code == 200
+        assert max(n or 0 for n in seen) >= 1
+        assert serving_in_flight(url) == 0
+        assert serving_in_flight("http://127.0.0.1:9") is None  # nothing listens: cannot tell
+    finally:
+        svc.stop()
