@@ -242,9 +242,9 @@ class EnvServiceConfig(_Section):
     max_ready_samples: int | None = Field(
         None,
         ge=0,
-        description="workers start no new episode while this many samples wait for the trainer "
-        "(default 2 x [training] batch_size; 0 = no limit): rollouts far ahead of training only go stale, "
-        "and on a shared CPU they slow the trainer down",
+        description="workers start no new episode while this many samples of the policy version "
+        "serving now wait for the trainer (default 2 x [training] batch_size; 0 = no limit): rollouts "
+        "far ahead of training only go stale, and on a shared CPU they slow the trainer down",
     )
     reward: Literal["judge", "outcome", "both"] = Field(
         "judge",

@@ -32,7 +32,9 @@ learned (config validation warns about it).
 Back-pressure: before a worker starts a new episode (or group) it asks ``backlog()`` how many
 samples wait for the trainer, and waits while that is ``max_ready_samples`` or more (default twice
 the training batch). Rollouts far ahead of the trainer would only go stale and be dropped, and on a
-shared CPU they take the cores the trainer needs. The launcher's env loop reads the run's store.
+shared CPU they take the cores the trainer needs. The launcher's env loop reads the run's store and
+counts only samples of the policy version serving now: once a new version is served its rollouts
+begin at once, and the trainer takes them first (``Store.claim_samples``).
 
 Faults: a policy service that is down, overloaded (429) or failing (5xx) makes the worker wait with
 exponential backoff and retry the same request — workers never die of it. A request the service
@@ -617,6 +619,13 @@ def episode_outcome(info: dict[str, Any]) -> float:
     return 1.0 if info.get("success") else -1.0
 
 
+def store_backlog(cfg: Config, store: Store) -> Callable[[], int]:
+    """The back-pressure count of a run's store: in shared mode the ready samples of the policy
+    version serving now, so a new version's rollouts start at once instead of waiting behind the old
+    ones; in per_user mode (versions are per user) every ready sample."""
+    return store.fresh_ready_count if cfg.users.mode == "shared" else store.ready_count
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m openclaw_rl.envs.loop --config FILE [--policy-url URL]``: the launcher's env loop."""
     import argparse
@@ -637,7 +646,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         store = Store(RunDir.of(cfg).store)  # the run's store: how many samples wait for the trainer
-        service = EnvLoop(cfg, base_url=args.policy_url, backlog=store.ready_count)
+        service = EnvLoop(cfg, base_url=args.policy_url, backlog=store_backlog(cfg, store))
         # SIGTERM from the launcher: finish the request in flight, then exit.
         signal.signal(signal.SIGTERM, lambda *_: service.stop_event.set())
         try:

@@ -622,6 +622,13 @@ class Store:
     def ready_count(self) -> int:
         return self._one("SELECT COUNT(*) FROM samples WHERE status='ready'")[0]
 
+    def fresh_ready_count(self) -> int:
+        """Ready samples of the policy version serving now (or newer): the environments' backlog."""
+        current = self._meta_int("policy_version", 0)
+        return self._one(
+            "SELECT COUNT(*) FROM samples WHERE status='ready' AND policy_version >= ?", (current,)
+        )[0]
+
     def ready_by_user(self) -> dict[str, int]:
         """Ready samples per user (per_user training takes turns by these)."""
         return dict(self._all("SELECT user, COUNT(*) FROM samples WHERE status='ready' GROUP BY user"))
@@ -634,9 +641,14 @@ class Store:
         max_staleness: int | None = None,
         user: str | None = None,
     ) -> list[Sample]:
-        """Claim up to ``n`` oldest ready samples for training step ``step`` (``user``: only theirs,
-        and only their samples are dropped). Samples more than ``max_staleness`` versions behind
-        ``current_version`` are dropped (and counted)."""
+        """Claim up to ``n`` ready samples for training step ``step``: of the newest policy version
+        first, oldest first within a version (``user``: only theirs, and only their samples are
+        dropped). Samples more than ``max_staleness`` versions behind ``current_version`` are
+        dropped (and counted).
+
+        Why newest first: samples of the policy now served teach it about its own current mistakes
+        (on-policy); older ones fill a batch when there are too few. Oldest-first let a burst of
+        base-policy rollouts feed every update of a run (docs/training.md "Fresh samples first")."""
         only = "" if user is None else " AND user=?"
         args: tuple[object, ...] = () if user is None else (user,)
         with self._tx() as db:
@@ -647,7 +659,7 @@ class Store:
                 )
             rows = db.execute(
                 f"SELECT sample_id, data FROM samples WHERE status='ready'{only} "
-                "ORDER BY created_at, sample_id LIMIT ?",
+                "ORDER BY policy_version DESC, created_at, sample_id LIMIT ?",
                 (*args, n),
             ).fetchall()
             db.executemany(

@@ -303,3 +303,35 @@ def test_workers_wait_while_the_trainer_has_enough_samples(tmp_path):
     assert unlimited._wait_for_trainer()
     default = EnvLoop(_cfg(tmp_path, 1), backlog=lambda: 0)
     assert default.max_backlog == 2 * default.cfg.training.batch_size
+
+
+def test_the_launchers_backlog_counts_only_samples_of_the_version_serving_now(tmp_path):
+    from openclaw_rl.envs.loop import store_backlog
+    from openclaw_rl.runtime.store import Store
+    from openclaw_rl.types import Sample
+
+    def sample(i: int, version: int) -> Sample:
+        return Sample(
+            sample_id=f"s{i}",
+            session_id=f"sess{i}",
+            turn_index=0,
+            policy_version=version,
+            prompt_ids=[1],
+            response_ids=[2],
+            rollout_logprobs=[-1.0],
+            loss_mask=[1],
+            reward=1.0,
+        )
+
+    store = Store(tmp_path / "store.sqlite")
+    store.add_samples([sample(i, 0) for i in range(20)])
+    store.set_meta("policy_version", 1)  # version 1 is served; the 20 base-policy samples are old
+    shared = _cfg(tmp_path, 1, max_ready_samples=8)
+    loop = EnvLoop(shared, backlog=store_backlog(shared, store))
+    assert loop.backlog is not None and loop.backlog() == 0 and loop._wait_for_trainer()
+    store.add_samples([sample(i, 1) for i in range(20, 28)])
+    assert loop.backlog() == 8  # a full backlog of the new version: now the workers wait
+    per_user = _cfg(tmp_path, 1)
+    per_user.users.mode = "per_user"
+    assert store_backlog(per_user, store)() == 28  # versions are per user there: every ready sample
+    store.close()
