@@ -116,7 +116,12 @@ def main() -> int:
                     env=env,
                 )
                 try:
-                    assert gen.stdout is not None and gen.stdout.readline().strip() == "generating"
+                    assert gen.stdout is not None
+                    for line in gen.stdout:  # the service's own start-up lines come first
+                        if line.strip() == "generating":
+                            break
+                    else:
+                        raise SystemExit("the generator process ended before generating")
                     time.sleep(3)  # the sessions are under way
                     times[(engine, threads)].append(timed(threads))
                 finally:
