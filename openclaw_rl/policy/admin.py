@@ -29,12 +29,14 @@ def admin_post(cfg: Config, policy_url: str, route: str, body: dict[str, Any], t
     return None
 
 
-def serving_in_flight(policy_url: str, timeout: float = 2.0) -> int | None:
-    """Requests the policy service at ``policy_url`` is answering or queueing now (its ``/healthz``),
-    or None when it cannot tell (unreachable, or an answer without the count)."""
+def serving_generating(policy_url: str, timeout: float = 2.0) -> int | None:
+    """Requests the policy service at ``policy_url`` is computing now (its ``/healthz``
+    ``generating``: decoding in the embedded engine, or forwarded to an engine and not answered yet),
+    or None when it cannot tell. Requests held by a lock-step pause or queued are not counted: they
+    use no CPU."""
     try:
         r = httpx.get(f"{policy_url.rstrip('/')}/healthz", timeout=timeout)
-        value = r.json().get("in_flight") if r.status_code == 200 else None
+        value = r.json().get("generating") if r.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None
     return value if isinstance(value, int) else None

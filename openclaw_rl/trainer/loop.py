@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 import torch
 
 from openclaw_rl.config import Config, is_loopback
-from openclaw_rl.policy.admin import request_pause, request_swap, serving_in_flight
+from openclaw_rl.policy.admin import request_pause, request_swap, serving_generating
 from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
 from openclaw_rl.runtime.metrics import MetricsWriter
 from openclaw_rl.runtime.rundir import RunDir
@@ -77,7 +77,8 @@ def pick_user(waiting: dict[str, int], passed_over: dict[str, int], batch_size: 
 
 class CoreBudget:
     """How many torch threads the trainer may use for its next pass: every core while serving and
-    judging are idle, its launcher share (its threads at start) while either works.
+    judging are idle (requests held by a lock-step pause count as idle), its launcher share (its
+    threads at start) while either works.
 
     Why: the launcher gives the trainer half the cores because spinning intra-op threads of two busy
     processes on the same cores slow both (``launcher/wiring.thread_shares``). But serving is often
@@ -240,10 +241,10 @@ class TrainingLoop:
         return trainer.world == 1 and str(trainer.device).startswith("cpu") and is_loopback(host or "")
 
     def _others_idle(self) -> bool:
-        """Whether serving answers no request and no turn waits for the judge (see CoreBudget)."""
+        """Whether serving computes no request and no turn waits for the judge (see CoreBudget)."""
         if self.policy_url is None or self.store.turns_waiting() > 0:
             return False
-        return serving_in_flight(self.policy_url) == 0
+        return serving_generating(self.policy_url) == 0
 
     @property
     def started_trainer(self) -> Trainer:

@@ -249,13 +249,15 @@ def test_trainer_uses_idle_cores_and_gives_them_back_when_a_turn_waits_for_the_j
         svc.stop()
 
 
-def test_serving_in_flight_counts_a_streaming_request(tiny_model_dir, tmp_path):
+def test_serving_generating_counts_a_request_being_computed_but_not_one_held_by_a_pause(
+    tiny_model_dir, tmp_path
+):
     import threading
 
     import httpx
 
     from openclaw_rl.config import build_config
-    from openclaw_rl.policy.admin import serving_in_flight
+    from openclaw_rl.policy.admin import serving_generating
     from openclaw_rl.policy.server import PolicyService
 
     cfg = build_config(
@@ -264,25 +266,37 @@ def test_serving_in_flight_counts_a_streaming_request(tiny_model_dir, tmp_path):
     )
     svc = PolicyService(cfg)
     url = svc.start()
+    body = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 256}
     try:
-        assert serving_in_flight(url) == 0
+        assert serving_generating(url) == 0
         seen: list[int | None] = []
         done = threading.Event()
 
         def poll() -> None:
             while not done.is_set():
-                seen.append(serving_in_flight(url))
+                seen.append(serving_generating(url))
                 time.sleep(0.02)
 
         poller = threading.Thread(target=poll)
         poller.start()
-        body = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 256}
         r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
         done.set()
         poller.join()
         assert r.status_code == 200
         assert max(n or 0 for n in seen) >= 1
-        assert serving_in_flight(url) == 0
-        assert serving_in_flight("http://127.0.0.1:9") is None  # nothing listens: cannot tell
+        assert serving_generating(url) == 0
+        # lock-step: a request held by the pause waits in the queue and computes nothing
+        svc.serving.set_paused(True)
+        held = threading.Thread(
+            target=lambda: httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
+        )
+        held.start()
+        deadline = time.monotonic() + 10
+        while svc.serving.in_flight == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert svc.serving.in_flight == 1 and serving_generating(url) == 0
+        svc.serving.set_paused(False)
+        held.join(timeout=120)
+        assert serving_generating("http://127.0.0.1:9") is None  # nothing listens: cannot tell
     finally:
         svc.stop()
