@@ -93,7 +93,7 @@ def write_config(work: Path, run: str, args: argparse.Namespace) -> Path:
     name, method, seed, persona = parse_run(run)
     m = METHODS[method]
     data = args.data if args.data in PACKAGED_DATA else Path(args.data).resolve()
-    label = f"{name}-s{seed}-{persona}"
+    label = run_label(run)
     path = work / f"{label}.toml"
     path.write_text(f"""
 [global]
@@ -213,6 +213,61 @@ def run_agreement(config: Path) -> float | None:
     return statistics.fmean(pairs) if pairs else None
 
 
+#: The per-update metrics the health table averages, with the question each one answers (the
+#: candidate causes of weak learning of docs/training.md "What the checks showed").
+HEALTH = (
+    ("zero_adv_group_frac", "zero-adv", "groups whose rewards were all equal: the RL part said nothing"),
+    ("rl_scale", "rl_scale", "factor on the RL part that balances it against the OPD part"),
+    ("judge_agreement", "agree", "judge-persona agreement on the turns scored +-1 (0.5 = noise)"),
+    ("teacher_minus_rollout", "t-r", "mean teacher - rollout log-prob on hinted tokens (OPD's push)"),
+    ("opd_abs_mean", "|opd|", "mean |teacher - rollout| per token: the OPD term's scale"),
+    ("staleness_mean", "stale", "policy versions between a trained sample's rollout and the update"),
+    ("kl", "kl", "KL to the base policy at the last update (drift)"),
+    ("wide_pass_frac", "wide", "share of passes the trainer ran on every core"),
+)
+
+
+def health(config: Path) -> dict[str, float | None]:
+    """A run's signal health: each HEALTH metric averaged over its updates (``kl``: the last
+    update's), entropy at its first and last update, and its updates' mean length in seconds."""
+    rows = read_metrics(load_config(config).log_dir, kind="train")
+    out: dict[str, float | None] = {}
+    for key, _, _ in HEALTH:
+        values = [float(r[key]) for r in rows if isinstance(r.get(key), int | float)]
+        out[key] = (values[-1] if key == "kl" else statistics.fmean(values)) if values else None
+    entropy = [float(r["entropy"]) for r in rows if isinstance(r.get("entropy"), int | float)]
+    out["entropy_first"] = entropy[0] if entropy else None
+    out["entropy_last"] = entropy[-1] if entropy else None
+    times = [float(r["time"]) for r in rows if isinstance(r.get("time"), int | float)]
+    out["s_per_update"] = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
+    return out
+
+
+def health_report(work: Path, rows: list[Row]) -> None:
+    """The signal-health table of every run of ``rows`` whose directory is under ``work``."""
+    cols = [*((key, label) for key, label, _ in HEALTH), ("entropy_first", "H0"), ("entropy_last", "H1")]
+    cols.append(("s_per_update", "s/upd"))
+    print(f"\n{'signal health':<30}" + "".join(f"{label:>9}" for _, label in cols))
+    for r in rows:
+        conf = work / f"{run_label(r.run)}.toml"
+        if not conf.is_file():
+            continue
+        h = health(conf)
+        cells = ("-" if h[key] is None else f"{h[key]:.3f}" for key, _ in cols)
+        print(f"{r.run:<30}" + "".join(f"{c:>9}" for c in cells))
+    print(
+        "("
+        + "; ".join(f"{label}: {why}" for _, label, why in HEALTH)
+        + "; H0 / H1: entropy at the first / last update)"
+    )
+
+
+def run_label(run: str) -> str:
+    """The file and directory name of a run in the work directory."""
+    name, _method, seed, persona = parse_run(run)
+    return f"{name}-s{seed}-{persona}"
+
+
 def report(rows: list[Row], args: argparse.Namespace) -> None:
     """The table of the runs so far, then per arm: mean change over its seeds, spread, worst seed."""
     print()
@@ -279,7 +334,23 @@ def main() -> int:
         default=None,
         help="stop a run's training after this long (it is scored with the updates it made)",
     )
+    ap.add_argument(
+        "--report",
+        metavar="DIR",
+        help="print the tables of a kept work directory (--keep) again, run nothing",
+    )
     args = ap.parse_args()
+    if args.report:
+        work = Path(args.report)
+        saved = json.loads((work / "learning.json").read_text())
+        rows = [Row(**r) for r in saved["rows"]]
+        args.updates, args.batch, args.chat_n = saved["updates"], saved["batch"], saved["n"]
+        args.sync = saved.get("sync", args.sync)
+        args.live_n = saved.get("live_n", args.live_n)
+        args.max_minutes = saved.get("max_minutes", args.max_minutes)
+        report(rows, args)
+        health_report(work, rows)
+        return 0
     if args.runs:
         runs = [r.strip() for r in args.runs.split(",") if r.strip()]
     else:
@@ -327,12 +398,16 @@ def main() -> int:
                     "updates": args.updates,
                     "batch": args.batch,
                     "n": args.chat_n,
+                    "sync": args.sync,
+                    "live_n": args.live_n,
+                    "max_minutes": args.max_minutes,
                     "rows": [asdict(r) for r in rows],
                 },
                 indent=2,
             )
         )
         report(rows, args)  # after every run: a bench stopped early still leaves its table
+        health_report(work, rows)
     print(f"total {(time.monotonic() - t0) / 60:.1f} min on {os.cpu_count()} cores; runs in {work}")
     return 0
 

@@ -317,6 +317,13 @@ class TrainingConfig(_Section):
         "mix; raw: the reward's own unit, a +-1 per token that on the embedded model is about 8x the "
         "OPD part (docs/training.md)",
     )
+    opd_reference: Literal["proximal", "rollout"] = Field(
+        "proximal",
+        description="the student log-prob the per-token OPD advantage teacher - student is taken "
+        "against: proximal, the policy this update starts from (what the student is now); rollout, the "
+        "policy that sampled the tokens, which on a stale sample counts again what earlier updates already "
+        'moved (docs/training.md, "What the checks showed")',
+    )
     topk_distill: bool = False
     use_idle_cores: bool = Field(
         True,

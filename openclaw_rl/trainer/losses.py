@@ -13,8 +13,11 @@ Every function works on right-padded ``[B, R]`` tensors of response tokens with 
                 w_t = min(exp(logp_prox_t - logp_behav_t), C)                           (eq. 2')
 
     Binary RL:  A_t = r - b   (b: the group's mean reward, or a running mean)     (eq. 5)
-    OPD:        A_t = clip(logp_teacher_t - logp_old_t, -c, c)                     (eq. 6)
-    Combined:   A_t = w_rl * r + w_opd * (logp_teacher_t - logp_old_t)             (eq. 7)
+    OPD:        A_t = clip(logp_teacher_t - logp_student_t, -c, c)                 (eq. 6)
+    Combined:   A_t = w_rl * r + w_opd * (logp_teacher_t - logp_student_t)         (eq. 7)
+
+    (``logp_student``: the proximal policy's log-probs by default, the rollout's with
+    ``[training] opd_reference = "rollout"``.)
     Top-K:      KL(q || p) over K+1 bins, bin K+1 = tail mass 1 - sum_k p_k          (eq. 8)
 
 Token means: ``mean_t`` is the sum over masked tokens divided by a *denominator* the caller passes
@@ -69,7 +72,7 @@ def compute_advantages(
     has_reward: Tensor,
     teacher_logprobs: Tensor,
     has_teacher: Tensor,
-    old_logprobs: Tensor,
+    student_logprobs: Tensor,
     *,
     binary_rl_weight: float = 1.0,
     opd_weight: float = 1.0,
@@ -83,11 +86,14 @@ def compute_advantages(
     ``teacher_logprobs`` / ``has_teacher``: ``[B, R]`` and ``[B]``: the OPD part. A missing part
     contributes zero, so pure Binary RL (eq. 5) is ``has_teacher = 0`` and pure OPD (eq. 6)
     ``has_reward = 0``. The baseline is subtracted where samples are made (judge/sample_rules.py).
+    ``student_logprobs`` ``[B, R]``: what the student gives the tokens now (the proximal policy; the
+    rollout policy with ``opd_reference = "rollout"``): OPD rewards a token by how much more the
+    teacher likes it than the student does.
     ``opd_adv_clip`` clips the per-token OPD term to ``±c`` so one surprising token cannot dominate.
     ``rl_scale`` multiplies the RL part (see :func:`balanced_rl_scale`).
     """
     rl = (binary_rl_weight * rl_scale * rewards * has_reward.to(rewards.dtype)).unsqueeze(-1)  # [B, 1]
-    opd = teacher_logprobs - old_logprobs
+    opd = teacher_logprobs - student_logprobs
     if opd_adv_clip is not None:
         opd = opd.clamp(-opd_adv_clip, opd_adv_clip)
     opd = opd_weight * opd * has_teacher.to(opd.dtype).unsqueeze(-1)
@@ -99,7 +105,7 @@ def balanced_rl_scale(
     has_reward: Tensor,
     teacher_logprobs: Tensor,
     has_teacher: Tensor,
-    old_logprobs: Tensor,
+    student_logprobs: Tensor,
     mask: Tensor,
     opd_adv_clip: float | None = None,
 ) -> float | None:
@@ -114,7 +120,7 @@ def balanced_rl_scale(
     close to their baseline) is not blown up to full size. Inputs as :func:`compute_advantages`,
     ``mask`` ``[B, R]``: the tokens trained on.
     """
-    opd = teacher_logprobs - old_logprobs
+    opd = teacher_logprobs - student_logprobs
     if opd_adv_clip is not None:
         opd = opd.clamp(-opd_adv_clip, opd_adv_clip)
     opd_tokens = mask * has_teacher.to(mask.dtype).unsqueeze(-1)

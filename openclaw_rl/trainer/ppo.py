@@ -346,10 +346,14 @@ class Trainer:
             device=dev,
         )
         teacher = pad([s.teacher_logprobs if s.teacher_logprobs is not None else [] for s in batch])
+        # OPD's per-token reward is teacher - student *now*: on a sample some updates old, teacher -
+        # rollout would push again by what those updates already moved ([training] opd_reference).
+        prox = pad(proximal)
+        student = prox if self.tc.opd_reference == "proximal" else rollout
         rl_scale = 1.0
         if self.tc.term_balance == "balanced":
             found = balanced_rl_scale(
-                rewards, has_reward, teacher, has_teacher, rollout, mask, opd_adv_clip=self.tc.opd_adv_clip
+                rewards, has_reward, teacher, has_teacher, student, mask, opd_adv_clip=self.tc.opd_adv_clip
             )
             # A micro-batch with only one of the parts keeps the last factor: the mix stays even
             # whichever samples a micro-batch happens to hold.
@@ -361,7 +365,7 @@ class Trainer:
             has_reward,
             teacher,
             has_teacher,
-            rollout,
+            student,
             binary_rl_weight=self.tc.binary_rl_weight,
             opd_weight=self.tc.opd_weight,
             opd_adv_clip=self.tc.opd_adv_clip,
@@ -384,7 +388,7 @@ class Trainer:
             # Decoupled PPO (eq. 2'): clip against the policy this update started from (old_lp, scored
             # in the no-grad pass), and correct the version gap between that proximal policy and
             # the one that sampled the tokens with a truncated importance weight.
-            denominator = pad(proximal)
+            denominator = prox
             log_w = (denominator - rollout).clamp(max=math.log(self.tc.behaviour_weight_cap))
             behaviour_weight = torch.exp(log_w)
         out = ppo_loss(
@@ -407,7 +411,7 @@ class Trainer:
             behaviour_weight=behaviour_weight,
         )
         out.metrics.setdefault("behaviour_weight_mean", 1.0)  # no correction: every token weighs 1
-        gap = (pad(proximal) - rollout).abs()
+        gap = (prox - rollout).abs()
         out.metrics["logprob_gap"] = float((gap * mask).sum() / mask.sum().clamp(min=1))
         return out.loss, out.metrics, out.num_tokens
 

@@ -111,6 +111,31 @@ def test_opd_moves_student_towards_teacher(make_cfg):
     assert dist() < before - 0.05
 
 
+def test_a_stale_opd_sample_pushes_by_what_the_student_still_lacks_not_by_its_old_gap(make_cfg):
+    """Asynchronous training: the policy that sampled a hinted turn gave its tokens e^-0.5 of what
+    the teacher gives them; updates since then have brought the student to the teacher. Taken
+    against the proximal policy (the default) the OPD advantage is what is still missing — nothing
+    here, so no gradient; against the rollout it would push again by the gap already closed."""
+    cfg = make_cfg(kl_coef=0.0, entropy_coef=0.0, off_policy_correction="none")
+    trainer = Trainer(cfg, cfg.policy_service.model)
+    now = _sample(trainer)  # the student's log-probs today, which the teacher shares
+    stale = now.model_copy(
+        update={
+            "teacher_logprobs": now.rollout_logprobs,
+            "rollout_logprobs": [x - 0.5 for x in now.rollout_logprobs],
+        }
+    )
+    m = trainer.train_update([stale])
+    assert m["grad_norm"] == 0.0 and m["pg_loss"] == 0.0
+
+    old_way = Trainer(
+        make_cfg(kl_coef=0.0, entropy_coef=0.0, opd_reference="rollout"), cfg.policy_service.model
+    )
+    start = _total_lp(old_way)
+    old_way.train_update([stale])
+    assert _total_lp(old_way) > start + 0.05  # overshoots: the tokens already have the teacher's mass
+
+
 def test_topk_distillation_reduces_reverse_kl(make_cfg):
     from openclaw_rl.trainer.logprobs import batch_token_stats
     from openclaw_rl.trainer.losses import topk_reverse_kl
