@@ -95,6 +95,7 @@ def write_config(work: Path, run: str, args: argparse.Namespace) -> Path:
     data = args.data if args.data in PACKAGED_DATA else Path(args.data).resolve()
     label = run_label(run)
     path = work / f"{label}.toml"
+    overrides = "".join(f"{key} = {value}\n" for key, value in args.set)
     path.write_text(f"""
 [global]
 run_name = "{label}"
@@ -130,8 +131,22 @@ eval_size = {max(1, args.live_n)}
 opd_enabled = {m["opd_enabled"]}
 binary_rl_weight = {m["binary_rl_weight"]}
 opd_weight = {m["opd_weight"]}
-""")
+{overrides}""")
     return path
+
+
+def training_override(text: str) -> tuple[str, str]:
+    """``--set KEY=VALUE`` -> (key, TOML value): numbers and true / false as they are, else a string."""
+    key, sep, value = text.partition("=")
+    key, value = key.strip(), value.strip()
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"--set wants KEY=VALUE of [training], got {text!r}")
+    try:
+        float(value)
+    except ValueError:
+        if value not in ("true", "false"):
+            value = json.dumps(value)  # a JSON string is a valid TOML basic string
+    return key, value
 
 
 def score(
@@ -294,6 +309,7 @@ def report(rows: list[Row], args: argparse.Namespace) -> None:
     print(
         f"\n(up to {args.updates} updates of batch {args.batch} per run"
         + (f", training capped at {args.max_minutes:g} min" if args.max_minutes else "")
+        + "".join(f", {key} = {value}" for key, value in args.set)
         + f"; n={args.chat_n} held-out problems, one "
         f"problem moves a score by {1 / args.chat_n:.3f} at most; spread = sample standard deviation "
         f"over seeds; agree = mean judge-persona agreement per update; live evaluations of {args.live_n} "
@@ -331,8 +347,17 @@ def main() -> int:
     ap.add_argument(
         "--max-minutes",
         type=float,
-        default=None,
-        help="stop a run's training after this long (it is scored with the updates it made)",
+        default=25.0,
+        help="stop a run's training after this long (it is scored with the updates it made); a Binary "
+        "RL run on a persona the base never satisfies may get no sample at all and needs the cap",
+    )
+    ap.add_argument(
+        "--set",
+        type=training_override,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a [training] setting of every run, e.g. --set opd_reference=rollout (repeatable)",
     )
     ap.add_argument(
         "--report",
@@ -348,6 +373,7 @@ def main() -> int:
         args.sync = saved.get("sync", args.sync)
         args.live_n = saved.get("live_n", args.live_n)
         args.max_minutes = saved.get("max_minutes", args.max_minutes)
+        args.set = [tuple(kv) for kv in saved.get("set", [])]
         report(rows, args)
         health_report(work, rows)
         return 0
@@ -401,6 +427,7 @@ def main() -> int:
                     "sync": args.sync,
                     "live_n": args.live_n,
                     "max_minutes": args.max_minutes,
+                    "set": args.set,
                     "rows": [asdict(r) for r in rows],
                 },
                 indent=2,
