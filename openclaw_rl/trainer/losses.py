@@ -16,8 +16,8 @@ Every function works on right-padded ``[B, R]`` tensors of response tokens with 
     OPD:        A_t = clip(logp_teacher_t - logp_student_t, -c, c)                 (eq. 6)
     Combined:   A_t = w_rl * r + w_opd * (logp_teacher_t - logp_student_t)         (eq. 7)
 
-    (``logp_student``: the proximal policy's log-probs by default, the rollout's with
-    ``[training] opd_reference = "rollout"``.)
+    (``logp_student``: the rollout's log-probs by default, the proximal policy's with
+    ``[training] opd_reference = "proximal"``.)
     Top-K:      KL(q || p) over K+1 bins, bin K+1 = tail mass 1 - sum_k p_k          (eq. 8)
 
 Token means: ``mean_t`` is the sum over masked tokens divided by a *denominator* the caller passes
@@ -86,8 +86,8 @@ def compute_advantages(
     ``teacher_logprobs`` / ``has_teacher``: ``[B, R]`` and ``[B]``: the OPD part. A missing part
     contributes zero, so pure Binary RL (eq. 5) is ``has_teacher = 0`` and pure OPD (eq. 6)
     ``has_reward = 0``. The baseline is subtracted where samples are made (judge/sample_rules.py).
-    ``student_logprobs`` ``[B, R]``: what the student gives the tokens now (the proximal policy; the
-    rollout policy with ``opd_reference = "rollout"``): OPD rewards a token by how much more the
+    ``student_logprobs`` ``[B, R]``: the student's log-probs of the tokens (the rollout's, or the
+    proximal policy's with ``opd_reference = "proximal"``): OPD rewards a token by how much more the
     teacher likes it than the student does.
     ``opd_adv_clip`` clips the per-token OPD term to ``±c`` so one surprising token cannot dominate.
     ``rl_scale`` multiplies the RL part (see :func:`balanced_rl_scale`).

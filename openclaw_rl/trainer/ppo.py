@@ -346,8 +346,8 @@ class Trainer:
             device=dev,
         )
         teacher = pad([s.teacher_logprobs if s.teacher_logprobs is not None else [] for s in batch])
-        # OPD's per-token reward is teacher - student *now*: on a sample some updates old, teacher -
-        # rollout would push again by what those updates already moved ([training] opd_reference).
+        # OPD's per-token reward: teacher - rollout, or teacher - the student now ([training]
+        # opd_reference; on a stale sample the first counts again what later updates already moved).
         prox = pad(proximal)
         student = prox if self.tc.opd_reference == "proximal" else rollout
         rl_scale = 1.0

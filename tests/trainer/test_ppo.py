@@ -111,12 +111,12 @@ def test_opd_moves_student_towards_teacher(make_cfg):
     assert dist() < before - 0.05
 
 
-def test_a_stale_opd_sample_pushes_by_what_the_student_still_lacks_not_by_its_old_gap(make_cfg):
+def test_opd_reference_proximal_pushes_a_stale_sample_by_what_the_student_still_lacks(make_cfg):
     """Asynchronous training: the policy that sampled a hinted turn gave its tokens e^-0.5 of what
-    the teacher gives them; updates since then have brought the student to the teacher. Taken
-    against the proximal policy (the default) the OPD advantage is what is still missing — nothing
-    here, so no gradient; against the rollout it would push again by the gap already closed."""
-    cfg = make_cfg(kl_coef=0.0, entropy_coef=0.0, off_policy_correction="none")
+    the teacher gives them; updates since then have brought the student to the teacher. With
+    ``opd_reference = "proximal"`` the OPD advantage is what is still missing — nothing here, so no
+    gradient; with the default ``"rollout"`` it pushes again by the gap already closed."""
+    cfg = make_cfg(kl_coef=0.0, entropy_coef=0.0, off_policy_correction="none", opd_reference="proximal")
     trainer = Trainer(cfg, cfg.policy_service.model)
     now = _sample(trainer)  # the student's log-probs today, which the teacher shares
     stale = now.model_copy(
@@ -128,12 +128,11 @@ def test_a_stale_opd_sample_pushes_by_what_the_student_still_lacks_not_by_its_ol
     m = trainer.train_update([stale])
     assert m["grad_norm"] == 0.0 and m["pg_loss"] == 0.0
 
-    old_way = Trainer(
-        make_cfg(kl_coef=0.0, entropy_coef=0.0, opd_reference="rollout"), cfg.policy_service.model
-    )
-    start = _total_lp(old_way)
-    old_way.train_update([stale])
-    assert _total_lp(old_way) > start + 0.05  # overshoots: the tokens already have the teacher's mass
+    default = Trainer(make_cfg(kl_coef=0.0, entropy_coef=0.0), cfg.policy_service.model)
+    assert default.tc.opd_reference == "rollout"
+    start = _total_lp(default)
+    default.train_update([stale])
+    assert _total_lp(default) > start + 0.05  # the tokens already have the teacher's mass: pushed on
 
 
 def test_topk_distillation_reduces_reverse_kl(make_cfg):
