@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from openclaw_rl.config import PACKAGED_DATA, load_config  # noqa: E402
+from openclaw_rl.config import PACKAGED_DATA, TrainingConfig, load_config  # noqa: E402
 from openclaw_rl.envs.eval_loop import sessions_to_learn  # noqa: E402
 from openclaw_rl.envs.evaluate import EvalSizes, evaluate  # noqa: E402
 from openclaw_rl.policy.server import PolicyService  # noqa: E402
@@ -95,7 +95,20 @@ def write_config(work: Path, run: str, args: argparse.Namespace) -> Path:
     data = args.data if args.data in PACKAGED_DATA else Path(args.data).resolve()
     label = run_label(run)
     path = work / f"{label}.toml"
-    overrides = "".join(f"{key} = {value}\n" for key, value in args.set)
+    settings = {
+        "lr": args.lr,
+        "batch_size": args.batch,
+        "mini_batch_size": max(1, args.batch // 2),
+        "micro_batch_tokens": 1024,
+        "checkpoint_interval": args.updates,
+        "max_steps": args.updates,
+        "max_staleness": 2 * args.sync,
+        "eval_interval": args.sync if args.live_n else 0,
+        "eval_size": max(1, args.live_n),
+        **m,
+        **dict(args.set),  # --set wins over what the options say
+    }
+    training = "".join(f"{key} = {value}\n" for key, value in settings.items())
     path.write_text(f"""
 [global]
 run_name = "{label}"
@@ -119,19 +132,7 @@ data_path = "{data}"
 backend = "minilm"
 vote_count = 3
 [training]
-lr = {args.lr}
-batch_size = {args.batch}
-mini_batch_size = {max(1, args.batch // 2)}
-micro_batch_tokens = 1024
-checkpoint_interval = {args.updates}
-max_steps = {args.updates}
-max_staleness = {2 * args.sync}
-eval_interval = {args.sync if args.live_n else 0}
-eval_size = {max(1, args.live_n)}
-opd_enabled = {m["opd_enabled"]}
-binary_rl_weight = {m["binary_rl_weight"]}
-opd_weight = {m["opd_weight"]}
-{overrides}""")
+{training}""")
     return path
 
 
@@ -139,8 +140,8 @@ def training_override(text: str) -> tuple[str, str]:
     """``--set KEY=VALUE`` -> (key, TOML value): numbers and true / false as they are, else a string."""
     key, sep, value = text.partition("=")
     key, value = key.strip(), value.strip()
-    if not sep or not key.isidentifier():
-        raise argparse.ArgumentTypeError(f"--set wants KEY=VALUE of [training], got {text!r}")
+    if not sep or key not in TrainingConfig.model_fields:
+        raise argparse.ArgumentTypeError(f"--set wants KEY=VALUE with a [training] key, got {text!r}")
     try:
         float(value)
     except ValueError:
@@ -357,7 +358,7 @@ def main() -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a [training] setting of every run, e.g. --set opd_reference=rollout (repeatable)",
+        help="a [training] setting of every run, over what the options set, e.g. --set opd_reference=proximal (repeatable)",
     )
     ap.add_argument(
         "--report",

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import sqlite3
 import statistics
 import sys
 from dataclasses import dataclass
@@ -29,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from openclaw_rl.config import load_config  # noqa: E402
 from openclaw_rl.judge.minilm import MiniLMJudge  # noqa: E402
+from openclaw_rl.runtime.store import Store  # noqa: E402
 from openclaw_rl.types import NextState  # noqa: E402
 
 
@@ -59,23 +58,19 @@ class Tally:
         return f"{self.decided:>8}{self.right:>8}{share:>8}"
 
 
-def group_attempts(store: Path) -> dict[tuple[str, int], list[Attempt]]:
-    """The judged main turns with a truth, by (group, turn index)."""
-    db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
-    try:
-        rows = db.execute(
-            "SELECT t.data, t.score, s.group_id, t.turn_index FROM turns t JOIN sessions s USING (session_id) "
-            "WHERE t.turn_type = 'main' AND t.score IS NOT NULL AND s.group_id IS NOT NULL"
-        ).fetchall()
-    finally:
-        db.close()
+def group_attempts(store: Store) -> dict[tuple[str, int], list[Attempt]]:
+    """The judged main turns with a truth of every group's finished members, by (group, turn index)."""
     groups: dict[tuple[str, int], list[Attempt]] = {}
-    for data, score, group, index in rows:
-        state = json.loads(data).get("next_state")
-        if not state or state.get("truth") is None:
-            continue
-        ns = NextState(role=state["role"], content=state["content"], truth=state["truth"])
-        groups.setdefault((group, index), []).append(Attempt(int(score), float(state["truth"]), ns))
+    for group in store.group_ids():
+        for session_id, _outcome in store.group_episodes(group):
+            turns, results = store.judged_turns(session_id)
+            for turn in turns:
+                state = turn.next_state
+                if turn.turn_type != "main" or turn.turn_index not in results or state is None:
+                    continue
+                if state.truth is not None:
+                    attempt = Attempt(results[turn.turn_index].score, state.truth, state)
+                    groups.setdefault((group, turn.turn_index), []).append(attempt)
     return groups
 
 
@@ -87,15 +82,20 @@ def main() -> int:
     for work in map(Path, args.dirs):
         for conf in sorted(work.glob("*.toml")):
             cfg = load_config(conf)
-            store = cfg.log_dir / "store.sqlite"
-            if not store.is_file():
+            path = cfg.log_dir / "store.sqlite"
+            if not path.is_file():
                 continue
+            store = Store(path)
+            try:
+                attempts = group_attempts(store)
+            finally:
+                store.close()
             judge = MiniLMJudge(cfg)
             majority, expected = Tally(), Tally()
             xs: list[float] = []
             ms: list[float] = []
             ts: list[float] = []
-            for members in group_attempts(store).values():
+            for members in attempts.values():
                 conf_scores = []
                 for m in members:
                     p = judge.distribution(m.state)

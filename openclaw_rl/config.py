@@ -321,9 +321,8 @@ class TrainingConfig(_Section):
         "rollout",
         description="the student log-prob the per-token OPD advantage teacher - student is taken "
         "against: rollout, the policy that sampled the tokens; proximal, the policy this update starts "
-        "from (the distillation gradient at the current weights). Measured over 3 seeds, rollout learned "
-        'more (+0.164 against +0.065): proximal moved the policy less (docs/training.md, "What the '
-        'checks showed")',
+        "from (the distillation gradient at the current weights), which moved the policy less and "
+        'learned less in the measured runs (docs/training.md, "What the checks showed")',
     )
     topk_distill: bool = False
     use_idle_cores: bool = Field(

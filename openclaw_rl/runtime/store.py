@@ -542,6 +542,13 @@ class Store:
                 ready.append(group_id)
         return ready
 
+    def group_ids(self) -> list[str]:
+        """Every episode group the store has seen, in the order its first member arrived."""
+        rows = self._all(
+            "SELECT group_id FROM sessions WHERE group_id IS NOT NULL GROUP BY group_id ORDER BY MIN(created_at)"
+        )
+        return [r[0] for r in rows]
+
     def group_episodes(self, group_id: str) -> list[tuple[str, float | None]]:
         """(session id, outcome) of a group's finished members, oldest first."""
         return [

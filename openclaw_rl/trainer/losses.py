@@ -15,10 +15,10 @@ Every function works on right-padded ``[B, R]`` tensors of response tokens with 
     Binary RL:  A_t = r - b   (b: the group's mean reward, or a running mean)     (eq. 5)
     OPD:        A_t = clip(logp_teacher_t - logp_student_t, -c, c)                 (eq. 6)
     Combined:   A_t = w_rl * r + w_opd * (logp_teacher_t - logp_student_t)         (eq. 7)
-
-    (``logp_student``: the rollout's log-probs by default, the proximal policy's with
-    ``[training] opd_reference = "proximal"``.)
     Top-K:      KL(q || p) over K+1 bins, bin K+1 = tail mass 1 - sum_k p_k          (eq. 8)
+
+``logp_student`` is the rollout's log-probs by default, the proximal policy's with ``[training]
+opd_reference = "proximal"``.
 
 Token means: ``mean_t`` is the sum over masked tokens divided by a *denominator* the caller passes
 (the trainer passes the number of masked tokens in the whole mini-batch, so micro-batches add up to

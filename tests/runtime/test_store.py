@@ -471,3 +471,13 @@ def test_threads_reading_while_another_process_writes_never_see_database_is_lock
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_group_ids_lists_every_group_once_in_arrival_order(store):
+    from openclaw_rl.types import EpisodeTag
+
+    for sid, group in (("a1", "g-b"), ("a2", "g-a"), ("a3", "g-b")):
+        store.record_turn(turn(sid, 0))
+        store.tag_session(sid, EpisodeTag(group_id=group, group_size=2))
+    store.record_turn(turn("alone", 0))  # a session outside any group
+    assert store.group_ids() == ["g-b", "g-a"]
