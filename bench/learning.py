@@ -12,6 +12,9 @@ same scorer on the same problems, in the same invocation.
 A run is ``method[-lockstep]:seed[@persona]`` (``--runs`` lists them by hand); ``<method>-lockstep``
 runs the same method with ``async_mode = false`` (serving paused while the trainer trains), the
 baseline the asynchronous run with ``max_staleness = 2 x weight_sync_interval`` is compared with.
+``default:seed`` runs the shipped default, ``configs/local.toml``, exactly as ``make run`` runs it
+(only its seed, log_dir and port changed; the options above and ``--set`` do not touch it): what a
+user sees in their first ``make run``, e.g. ``--runs default:42,default:7 --max-minutes 45``.
 Prints a row per run (base, trained, change, sessions to learn, wall time, samples trained, trained
 samples per hour) and, per arm, the mean change over its seeds with its spread and its worst seed.
 "Sessions to learn" is the conversations the run had when its live evaluation first reached the
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -80,17 +84,44 @@ def parse_run(run: str) -> tuple[str, str, int, str]:
     spec, _, persona = run.partition("@")
     name, _, seed = spec.partition(":")
     method = name.removesuffix("-lockstep")
+    if name == DEFAULT and seed.isdigit() and persona in ("", "student"):
+        return name, name, int(seed), "student"  # the persona configs/local.toml plays
     if method not in METHODS or not seed.isdigit() or persona not in ("", "student", "teacher"):
         raise SystemExit(
             f"bad run {run!r}: write method:seed[@persona] with method one of {sorted(METHODS)} "
-            "(optionally + -lockstep) and persona student or teacher, e.g. combined:42@teacher"
+            "(optionally + -lockstep) and persona student or teacher, e.g. combined:42@teacher, "
+            f"or {DEFAULT}:seed for configs/local.toml as make run runs it"
         )
     return name, method, int(seed), persona or "student"
 
 
+#: The run kind that plays the shipped default config unchanged, and that config.
+DEFAULT = "default"
+DEFAULT_CONFIG = ROOT / "configs" / "local.toml"
+
+
+def default_config(work: Path, label: str, seed: int) -> str:
+    """``configs/local.toml`` as ``make run`` runs it, with this run's seed, log_dir and a free port
+    (each line replaced must be there exactly once: a reworded default fails loudly, not silently)."""
+    text = DEFAULT_CONFIG.read_text()
+    for pattern, line in (
+        (r"^seed = .*$", f"seed = {seed}"),
+        (r"^log_dir = .*$", f'log_dir = "{work / label}"'),
+        (r"^port = .*$", f"port = {free_port()}"),
+    ):
+        text, n = re.subn(pattern, line, text, flags=re.MULTILINE)
+        if n != 1:
+            raise SystemExit(f"{DEFAULT_CONFIG}: expected one line matching {pattern!r}, found {n}")
+    return text
+
+
 def write_config(work: Path, run: str, args: argparse.Namespace) -> Path:
-    """The config of one run, ``method[-lockstep]:seed[@persona]``."""
+    """The config of one run, ``method[-lockstep]:seed[@persona]`` or ``default:seed``."""
     name, method, seed, persona = parse_run(run)
+    if method == DEFAULT:
+        path = work / f"{run_label(run)}.toml"
+        path.write_text(default_config(work, run_label(run), seed))
+        return path
     m = METHODS[method]
     data = args.data if args.data in PACKAGED_DATA else Path(args.data).resolve()
     label = run_label(run)
@@ -311,6 +342,11 @@ def report(rows: list[Row], args: argparse.Namespace) -> None:
         f"\n(up to {args.updates} updates of batch {args.batch} per run"
         + (f", training capped at {args.max_minutes:g} min" if args.max_minutes else "")
         + "".join(f", {key} = {value}" for key, value in args.set)
+        + (
+            f"; {DEFAULT}: {DEFAULT_CONFIG.relative_to(ROOT)} as it is"
+            if any(r.arm.startswith(DEFAULT) for r in rows)
+            else ""
+        )
         + f"; n={args.chat_n} held-out problems, one "
         f"problem moves a score by {1 / args.chat_n:.3f} at most; spread = sample standard deviation "
         f"over seeds; agree = mean judge-persona agreement per update; live evaluations of {args.live_n} "
