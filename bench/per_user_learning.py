@@ -11,7 +11,7 @@ on), the base model in the same invocation:
   (target: own beats other's by >= 0.15);
 * shared: the one policy's gain on each user.
 
-    .venv/bin/python bench/per_user_learning.py [--updates 16] [--batch 4] [--chat-n 32] [--seed 42]
+    .venv/bin/python bench/per_user_learning.py [--updates 16] [--batch 4] [--chat-n 32] [--seed 42] [--no-shared]
 
 ``--updates`` is per user: the per_user run makes ``2 x updates`` updates in all, the shared run
 the same number, so both see the same traffic.
@@ -88,6 +88,11 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--keep", help="keep run directories here")
+    ap.add_argument(
+        "--no-shared",
+        action="store_true",
+        help="skip the shared-mode comparison run (half the time; its row is left out)",
+    )
     args = ap.parse_args()
     work = Path(args.keep or tempfile.mkdtemp(prefix="ocl-per-user-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -113,29 +118,32 @@ def main() -> int:
     }
     print(f"per_user run: {wall / 60:.1f} min, {samples} samples trained", flush=True)
 
-    wall_s, samples_s = train(shared, shared.with_suffix(".log"))
-    shared_policy = final_policy(shared)
-    together = {p: score(shared, shared_policy, args.chat_n, args.max_tokens, persona=p) for p in USERS}
-    print(f"shared run: {wall_s / 60:.1f} min, {samples_s} samples trained", flush=True)
+    together: dict[str, float] = {}
+    if not args.no_shared:
+        wall_s, samples_s = train(shared, shared.with_suffix(".log"))
+        shared_policy = final_policy(shared)
+        together = {p: score(shared, shared_policy, args.chat_n, args.max_tokens, persona=p) for p in USERS}
+        print(f"shared run: {wall_s / 60:.1f} min, {samples_s} samples trained", flush=True)
 
     print(f"\n{'policy':<28}{'student':>9}{'analyst':>9}")
     print(f"{'base':<28}{base['student']:>9.3f}{base['analyst']:>9.3f}")
     for adapter in USERS:
         row = f"{adapter + ' adapter (per_user)':<28}"
         print(row + "".join(f"{cross[(adapter, p)]:>9.3f}" for p in USERS))
-    print(f"{'shared policy':<28}{together['student']:>9.3f}{together['analyst']:>9.3f}")
+    if together:
+        print(f"{'shared policy':<28}{together['student']:>9.3f}{together['analyst']:>9.3f}")
     print()
     for persona in USERS:
         other = next(p for p in USERS if p != persona)
         own, theirs = cross[(persona, persona)], cross[(other, persona)]
         print(
             f"{persona}: own adapter {own - base[persona]:+.3f} over base (target >= +0.15); "
-            f"own - other's adapter = {own - theirs:+.3f} (target >= 0.15); "
-            f"shared policy {together[persona] - base[persona]:+.3f} over base"
+            f"own - other's adapter = {own - theirs:+.3f} (target >= 0.15)"
+            + (f"; shared policy {together[persona] - base[persona]:+.3f} over base" if together else "")
         )
     print(
         f"\n({args.updates} updates of batch {args.batch} per user; n={args.chat_n} held-out problems per "
-        f"user; seed {args.seed}; total {(time.monotonic() - t0) / 60:.1f} min)"
+        f"user; lr {args.lr:g}; seed {args.seed}; total {(time.monotonic() - t0) / 60:.1f} min)"
     )
     return 0
 
