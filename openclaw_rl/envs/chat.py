@@ -603,6 +603,10 @@ class ChatEnv(Env):
         """This episode's personalisation score of ``response_text``."""
         return personalization_score(self.persona, response_text, self.context)
 
+    def report(self, response_text: str) -> dict[str, bool]:
+        """Which of the persona's preferences ``response_text`` meets in this episode."""
+        return preference_report(self.persona, response_text, self.context)
+
     def step(self, action: str | dict[str, Any]) -> StepResult:
         if not self.conversation:
             raise RuntimeError("call reset() before step()")

@@ -74,17 +74,18 @@ def _episode(client: PolicyClient, env: Any, reset_kw: dict[str, Any], max_token
             return {**info, "first_reply": first, "turns": turns, "reward": reward}
 
 
-def _chat_scores(
+def _chat_reports(
     cfg: Config, client: PolicyClient, persona: str, sizes: EvalSizes, concurrency: int
-) -> list[float]:
-    """The persona's score of the greedy first reply to each of the first ``sizes.chat`` held-out
-    problems, in problem order (each problem gets its own environment, so requests may overlap)."""
+) -> list[dict[str, bool]]:
+    """Which preferences of the persona the greedy first reply to each of the first ``sizes.chat``
+    held-out problems meets, in problem order (each problem gets its own environment, so requests
+    may overlap)."""
     kwargs = {**env_kwargs_for(cfg, "chat", "eval"), "max_turns": 1}
     first = make("chat", persona=persona, **kwargs)
     items = first.items  # type: ignore[attr-defined]
     n = min(sizes.chat, len(items))
 
-    def one(i: int) -> float:
+    def one(i: int) -> dict[str, bool]:
         # reset(seed, item) alone decides the episode, so a fresh env per problem asks the same
         # question as reusing one; fresh ones let problems run at once
         env = first if concurrency <= 1 else make("chat", persona=persona, **{**kwargs, "items": items})
@@ -98,7 +99,7 @@ def _chat_scores(
         )
         if reply is None:
             raise RuntimeError("evaluation stopped")
-        return env.score(reply["content"])  # type: ignore[attr-defined]
+        return env.report(reply["content"])  # type: ignore[attr-defined,no-any-return]
 
     if concurrency <= 1 or n <= 1:
         return [one(i) for i in range(n)]
@@ -141,17 +142,26 @@ def evaluate(
         if "chat" in types and sizes.chat > 0:
             summary["chat"] = {}
             for persona in cfg.env_service.personas:
-                scores = _chat_scores(cfg, client, persona, sizes, concurrency)
-                n = len(scores)
+                reports = _chat_reports(cfg, client, persona, sizes, concurrency)
+                n = len(reports)
+                scores = [sum(r.values()) / len(r) for r in reports]
+                # per preference: the share of replies that meet it, so a run shows which of the
+                # user's wishes it learned (the score is their mean)
+                met = {
+                    name: sum(r[name] for r in reports) / max(1, n)
+                    for name in (reports[0] if reports else {})
+                }
                 summary["chat"][persona] = {
                     "n": n,
                     "personalization": sum(scores) / max(1, n),
                     "scores": scores,
+                    "preferences": met,
                 }
                 if verbose:
                     print(
                         f"[eval] chat persona={persona} n={n} "
-                        f"personalization={summary['chat'][persona]['personalization']:.3f}",
+                        f"personalization={summary['chat'][persona]['personalization']:.3f} "
+                        f"({', '.join(f'{name} {rate:.2f}' for name, rate in met.items())})",
                         flush=True,
                     )
         if "terminal" in types and sizes.terminal > 0:

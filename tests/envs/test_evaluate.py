@@ -74,6 +74,7 @@ def test_eval_command_prints_scores_and_json(tmp_path, tiny_model_dir, gsm8k_pat
     try:
         service.swap_weights(checkpoint, 1)
         client = OpenAI(base_url=f"{url}/v1", api_key="none", timeout=60)
+        reports = []
         for i, expected in enumerate(scored):
             _obs, info = env.reset(seed=i, options={"item": i})
             assert env.context["item_index"] in held_out  # type: ignore[attr-defined]
@@ -81,6 +82,11 @@ def test_eval_command_prints_scores_and_json(tmp_path, tiny_model_dir, gsm8k_pat
                 model=conf.policy_service.model, messages=info["messages"], max_tokens=8, temperature=0.0
             )
             assert env.score(reply.choices[0].message.content or "") == expected
+            reports.append(env.report(reply.choices[0].message.content or ""))  # type: ignore[attr-defined]
+        # ...and each preference's rate is the share of those replies that meet it
+        rates = summary["chat"]["student"]["preferences"]
+        assert set(rates) == {"no_markdown", "no_ai_phrases", "student_voice", "final_answer"}
+        assert rates == {name: sum(r[name] for r in reports) / 2 for name in rates}
     finally:
         service.stop()
 
