@@ -99,7 +99,7 @@ def _chat_reports(
         )
         if reply is None:
             raise RuntimeError("evaluation stopped")
-        return env.report(reply["content"])  # type: ignore[attr-defined,no-any-return]
+        return env.report(reply["content"])  # type: ignore[attr-defined]
 
     if concurrency <= 1 or n <= 1:
         return [one(i) for i in range(n)]
