@@ -1,0 +1,103 @@
+"""Can the hinted teacher teach it? Per preference of a persona, what the teacher writes with the hint.
+
+On-policy distillation pulls the policy towards the tokens its teacher — the same base model with
+the hindsight hint appended to the prompt — prefers. A wish the hinted teacher does not itself
+follow has nothing to pull towards, however many updates run. For every preference of a persona
+this takes the user's complaints about it, turns each into the hint the embedded judge extracts
+(``extract_hint``), appends it the way the teacher does (``hinted_messages``), and scores the
+teacher's greedy reply to held-out problems with that preference's own check, against the same
+model's reply without a hint:
+
+    .venv/bin/python bench/teacher_hints.py [--personas student,analyst,teacher] [--n 16] [--max-tokens 64]
+
+A preference whose hinted rate is no higher than its plain rate is one OPD cannot teach on this
+model (docs/training.md, "What the student learns"); Binary RL still can, if some attempts meet it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from openclaw_rl.config import build_config  # noqa: E402
+from openclaw_rl.envs.base import make  # noqa: E402
+from openclaw_rl.envs.chat import PERSONAS  # noqa: E402
+from openclaw_rl.envs.loop import env_kwargs_for  # noqa: E402
+from openclaw_rl.judge.minilm import extract_hint  # noqa: E402
+from openclaw_rl.judge.teacher import hinted_messages, template_ids  # noqa: E402
+from openclaw_rl.runtime.models import load_model  # noqa: E402
+
+
+def greedy_replies(
+    model: Any, tokenizer: Any, prompts: list[list[dict[str, Any]]], max_tokens: int
+) -> list[str]:
+    """The model's greedy reply to each chat prompt, generated as one left-padded batch."""
+    import torch
+
+    rows = [template_ids(tokenizer, p) for p in prompts]
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ids_B_T = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+    mask_B_T = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=ids_B_T,
+            attention_mask=mask_B_T,
+            max_new_tokens=max_tokens,
+            do_sample=False,
+            pad_token_id=pad,
+        )
+    return [tokenizer.decode(o[width:], skip_special_tokens=True) for o in out]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--personas", default="student,analyst,teacher")
+    ap.add_argument("--n", type=int, default=16, help="held-out problems per persona")
+    ap.add_argument("--max-tokens", type=int, default=64, help="as bench/learning.py trains and scores")
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    cfg = build_config({"policy_service": {"model": args.model}})
+    model, tokenizer = load_model(args.model)
+    print(f"{'persona / preference':<34}{'plain':>7}{'hinted':>8}{'lift':>7}   hint (first complaint)")
+    for persona_name in args.personas.split(","):
+        persona = PERSONAS[persona_name]
+        env = make("chat", persona=persona_name, **{**env_kwargs_for(cfg, "chat", "eval"), "max_turns": 1})
+        episodes = []
+        for i in range(args.n):
+            _obs, info = env.reset(seed=i, options={"item": i})
+            episodes.append((info["messages"], dict(env.context)))  # type: ignore[attr-defined]
+        plain = greedy_replies(model, tokenizer, [m for m, _ in episodes], args.max_tokens)
+        for pref in persona.preferences:
+            hints = [extract_hint("user", f"{persona.redo_leads[0]} {c}") for c in pref.complaints]
+            usable = [h for h in hints if h]
+            if not usable:
+                print(
+                    f"{persona_name + ' / ' + pref.name:<34}   (the judge extracts no hint from its complaints)"
+                )
+                continue
+            # the problems take the complaints in turn, as a user's complaints vary
+            prompts = [hinted_messages(m, usable[i % len(usable)]) for i, (m, _) in enumerate(episodes)]
+            hinted = greedy_replies(model, tokenizer, prompts, args.max_tokens)
+            before = sum(bool(pref.check(r, c)) for r, (_, c) in zip(plain, episodes, strict=True)) / args.n
+            after = sum(bool(pref.check(r, c)) for r, (_, c) in zip(hinted, episodes, strict=True)) / args.n
+            print(
+                f"{persona_name + ' / ' + pref.name:<34}{before:>7.2f}{after:>8.2f}{after - before:>+7.2f}   {usable[0]!r}"
+            )
+    print(
+        f"\n(n={args.n} held-out problems per persona, greedy, {args.max_tokens} tokens, model {args.model}; "
+        f"plain: the rate without a hint; hinted: with the hint the embedded judge extracts from each "
+        f"complaint about the preference; {(time.monotonic() - t0) / 60:.1f} min)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
