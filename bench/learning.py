@@ -13,8 +13,8 @@ A run is ``method[-lockstep]:seed[@persona]`` (``--runs`` lists them by hand); `
 runs the same method with ``async_mode = false`` (serving paused while the trainer trains), the
 baseline the asynchronous run with ``max_staleness = 2 x weight_sync_interval`` is compared with.
 ``default:seed`` runs the shipped default, ``configs/local.toml``, exactly as ``make run`` runs it
-(only its seed, log_dir and port changed; the options above and ``--set`` do not touch it): what a
-user sees in their first ``make run``, e.g. ``--runs default:42,default:7 --max-minutes 45``.
+(only its seed, log_dir and port changed; the options above do not touch it, ``--set`` does): what
+a user sees in their first ``make run``, e.g. ``--runs default:42,default:7 --max-minutes 45``.
 Prints a row per run (base, trained, change, sessions to learn, wall time, samples trained, trained
 samples per hour) and, per arm, the mean change over its seeds with its spread and its worst seed.
 "Sessions to learn" is the conversations the run had when its live evaluation first reached the
@@ -100,9 +100,10 @@ DEFAULT = "default"
 DEFAULT_CONFIG = ROOT / "configs" / "local.toml"
 
 
-def default_config(work: Path, label: str, seed: int) -> str:
-    """``configs/local.toml`` as ``make run`` runs it, with this run's seed, log_dir and a free port
-    (each line replaced must be there exactly once: a reworded default fails loudly, not silently)."""
+def default_config(work: Path, label: str, seed: int, overrides: list[tuple[str, str]]) -> str:
+    """``configs/local.toml`` as ``make run`` runs it, with this run's seed, log_dir and a free port,
+    and the ``--set`` overrides of its ``[training]`` section (each line replaced must be there
+    exactly once: a reworded default fails loudly, not silently)."""
     text = DEFAULT_CONFIG.read_text()
     for pattern, line in (
         (r"^seed = .*$", f"seed = {seed}"),
@@ -112,7 +113,23 @@ def default_config(work: Path, label: str, seed: int) -> str:
         text, n = re.subn(pattern, line, text, flags=re.MULTILINE)
         if n != 1:
             raise SystemExit(f"{DEFAULT_CONFIG}: expected one line matching {pattern!r}, found {n}")
-    return text
+    head, sep, training = text.partition("\n[training]")
+    if overrides and (not sep or "\n[" in training):
+        raise SystemExit(f"{DEFAULT_CONFIG}: --set needs [training] as its last section")
+    for key, value in overrides:
+        training, n = re.subn(rf"^{key}\s*=.*$", f"{key} = {value}", training, flags=re.MULTILINE)
+        if n == 0:
+            training = training.rstrip("\n") + f"\n{key} = {value}\n"
+    return head + sep + training
+
+
+def default_note() -> str:
+    """The report's words for the ``default`` runs: what the shipped config trains."""
+    tc = load_config(DEFAULT_CONFIG).training
+    return (
+        f"; {DEFAULT}: {DEFAULT_CONFIG.relative_to(ROOT)} as it is ({tc.max_steps} updates of batch "
+        f"{tc.batch_size}, lr {tc.lr:g}, before --set)"
+    )
 
 
 def write_config(work: Path, run: str, args: argparse.Namespace) -> Path:
@@ -120,7 +137,7 @@ def write_config(work: Path, run: str, args: argparse.Namespace) -> Path:
     name, method, seed, persona = parse_run(run)
     if method == DEFAULT:
         path = work / f"{run_label(run)}.toml"
-        path.write_text(default_config(work, run_label(run), seed))
+        path.write_text(default_config(work, run_label(run), seed, args.set))
         return path
     m = METHODS[method]
     data = args.data if args.data in PACKAGED_DATA else Path(args.data).resolve()
@@ -342,11 +359,7 @@ def report(rows: list[Row], args: argparse.Namespace) -> None:
         f"\n(up to {args.updates} updates of batch {args.batch} per run"
         + (f", training capped at {args.max_minutes:g} min" if args.max_minutes else "")
         + "".join(f", {key} = {value}" for key, value in args.set)
-        + (
-            f"; {DEFAULT}: {DEFAULT_CONFIG.relative_to(ROOT)} as it is"
-            if any(r.arm.startswith(DEFAULT) for r in rows)
-            else ""
-        )
+        + (default_note() if any(r.arm.startswith(DEFAULT) for r in rows) else "")
         + f"; n={args.chat_n} held-out problems, one "
         f"problem moves a score by {1 / args.chat_n:.3f} at most; spread = sample standard deviation "
         f"over seeds; agree = mean judge-persona agreement per update; live evaluations of {args.live_n} "
