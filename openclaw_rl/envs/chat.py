@@ -441,7 +441,11 @@ def personalization_score(
     ``context`` (``ChatEnv``'s ``info["context"]``) makes the teacher's checks exact (the student's
     name and the correct answer); without it they fall back to generic forms.
     """
-    report = preference_report(persona, response_text, context)
+    return report_score(preference_report(persona, response_text, context))
+
+
+def report_score(report: dict[str, bool]) -> float:
+    """The personalisation score of a :func:`preference_report`: the share of preferences met."""
     return sum(report.values()) / len(report)
 
 
@@ -621,7 +625,7 @@ class ChatEnv(Env):
             info.update(success=True, score=self.last_score, user_error=err)
             return self._reply(message, self.last_score, True, False, info)
         report = preference_report(self.persona, text, self.context)
-        score = sum(report.values()) / len(report)
+        score = report_score(report)
         self.last_score = score
         self.best_score = max(self.best_score, score)
         info.update(score=score, preferences=report)

@@ -31,6 +31,7 @@ from typing import Any
 
 from openclaw_rl.config import Config
 from openclaw_rl.envs.base import make
+from openclaw_rl.envs.chat import report_score
 from openclaw_rl.envs.loop import PolicyClient, PolicyRequestError, env_kwargs_for
 from openclaw_rl.envs.terminal import EVAL_TASKS
 
@@ -144,13 +145,11 @@ def evaluate(
             for persona in cfg.env_service.personas:
                 reports = _chat_reports(cfg, client, persona, sizes, concurrency)
                 n = len(reports)
-                scores = [sum(r.values()) / len(r) for r in reports]
+                scores = [report_score(r) for r in reports]
                 # per preference: the share of replies that meet it, so a run shows which of the
                 # user's wishes it learned (the score is their mean)
-                met = {
-                    name: sum(r[name] for r in reports) / max(1, n)
-                    for name in (reports[0] if reports else {})
-                }
+                wishes = list(reports[0]) if reports else []
+                met = {name: sum(r[name] for r in reports) / n for name in wishes}
                 summary["chat"][persona] = {
                     "n": n,
                     "personalization": sum(scores) / max(1, n),
