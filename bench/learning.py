@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import signal
 import statistics
@@ -34,8 +33,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -49,9 +50,9 @@ from openclaw_rl.runtime.ports import free_port  # noqa: E402
 from openclaw_rl.runtime.store import Store  # noqa: E402
 
 METHODS = {
-    "combined": {"opd_enabled": "true", "binary_rl_weight": 1.0, "opd_weight": 1.0},
-    "binary": {"opd_enabled": "false", "binary_rl_weight": 1.0, "opd_weight": 1.0},
-    "opd": {"opd_enabled": "true", "binary_rl_weight": 0.0, "opd_weight": 1.0},
+    "combined": {"opd_enabled": True, "binary_rl_weight": 1.0, "opd_weight": 1.0},
+    "binary": {"opd_enabled": False, "binary_rl_weight": 1.0, "opd_weight": 1.0},
+    "opd": {"opd_enabled": True, "binary_rl_weight": 0.0, "opd_weight": 1.0},
 }
 
 
@@ -100,27 +101,34 @@ DEFAULT = "default"
 DEFAULT_CONFIG = ROOT / "configs" / "local.toml"
 
 
-def default_config(work: Path, label: str, seed: int, overrides: list[tuple[str, str]]) -> str:
+def toml_text(sections: dict[str, dict[str, Any]]) -> str:
+    """A config file's text from its sections (scalars and flat lists: all a run config holds)."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return str(v).lower()
+        if isinstance(v, int | float):
+            return repr(v)
+        if isinstance(v, str | Path):
+            return json.dumps(str(v))  # a JSON string is a valid TOML basic string
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        raise TypeError(f"no TOML form for {type(v).__name__} {v!r}")
+
+    return "".join(
+        f"[{name}]\n" + "".join(f"{key} = {value(v)}\n" for key, v in keys.items()) + "\n"
+        for name, keys in sections.items()
+    )
+
+
+def default_config(work: Path, label: str, seed: int, overrides: list[tuple[str, Any]]) -> str:
     """``configs/local.toml`` as ``make run`` runs it, with this run's seed, log_dir and a free port,
-    and the ``--set`` overrides of its ``[training]`` section (each line replaced must be there
-    exactly once: a reworded default fails loudly, not silently)."""
-    text = DEFAULT_CONFIG.read_text()
-    for pattern, line in (
-        (r"^seed = .*$", f"seed = {seed}"),
-        (r"^log_dir = .*$", f'log_dir = "{work / label}"'),
-        (r"^port = .*$", f"port = {free_port()}"),
-    ):
-        text, n = re.subn(pattern, line, text, flags=re.MULTILINE)
-        if n != 1:
-            raise SystemExit(f"{DEFAULT_CONFIG}: expected one line matching {pattern!r}, found {n}")
-    head, sep, training = text.partition("\n[training]")
-    if overrides and (not sep or "\n[" in training):
-        raise SystemExit(f"{DEFAULT_CONFIG}: --set needs [training] as its last section")
-    for key, value in overrides:
-        training, n = re.subn(rf"^{key}\s*=.*$", f"{key} = {value}", training, flags=re.MULTILINE)
-        if n == 0:
-            training = training.rstrip("\n") + f"\n{key} = {value}\n"
-    return head + sep + training
+    and the ``--set`` overrides of its ``[training]`` section."""
+    sections = tomllib.loads(DEFAULT_CONFIG.read_text())
+    sections["global"].update(seed=seed, log_dir=str(work / label))
+    sections["policy_service"]["port"] = free_port()
+    sections["training"].update(overrides)
+    return toml_text(sections)
 
 
 def default_note() -> str:
@@ -156,46 +164,52 @@ def write_config(work: Path, run: str, args: argparse.Namespace) -> Path:
         **m,
         **dict(args.set),  # --set wins over what the options say
     }
-    training = "".join(f"{key} = {value}\n" for key, value in settings.items())
-    path.write_text(f"""
-[global]
-run_name = "{label}"
-seed = {seed}
-log_dir = "{work / label}"
-async_mode = {str(not name.endswith("-lockstep")).lower()}
-[policy_service]
-model = "{args.model}"
-port = {free_port()}
-max_concurrent = 8
-weight_sync_interval = {args.sync}
-max_tokens_default = {args.max_tokens}
-[env_service]
-num_envs = {args.num_envs}
-group_size = {args.group_size}
-interaction_types = ["chat"]
-personas = ["{persona}"]
-max_turns = 3
-data_path = "{data}"
-[prm_service]
-backend = "minilm"
-vote_count = 3
-[training]
-{training}""")
+    sections: dict[str, dict[str, Any]] = {
+        "global": {
+            "run_name": label,
+            "seed": seed,
+            "log_dir": str(work / label),
+            "async_mode": not name.endswith("-lockstep"),
+        },
+        "policy_service": {
+            "model": args.model,
+            "port": free_port(),
+            "max_concurrent": 8,
+            "weight_sync_interval": args.sync,
+            "max_tokens_default": args.max_tokens,
+        },
+        "env_service": {
+            "num_envs": args.num_envs,
+            "group_size": args.group_size,
+            "interaction_types": ["chat"],
+            "personas": [persona],
+            "max_turns": 3,
+            "data_path": str(data),
+        },
+        "prm_service": {"backend": "minilm", "vote_count": 3},
+        "training": settings,
+    }
+    path.write_text(toml_text(sections))
     return path
 
 
-def training_override(text: str) -> tuple[str, str]:
-    """``--set KEY=VALUE`` -> (key, TOML value): numbers and true / false as they are, else a string."""
+def training_override(text: str) -> tuple[str, Any]:
+    """``--set KEY=VALUE`` -> (key, value): integers, numbers and true / false as such, else a string."""
     key, sep, value = text.partition("=")
     key, value = key.strip(), value.strip()
     if not sep or key not in TrainingConfig.model_fields:
         raise argparse.ArgumentTypeError(f"--set wants KEY=VALUE with a [training] key, got {text!r}")
-    try:
-        float(value)
-    except ValueError:
-        if value not in ("true", "false"):
-            value = json.dumps(value)  # a JSON string is a valid TOML basic string
-    return key, value
+    parsed: Any = value
+    if value in ("true", "false"):
+        parsed = value == "true"
+    else:
+        for kind in (int, float):
+            try:
+                parsed = kind(value)
+                break
+            except ValueError:
+                continue
+    return key, parsed
 
 
 def score(

@@ -24,12 +24,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from learning import final_policy, score, train  # noqa: E402
+from learning import final_policy, score, toml_text, train  # noqa: E402
 
 from openclaw_rl.config import load_config  # noqa: E402
 from openclaw_rl.runtime.ports import free_port  # noqa: E402
@@ -39,40 +40,40 @@ USERS = {"student": "sim-student", "analyst": "sim-analyst"}
 
 
 def write_config(work: Path, mode: str, args: argparse.Namespace) -> Path:
+    """The config of the run in ``mode`` (shared or per_user): both simulated users, one port."""
     label = f"{mode}-s{args.seed}"
     path = work / f"{label}.toml"
-    path.write_text(f"""
-[global]
-run_name = "{label}"
-seed = {args.seed}
-log_dir = "{work / label}"
-[policy_service]
-port = {free_port()}
-max_concurrent = 8
-weight_sync_interval = {args.sync}
-max_tokens_default = {args.max_tokens}
-[env_service]
-num_envs = {args.num_envs}
-group_size = {args.group_size}
-interaction_types = ["chat"]
-personas = ["student", "analyst"]
-max_turns = 3
-data_path = "gsm8k"
-[prm_service]
-backend = "minilm"
-vote_count = 3
-[training]
-lr = {args.lr}
-batch_size = {args.batch}
-mini_batch_size = {max(1, args.batch // 2)}
-micro_batch_tokens = 1024
-checkpoint_interval = {2 * args.updates}
-max_steps = {2 * args.updates}
-max_staleness = {2 * args.sync}
-eval_interval = 0
-[users]
-mode = "{mode}"
-""")
+    sections: dict[str, dict[str, Any]] = {
+        "global": {"run_name": label, "seed": args.seed, "log_dir": str(work / label)},
+        "policy_service": {
+            "port": free_port(),
+            "max_concurrent": 8,
+            "weight_sync_interval": args.sync,
+            "max_tokens_default": args.max_tokens,
+        },
+        "env_service": {
+            "num_envs": args.num_envs,
+            "group_size": args.group_size,
+            "interaction_types": ["chat"],
+            "personas": ["student", "analyst"],
+            "max_turns": 3,
+            "data_path": "gsm8k",
+        },
+        "prm_service": {"backend": "minilm", "vote_count": 3},
+        "training": {
+            "lr": args.lr,
+            "batch_size": args.batch,
+            "mini_batch_size": max(1, args.batch // 2),
+            "micro_batch_tokens": 1024,
+            # both users' updates count towards max_steps: 16 each
+            "checkpoint_interval": 2 * args.updates,
+            "max_steps": 2 * args.updates,
+            "max_staleness": 2 * args.sync,
+            "eval_interval": 0,
+        },
+        "users": {"mode": mode},
+    }
+    path.write_text(toml_text(sections))
     return path
 
 

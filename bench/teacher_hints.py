@@ -17,43 +17,43 @@ model (docs/training.md, "What the student learns"); Binary RL still can, if som
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
+import threading
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from openclaw_rl.config import build_config  # noqa: E402
+from openclaw_rl.config import Config, build_config  # noqa: E402
 from openclaw_rl.envs.base import make  # noqa: E402
 from openclaw_rl.envs.chat import PERSONAS  # noqa: E402
-from openclaw_rl.envs.loop import env_kwargs_for  # noqa: E402
+from openclaw_rl.envs.evaluate import private_service_config  # noqa: E402
+from openclaw_rl.envs.loop import PolicyClient, env_kwargs_for  # noqa: E402
 from openclaw_rl.judge.minilm import extract_hint  # noqa: E402
-from openclaw_rl.judge.teacher import hinted_messages, template_ids  # noqa: E402
-from openclaw_rl.runtime.models import load_model  # noqa: E402
+from openclaw_rl.judge.teacher import hinted_messages  # noqa: E402
+from openclaw_rl.policy.server import PolicyService  # noqa: E402
 
 
-def greedy_replies(
-    model: Any, tokenizer: Any, prompts: list[list[dict[str, Any]]], max_tokens: int
-) -> list[str]:
-    """The model's greedy reply to each chat prompt, generated as one left-padded batch."""
-    import torch
+def greedy_replies(client: PolicyClient, prompts: list[list[dict[str, Any]]], max_tokens: int) -> list[str]:
+    """The policy service's greedy reply to each chat prompt, eight requests at a time (the engine
+    batches them, as the held-out evaluation does)."""
 
-    rows = [template_ids(tokenizer, p) for p in prompts]
-    width = max(len(r) for r in rows)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    ids_B_T = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
-    mask_B_T = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-    with torch.no_grad():
-        out = model.generate(
-            input_ids=ids_B_T,
-            attention_mask=mask_B_T,
-            max_new_tokens=max_tokens,
-            do_sample=False,
-            pad_token_id=pad,
+    def one(messages: list[dict[str, Any]]) -> str:
+        reply = client.complete(
+            messages, f"hints-{uuid.uuid4().hex[:12]}", done=True, max_tokens=max_tokens, temperature=0.0
         )
-    return [tokenizer.decode(o[width:], skip_special_tokens=True) for o in out]
+        if reply is None:
+            raise RuntimeError("the policy service stopped")
+        return str(reply["content"] or "")
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(one, prompts))
 
 
 def main() -> int:
@@ -65,7 +65,23 @@ def main() -> int:
     args = ap.parse_args()
     t0 = time.monotonic()
     cfg = build_config({"policy_service": {"model": args.model}})
-    model, tokenizer = load_model(args.model)
+    # A private embedded service, as the held-out evaluation scores with: the plain rates here are
+    # the evaluation's own base rates (same engine, same greedy decoding), on fewer problems.
+    scfg = private_service_config(cfg, tempfile.mkdtemp(prefix="ocl-hints-"))
+    service = PolicyService(scfg)
+    client = PolicyClient.from_config(scfg, service.start(), threading.Event())
+    try:
+        report_hints(client, cfg, args)
+    finally:
+        client.close()
+        service.stop()
+        shutil.rmtree(scfg.global_.log_dir, ignore_errors=True)
+    print(f"({(time.monotonic() - t0) / 60:.1f} min)")
+    return 0
+
+
+def report_hints(client: PolicyClient, cfg: Config, args: argparse.Namespace) -> None:
+    """Print, per preference of each persona, its rate without and with the judge's hint."""
     print(f"{'persona / preference':<34}{'plain':>7}{'hinted':>8}{'lift':>7}   hint (first complaint)")
     for persona_name in args.personas.split(","):
         persona = PERSONAS[persona_name]
@@ -74,7 +90,7 @@ def main() -> int:
         for i in range(args.n):
             _obs, info = env.reset(seed=i, options={"item": i})
             episodes.append((info["messages"], dict(env.context)))  # type: ignore[attr-defined]
-        plain = greedy_replies(model, tokenizer, [m for m, _ in episodes], args.max_tokens)
+        plain = greedy_replies(client, [m for m, _ in episodes], args.max_tokens)
         for pref in persona.preferences:
             hints = [extract_hint("user", f"{persona.redo_leads[0]} {c}") for c in pref.complaints]
             usable = [h for h in hints if h]
@@ -85,7 +101,7 @@ def main() -> int:
                 continue
             # the problems take the complaints in turn, as a user's complaints vary
             prompts = [hinted_messages(m, usable[i % len(usable)]) for i, (m, _) in enumerate(episodes)]
-            hinted = greedy_replies(model, tokenizer, prompts, args.max_tokens)
+            hinted = greedy_replies(client, prompts, args.max_tokens)
             before = sum(bool(pref.check(r, c)) for r, (_, c) in zip(plain, episodes, strict=True)) / args.n
             after = sum(bool(pref.check(r, c)) for r, (_, c) in zip(hinted, episodes, strict=True)) / args.n
             print(
@@ -94,9 +110,8 @@ def main() -> int:
     print(
         f"\n(n={args.n} held-out problems per persona, greedy, {args.max_tokens} tokens, model {args.model}; "
         f"plain: the rate without a hint; hinted: with the hint the embedded judge extracts from each "
-        f"complaint about the preference; {(time.monotonic() - t0) / 60:.1f} min)"
+        f"complaint about the preference; served by the embedded engine)"
     )
-    return 0
 
 
 if __name__ == "__main__":
