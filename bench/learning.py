@@ -41,7 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from openclaw_rl.config import PACKAGED_DATA, TrainingConfig, load_config  # noqa: E402
+from openclaw_rl.config import PACKAGED_DATA, Config, load_config  # noqa: E402
 from openclaw_rl.envs.eval_loop import sessions_to_learn  # noqa: E402
 from openclaw_rl.envs.evaluate import EvalSizes, evaluate  # noqa: E402
 from openclaw_rl.policy.server import PolicyService  # noqa: E402
@@ -121,14 +121,13 @@ def toml_text(sections: dict[str, dict[str, Any]]) -> str:
     )
 
 
-def default_config(work: Path, label: str, seed: int, overrides: list[tuple[str, Any]]) -> str:
+def default_config(work: Path, label: str, seed: int, overrides: list[tuple[str, str, Any]]) -> str:
     """``configs/local.toml`` as ``make run`` runs it, with this run's seed, log_dir and a free port,
-    and the ``--set`` overrides of its ``[training]`` section."""
+    and the ``--set`` overrides."""
     sections = tomllib.loads(DEFAULT_CONFIG.read_text())
     sections["global"].update(seed=seed, log_dir=str(work / label))
     sections["policy_service"]["port"] = free_port()
-    sections["training"].update(overrides)
-    return toml_text(sections)
+    return toml_text(with_overrides(sections, overrides))
 
 
 def default_note() -> str:
@@ -162,7 +161,6 @@ def write_config(work: Path, run: str, args: argparse.Namespace) -> Path:
         "eval_interval": args.sync if args.live_n else 0,
         "eval_size": max(1, args.live_n),
         **m,
-        **dict(args.set),  # --set wins over what the options say
     }
     sections: dict[str, dict[str, Any]] = {
         "global": {
@@ -189,16 +187,22 @@ def write_config(work: Path, run: str, args: argparse.Namespace) -> Path:
         "prm_service": {"backend": "minilm", "vote_count": 3},
         "training": settings,
     }
-    path.write_text(toml_text(sections))
+    path.write_text(toml_text(with_overrides(sections, args.set)))
     return path
 
 
-def training_override(text: str) -> tuple[str, Any]:
-    """``--set KEY=VALUE`` -> (key, value): integers, numbers and true / false as such, else a string."""
-    key, sep, value = text.partition("=")
-    key, value = key.strip(), value.strip()
-    if not sep or key not in TrainingConfig.model_fields:
-        raise argparse.ArgumentTypeError(f"--set wants KEY=VALUE with a [training] key, got {text!r}")
+def setting_override(text: str) -> tuple[str, str, Any]:
+    """``--set [SECTION.]KEY=VALUE`` -> (section, key, value); the section is ``training`` unless
+    named. Integers, numbers and true / false are taken as such, anything else as a string."""
+    name, sep, value = text.partition("=")
+    section, dot, key = name.strip().rpartition(".")
+    section, key, value = (section if dot else "training"), key.strip(), value.strip()
+    field = Config.model_fields.get("global_" if section == "global" else section)
+    keys = getattr(field.annotation, "model_fields", {}) if field is not None else {}
+    if not sep or key not in keys:
+        raise argparse.ArgumentTypeError(
+            f"--set wants [SECTION.]KEY=VALUE naming a config key (SECTION defaults to training), got {text!r}"
+        )
     parsed: Any = value
     if value in ("true", "false"):
         parsed = value == "true"
@@ -209,7 +213,16 @@ def training_override(text: str) -> tuple[str, Any]:
                 break
             except ValueError:
                 continue
-    return key, parsed
+    return section, key, parsed
+
+
+def with_overrides(
+    sections: dict[str, dict[str, Any]], overrides: list[tuple[str, str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """``sections`` with the ``--set`` values written over them (they win over everything else)."""
+    for section, key, value in overrides:
+        sections.setdefault(section, {})[key] = value
+    return sections
 
 
 def score(
@@ -372,7 +385,7 @@ def report(rows: list[Row], args: argparse.Namespace) -> None:
     print(
         f"\n(up to {args.updates} updates of batch {args.batch} per run"
         + (f", training capped at {args.max_minutes:g} min" if args.max_minutes else "")
-        + "".join(f", {key} = {value}" for key, value in args.set)
+        + "".join(f", {sec}.{key} = {value}" for sec, key, value in args.set)
         + (default_note() if any(r.arm.startswith(DEFAULT) for r in rows) else "")
         + f"; n={args.chat_n} held-out problems, one "
         f"problem moves a score by {1 / args.chat_n:.3f} at most; spread = sample standard deviation "
@@ -417,11 +430,12 @@ def main() -> int:
     )
     ap.add_argument(
         "--set",
-        type=training_override,
+        type=setting_override,
         action="append",
         default=[],
-        metavar="KEY=VALUE",
-        help="a [training] setting of every run, over what the options set, e.g. --set opd_reference=proximal (repeatable)",
+        metavar="[SECTION.]KEY=VALUE",
+        help="a setting of every run, over what the options set: a [training] key, e.g. --set opd_reference=proximal, "
+        "or SECTION.KEY, e.g. --set prm_service.teacher_topk=8 (repeatable)",
     )
     ap.add_argument(
         "--report",
