@@ -15,6 +15,8 @@ baseline the asynchronous run with ``max_staleness = 2 x weight_sync_interval`` 
 ``default:seed`` runs the shipped default, ``configs/local.toml``, exactly as ``make run`` runs it
 (only its seed, log_dir and port changed; the options above do not touch it, ``--set`` does): what
 a user sees in their first ``make run``, e.g. ``--runs default:42,default:7 --max-minutes 45``.
+``--set [SECTION.]KEY=VALUE`` changes one config key of every run, e.g. top-K distillation:
+``--set prm_service.teacher_topk=16 --set topk_distill=true``.
 Prints a row per run (base, trained, change, sessions to learn, wall time, samples trained, trained
 samples per hour) and, per arm, the mean change over its seeds with its spread and its worst seed.
 "Sessions to learn" is the conversations the run had when its live evaluation first reached the
