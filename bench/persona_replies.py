@@ -11,6 +11,11 @@ share of complaints the judge scored +1: each one of those is a push toward what
 complained about.
 
     .venv/bin/python bench/persona_replies.py [--config configs/local.toml] [--episodes 60]
+
+``--runs DIR [DIR ...]`` reads instead the next states of finished learning runs (``bench/learning.py
+--keep DIR``): the replies the personas actually sent to a training policy, with the truth they sent
+beside each. Every distinct complaint (truth below 1) is judged again by the judge of ``--config``
+and set against the score the run's own judge gave it then: the complaints judged +1, then and now.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from openclaw_rl.config import load_config  # noqa: E402
+from openclaw_rl.config import Config, load_config  # noqa: E402
 from openclaw_rl.envs.chat import ChatEnv  # noqa: E402
 from openclaw_rl.judge import make_judge  # noqa: E402
+from openclaw_rl.runtime.store import Store  # noqa: E402
 from openclaw_rl.types import NextState  # noqa: E402
 
 #: Responses from worst to best for the student (markdown + assistant voice ... the student's own).
@@ -62,7 +68,10 @@ def main() -> int:
     ap.add_argument("--config", default=str(ROOT / "configs" / "local.toml"))
     ap.add_argument("--episodes", type=int, default=60, help="episodes per persona")
     ap.add_argument("--show-wrong", action="store_true", help="print the replies the judge read wrong")
+    ap.add_argument("--runs", nargs="+", type=Path, help="work directories of bench/learning.py --keep")
     args = ap.parse_args()
+    if args.runs:
+        return rejudge_runs(load_config(args.config), args.runs, args.show_wrong)
     misread: dict[str, int] = defaultdict(int)
     cfg = load_config(args.config)
     judge = make_judge(cfg)
@@ -98,6 +107,55 @@ def main() -> int:
         print("\nread with the wrong sign (times, persona, kind, expected sign: reply):")
         for text, times in sorted(misread.items(), key=lambda kv: -kv[1]):
             print(f"{times:>4}  {text[:200]!r}")
+    return 0
+
+
+def run_complaints(work: Path) -> dict[tuple[str, str], int]:
+    """The distinct complaints (next states with a truth below 1) of the runs kept in ``work``:
+    (persona, text) -> the majority score the run's judge gave it (the first time it was judged)."""
+    out: dict[tuple[str, str], int] = {}
+    for conf in sorted(work.glob("*.toml")):
+        cfg = load_config(conf)
+        path = cfg.log_dir / "store.sqlite"
+        if not path.is_file():
+            continue
+        (persona,) = cfg.env_service.personas
+        store = Store(path)
+        try:
+            for group in store.group_ids():
+                for session_id, _outcome in store.group_episodes(group):
+                    turns, results = store.judged_turns(session_id)
+                    for turn in turns:
+                        state, result = turn.next_state, results.get(turn.turn_index)
+                        if state is None or result is None or state.truth is None or state.truth >= 1:
+                            continue
+                        out.setdefault((persona, state.content), result.score)
+        finally:
+            store.close()
+    return out
+
+
+def rejudge_runs(cfg: Config, dirs: list[Path], show_wrong: bool) -> int:
+    """Print, per persona, the complaints judged +1 by the runs' judge and by ``cfg``'s judge now."""
+    judge = make_judge(cfg)
+    complaints: dict[tuple[str, str], int] = {}
+    for work in dirs:
+        for key, score in run_complaints(work).items():
+            complaints.setdefault(key, score)
+    now = {
+        key: asyncio.run(judge.score("", NextState(role="user", content=key[1]))).score for key in complaints
+    }
+    print(f"judge: [prm_service] backend={cfg.prm_service.backend} vote_count={cfg.prm_service.vote_count}")
+    print(f"{'persona':<9}{'complaints':>11}{'+1 then':>9}{'+1 now':>8}")
+    for persona in sorted({p for p, _ in complaints}):
+        keys = [k for k in complaints if k[0] == persona]
+        then = sum(complaints[k] == 1 for k in keys)
+        print(f"{persona:<9}{len(keys):>11}{then:>9}{sum(now[k] == 1 for k in keys):>8}")
+    if show_wrong:
+        print("\ncomplaints judged +1 now:")
+        for (persona, text), score in now.items():
+            if score == 1:
+                print(f"  {persona}: {text[:200]!r}")
     return 0
 
 

@@ -163,7 +163,8 @@ LEXICAL_CUES_EN: tuple[tuple[str, str], ...] = (
     (
         "redo",
         r"\b(?:again|redo|re-?do|rewrite|re-?write|try again|still|same (?:error|problem|issue|thing)|"
-        r"revert|stop|don'?t|do not|never|forgot|ignored?)\b",
+        r"revert|stop|don'?t|do not|never|forgot|ignored?|drop the|cut (?:the|out)|remove the|get rid of|"
+        r"lose the|take out)\b",
     ),
     (
         "broken",
@@ -175,7 +176,7 @@ LEXICAL_CUES_EN: tuple[tuple[str, str], ...] = (
     (
         "praise",
         r"\b(?:perfect|great|awesome|excellent|brilliant|nice|cool|good|lovely|amazing|wonderful|legend|"
-        r"lifesaver|spot on|nailed|exactly|correct|yes|yep|yeah)\b",
+        r"lifesaver|spot on|nailed|exactly|correct(?! or not)|yes|yep|yeah)\b",
     ),
     (
         "works",

@@ -152,6 +152,20 @@ def test_lexical_cues_read_other_languages():
     assert "wrong" not in cues("thanks, perfect")
 
 
+def test_lexical_cues_read_a_request_to_drop_words_as_a_change_request():
+    # A user who quotes what to drop ("happy to help") or asks whether something is "correct or not"
+    # is asking for a change, whatever the quoted or asked-about words say.
+    names = [n for n, _ in __import__("openclaw_rl.judge.minilm", fromlist=["LEXICAL_CUES"]).LEXICAL_CUES]
+
+    def cues(text: str) -> set[str]:
+        return {n for n, v in zip(names, lexical_features(text), strict=False) if v}
+
+    for text in ('please drop the "glad to help" line', "get rid of the sign-off", "cut the intro"):
+        assert "redo" in cues(text), text
+    assert "praise" not in cues("tell her whether the total is correct or not")
+    assert "praise" in cues("that's correct, thanks")
+
+
 @pytest.mark.parametrize(
     "response, result, kind",
     [
