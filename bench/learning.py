@@ -141,6 +141,31 @@ def default_note() -> str:
     )
 
 
+def chat_run_sections(
+    args: argparse.Namespace, model: str, personas: list[str], data: str
+) -> dict[str, dict[str, Any]]:
+    """The serving, environment and judge sections of a bench run: simulated chat users playing
+    ``personas`` on ``data``, the embedded judge with 3 votes, on a free port."""
+    return {
+        "policy_service": {
+            "model": model,
+            "port": free_port(),
+            "max_concurrent": 8,
+            "weight_sync_interval": args.sync,
+            "max_tokens_default": args.max_tokens,
+        },
+        "env_service": {
+            "num_envs": args.num_envs,
+            "group_size": args.group_size,
+            "interaction_types": ["chat"],
+            "personas": personas,
+            "max_turns": 3,
+            "data_path": data,
+        },
+        "prm_service": {"backend": "minilm", "vote_count": 3},
+    }
+
+
 def write_config(work: Path, run: str, args: argparse.Namespace) -> Path:
     """The config of one run, ``method[-lockstep]:seed[@persona]`` or ``default:seed``."""
     name, method, seed, persona = parse_run(run)
@@ -171,22 +196,7 @@ def write_config(work: Path, run: str, args: argparse.Namespace) -> Path:
             "log_dir": str(work / label),
             "async_mode": not name.endswith("-lockstep"),
         },
-        "policy_service": {
-            "model": args.model,
-            "port": free_port(),
-            "max_concurrent": 8,
-            "weight_sync_interval": args.sync,
-            "max_tokens_default": args.max_tokens,
-        },
-        "env_service": {
-            "num_envs": args.num_envs,
-            "group_size": args.group_size,
-            "interaction_types": ["chat"],
-            "personas": [persona],
-            "max_turns": 3,
-            "data_path": str(data),
-        },
-        "prm_service": {"backend": "minilm", "vote_count": 3},
+        **chat_run_sections(args, args.model, [persona], str(data)),
         "training": settings,
     }
     path.write_text(toml_text(with_overrides(sections, args.set)))

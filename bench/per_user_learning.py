@@ -30,10 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from learning import final_policy, score, toml_text, train  # noqa: E402
+from learning import chat_run_sections, final_policy, score, toml_text, train  # noqa: E402
 
-from openclaw_rl.config import load_config  # noqa: E402
-from openclaw_rl.runtime.ports import free_port  # noqa: E402
+from openclaw_rl.config import EMBEDDED_MODEL, load_config  # noqa: E402
 from openclaw_rl.runtime.rundir import RunDir  # noqa: E402
 
 USERS = {"student": "sim-student", "analyst": "sim-analyst"}
@@ -45,21 +44,7 @@ def write_config(work: Path, mode: str, args: argparse.Namespace) -> Path:
     path = work / f"{label}.toml"
     sections: dict[str, dict[str, Any]] = {
         "global": {"run_name": label, "seed": args.seed, "log_dir": str(work / label)},
-        "policy_service": {
-            "port": free_port(),
-            "max_concurrent": 8,
-            "weight_sync_interval": args.sync,
-            "max_tokens_default": args.max_tokens,
-        },
-        "env_service": {
-            "num_envs": args.num_envs,
-            "group_size": args.group_size,
-            "interaction_types": ["chat"],
-            "personas": ["student", "analyst"],
-            "max_turns": 3,
-            "data_path": "gsm8k",
-        },
-        "prm_service": {"backend": "minilm", "vote_count": 3},
+        **chat_run_sections(args, EMBEDDED_MODEL, ["student", "analyst"], "gsm8k"),
         "training": {
             "lr": args.lr,
             "batch_size": args.batch,
