@@ -29,6 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from reward_signal import group_attempts  # noqa: E402
+
 from openclaw_rl.config import Config, load_config  # noqa: E402
 from openclaw_rl.envs.chat import ChatEnv  # noqa: E402
 from openclaw_rl.judge import make_judge  # noqa: E402
@@ -122,14 +124,10 @@ def run_complaints(work: Path) -> dict[tuple[str, str], int]:
         (persona,) = cfg.env_service.personas
         store = Store(path)
         try:
-            for group in store.group_ids():
-                for session_id, _outcome in store.group_episodes(group):
-                    turns, results = store.judged_turns(session_id)
-                    for turn in turns:
-                        state, result = turn.next_state, results.get(turn.turn_index)
-                        if state is None or result is None or state.truth is None or state.truth >= 1:
-                            continue
-                        out.setdefault((persona, state.content), result.score)
+            for members in group_attempts(store).values():
+                for attempt in members:
+                    if attempt.truth < 1:
+                        out.setdefault((persona, attempt.state.content), attempt.score)
         finally:
             store.close()
     return out

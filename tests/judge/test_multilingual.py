@@ -16,7 +16,7 @@ from openclaw_rl.judge import make_judge
 from openclaw_rl.judge.claims import contradictions
 from openclaw_rl.judge.encoders import clip_long, embed_text, looks_english, spell_emoji
 from openclaw_rl.judge.evidence import read_evidence
-from openclaw_rl.judge.minilm import MiniLMJudge, lexical_features
+from openclaw_rl.judge.minilm import LEXICAL_CUES, MiniLMJudge, lexical_features
 from openclaw_rl.types import NextState
 
 # Fresh phrasings: in neither the training lines nor a held-out set.
@@ -137,12 +137,12 @@ def test_only_english_replies_are_given_to_the_english_encoder():
         assert not looks_english(text), text
 
 
+def cues(text: str) -> set[str]:
+    """The names of the lexical cues that fire on ``text``."""
+    return {n for (n, _), v in zip(LEXICAL_CUES, lexical_features(text), strict=False) if v}
+
+
 def test_lexical_cues_read_other_languages():
-    names = [n for n, _ in __import__("openclaw_rl.judge.minilm", fromlist=["LEXICAL_CUES"]).LEXICAL_CUES]
-
-    def cues(text: str) -> set[str]:
-        return {n for n, v in zip(names, lexical_features(text), strict=False) if v}
-
     assert {"wrong"} <= cues("错了，应该是五点")
     assert {"thanks"} <= cues("ありがとう")
     assert {"wrong"} <= cues("Das ist falsch")
@@ -155,11 +155,6 @@ def test_lexical_cues_read_other_languages():
 def test_lexical_cues_read_a_request_to_drop_words_as_a_change_request():
     # A user who quotes what to drop ("happy to help") or asks whether something is "correct or not"
     # is asking for a change, whatever the quoted or asked-about words say.
-    names = [n for n, _ in __import__("openclaw_rl.judge.minilm", fromlist=["LEXICAL_CUES"]).LEXICAL_CUES]
-
-    def cues(text: str) -> set[str]:
-        return {n for n, v in zip(names, lexical_features(text), strict=False) if v}
-
     for text in ('please drop the "glad to help" line', "get rid of the sign-off", "cut the intro"):
         assert "redo" in cues(text), text
     assert "praise" not in cues("tell her whether the total is correct or not")
