@@ -458,14 +458,14 @@ def main() -> int:
     if args.report:
         work = Path(args.report)
         saved = json.loads((work / "learning.json").read_text())
-        rows = [Row(**r) for r in saved["rows"]]
+        kept = [Row(**r) for r in saved["rows"]]
         args.updates, args.batch, args.chat_n = saved["updates"], saved["batch"], saved["n"]
         args.sync = saved.get("sync", args.sync)
         args.live_n = saved.get("live_n", args.live_n)
         args.max_minutes = saved.get("max_minutes", args.max_minutes)
         args.set = [tuple(kv) for kv in saved.get("set", [])]
-        report(rows, args)
-        health_report(work, rows)
+        report(kept, args)
+        health_report(work, kept)
         return 0
     if args.runs:
         runs = [r.strip() for r in args.runs.split(",") if r.strip()]

@@ -11,10 +11,11 @@ on), the base model in the same invocation:
   (target: own beats other's by >= 0.15);
 * shared: the one policy's gain on each user.
 
-    .venv/bin/python bench/per_user_learning.py [--updates 16] [--batch 4] [--chat-n 32] [--seed 42] [--no-shared]
+    .venv/bin/python bench/per_user_learning.py [--updates 16] [--batch 4] [--chat-n 32] [--seeds 42,7] [--no-shared]
 
 ``--updates`` is per user: the per_user run makes ``2 x updates`` updates in all, the shared run
-the same number, so both see the same traffic.
+the same number, so both see the same traffic. Each seed is a run of its own (the base is scored
+once: its held-out replies are greedy); the table gives each seed's figures and their mean.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import mean
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,12 +40,12 @@ from openclaw_rl.runtime.rundir import RunDir  # noqa: E402
 USERS = {"student": "sim-student", "analyst": "sim-analyst"}
 
 
-def write_config(work: Path, mode: str, args: argparse.Namespace) -> Path:
+def write_config(work: Path, mode: str, seed: int, args: argparse.Namespace) -> Path:
     """The config of the run in ``mode`` (shared or per_user): both simulated users, one port."""
-    label = f"{mode}-s{args.seed}"
+    label = f"{mode}-s{seed}"
     path = work / f"{label}.toml"
     sections: dict[str, dict[str, Any]] = {
-        "global": {"run_name": label, "seed": args.seed, "log_dir": str(work / label)},
+        "global": {"run_name": label, "seed": seed, "log_dir": str(work / label)},
         **chat_run_sections(args, EMBEDDED_MODEL, ["student", "analyst"], "gsm8k"),
         "training": {
             "lr": args.lr,
@@ -62,6 +64,82 @@ def write_config(work: Path, mode: str, args: argparse.Namespace) -> Path:
     return path
 
 
+def seed_list(text: str) -> list[int]:
+    """``--seeds 42,7`` as ``[42, 7]``."""
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds takes comma-separated integers, got {text!r}") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError("--seeds needs at least one seed")
+    return seeds
+
+
+def run_seed(work: Path, seed: int, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """One seed's per_user run (and shared run, unless ``--no-shared``), scored on both users.
+
+    Returns ``{policy: {persona: score}}`` for the policies ``"<persona> adapter"`` and, with the
+    shared run, ``"shared"``."""
+    per_user = write_config(work, "per_user", seed, args)
+    wall, samples = train(per_user, per_user.with_suffix(".log"))
+    run = RunDir.of(load_config(per_user))
+    scores: dict[str, dict[str, float]] = {}
+    for adapter, user in USERS.items():
+        published = run.read_published_policy(user)
+        if published is None:
+            raise SystemExit(
+                f"per_user run (seed {seed}): no adapter was published for {user}; "
+                f"see {per_user.with_suffix('.log')}"
+            )
+        scores[f"{adapter} adapter"] = {
+            p: score(per_user, published.path, args.chat_n, args.max_tokens, persona=p) for p in USERS
+        }
+    print(f"per_user run, seed {seed}: {wall / 60:.1f} min, {samples} samples trained", flush=True)
+    if not args.no_shared:
+        shared = write_config(work, "shared", seed, args)
+        wall_s, samples_s = train(shared, shared.with_suffix(".log"))
+        policy = final_policy(shared)
+        scores["shared"] = {p: score(shared, policy, args.chat_n, args.max_tokens, persona=p) for p in USERS}
+        print(f"shared run, seed {seed}: {wall_s / 60:.1f} min, {samples_s} samples trained", flush=True)
+    return scores
+
+
+def report(
+    base: dict[str, float], runs: dict[int, dict[str, dict[str, float]]], args: argparse.Namespace
+) -> None:
+    """The score table (one row per policy and seed, then the means) and the targets' lines."""
+    print(f"\n{'policy':<34}{'student':>9}{'analyst':>9}")
+    print(f"{'base':<34}{base['student']:>9.3f}{base['analyst']:>9.3f}")
+
+    def avg(policy: str, persona: str) -> float:
+        return mean(scores[policy][persona] for scores in runs.values())
+
+    for seed, scores in runs.items():
+        for policy, by_persona in scores.items():
+            print(f"{policy + f' (seed {seed})':<34}" + "".join(f"{by_persona[p]:>9.3f}" for p in USERS))
+    if len(runs) > 1:
+        for policy in next(iter(runs.values())):
+            print(f"{policy + ' (mean)':<34}" + "".join(f"{avg(policy, p):>9.3f}" for p in USERS))
+
+    seeds = ", ".join(str(s) for s in runs)
+    print()
+    for persona in USERS:
+        other = next(p for p in USERS if p != persona)
+        gains = [s[f"{persona} adapter"][persona] - base[persona] for s in runs.values()]
+        margins = [s[f"{persona} adapter"][persona] - s[f"{other} adapter"][persona] for s in runs.values()]
+        line = (
+            f"{persona}: own adapter {mean(gains):+.3f} over base (seeds {seeds}: "
+            + " / ".join(f"{g:+.3f}" for g in gains)
+            + "; target >= +0.15); own - other's adapter "
+            + f"{mean(margins):+.3f} ("
+            + " / ".join(f"{m:+.3f}" for m in margins)
+            + "; target >= 0.15)"
+        )
+        if not args.no_shared:
+            line += f"; shared policy {avg('shared', persona) - base[persona]:+.3f} over base"
+        print(line)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--updates", type=int, default=16, help="updates per user")
@@ -72,7 +150,7 @@ def main() -> int:
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--chat-n", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--seeds", type=seed_list, default=[42, 7], help="comma-separated; one run per seed")
     ap.add_argument("--keep", help="keep run directories here")
     ap.add_argument(
         "--no-shared",
@@ -83,53 +161,14 @@ def main() -> int:
     work = Path(args.keep or tempfile.mkdtemp(prefix="ocl-per-user-"))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    per_user, shared = write_config(work, "per_user", args), write_config(work, "shared", args)
-    base = {p: score(per_user, None, args.chat_n, args.max_tokens, persona=p) for p in USERS}
+    first = write_config(work, "per_user", args.seeds[0], args)
+    base = {p: score(first, None, args.chat_n, args.max_tokens, persona=p) for p in USERS}
     print(f"base: student {base['student']:.3f}, analyst {base['analyst']:.3f} (n={args.chat_n})", flush=True)
-
-    wall, samples = train(per_user, per_user.with_suffix(".log"))
-    run = RunDir.of(load_config(per_user))
-    adapters = {}
-    for persona, user in USERS.items():
-        published = run.read_published_policy(user)
-        if published is None:
-            raise SystemExit(
-                f"per_user run: no adapter was published for {user}; see {per_user.with_suffix('.log')}"
-            )
-        adapters[persona] = published.path
-    cross = {
-        (adapter, persona): score(per_user, adapters[adapter], args.chat_n, args.max_tokens, persona=persona)
-        for adapter in USERS
-        for persona in USERS
-    }
-    print(f"per_user run: {wall / 60:.1f} min, {samples} samples trained", flush=True)
-
-    together: dict[str, float] = {}
-    if not args.no_shared:
-        wall_s, samples_s = train(shared, shared.with_suffix(".log"))
-        shared_policy = final_policy(shared)
-        together = {p: score(shared, shared_policy, args.chat_n, args.max_tokens, persona=p) for p in USERS}
-        print(f"shared run: {wall_s / 60:.1f} min, {samples_s} samples trained", flush=True)
-
-    print(f"\n{'policy':<28}{'student':>9}{'analyst':>9}")
-    print(f"{'base':<28}{base['student']:>9.3f}{base['analyst']:>9.3f}")
-    for adapter in USERS:
-        row = f"{adapter + ' adapter (per_user)':<28}"
-        print(row + "".join(f"{cross[(adapter, p)]:>9.3f}" for p in USERS))
-    if together:
-        print(f"{'shared policy':<28}{together['student']:>9.3f}{together['analyst']:>9.3f}")
-    print()
-    for persona in USERS:
-        other = next(p for p in USERS if p != persona)
-        own, theirs = cross[(persona, persona)], cross[(other, persona)]
-        print(
-            f"{persona}: own adapter {own - base[persona]:+.3f} over base (target >= +0.15); "
-            f"own - other's adapter = {own - theirs:+.3f} (target >= 0.15)"
-            + (f"; shared policy {together[persona] - base[persona]:+.3f} over base" if together else "")
-        )
+    runs = {seed: run_seed(work, seed, args) for seed in args.seeds}
+    report(base, runs, args)
     print(
         f"\n({args.updates} updates of batch {args.batch} per user; n={args.chat_n} held-out problems per "
-        f"user; lr {args.lr:g}; seed {args.seed}; total {(time.monotonic() - t0) / 60:.1f} min)"
+        f"user; lr {args.lr:g}; total {(time.monotonic() - t0) / 60:.1f} min)"
     )
     return 0
 
