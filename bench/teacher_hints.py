@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from openclaw_rl.config import Config, build_config  # noqa: E402
 from openclaw_rl.envs.base import make  # noqa: E402
-from openclaw_rl.envs.chat import PERSONAS  # noqa: E402
+from openclaw_rl.envs.chat import PERSONAS, redo_request  # noqa: E402
 from openclaw_rl.envs.evaluate import private_service_config  # noqa: E402
 from openclaw_rl.envs.loop import PolicyClient, env_kwargs_for  # noqa: E402
 from openclaw_rl.judge.minilm import extract_hint  # noqa: E402
@@ -82,7 +82,7 @@ def main() -> int:
 
 def report_hints(client: PolicyClient, cfg: Config, args: argparse.Namespace) -> None:
     """Print, per preference of each persona, its rate without and with the judge's hint."""
-    print(f"{'persona / preference':<34}{'plain':>7}{'hinted':>8}{'lift':>7}   hint (first complaint)")
+    print(f"{'persona / preference':<34}{'plain':>7}{'hinted':>8}{'lift':>7}   hint (the first problem's)")
     for persona_name in args.personas.split(","):
         persona = PERSONAS[persona_name]
         env = make("chat", persona=persona_name, **{**env_kwargs_for(cfg, "chat", "eval"), "max_turns": 1})
@@ -92,20 +92,30 @@ def report_hints(client: PolicyClient, cfg: Config, args: argparse.Namespace) ->
             episodes.append((info["messages"], dict(env.context)))  # type: ignore[attr-defined]
         plain = greedy_replies(client, [m for m, _ in episodes], args.max_tokens)
         for pref in persona.preferences:
-            hints = [extract_hint("user", f"{persona.redo_leads[0]} {c}") for c in pref.complaints]
-            usable = [h for h in hints if h]
-            if not usable:
+            # the problems take the complaints and leads in turn, as a user's complaints vary; each is
+            # filled in with its own problem (the student's name, the answer), as the user writes it
+            hints = [
+                extract_hint(
+                    "user",
+                    redo_request(
+                        persona.redo_leads[i % len(persona.redo_leads)],
+                        [pref.complaints[i % len(pref.complaints)].format(**ctx)],
+                    ),
+                )
+                for i, (_, ctx) in enumerate(episodes)
+            ]
+            if not any(hints):
                 print(
                     f"{persona_name + ' / ' + pref.name:<34}   (the judge extracts no hint from its complaints)"
                 )
                 continue
-            # the problems take the complaints in turn, as a user's complaints vary
-            prompts = [hinted_messages(m, usable[i % len(usable)]) for i, (m, _) in enumerate(episodes)]
+            prompts = [hinted_messages(m, h) if h else m for (m, _), h in zip(episodes, hints, strict=True)]
             hinted = greedy_replies(client, prompts, args.max_tokens)
             before = sum(bool(pref.check(r, c)) for r, (_, c) in zip(plain, episodes, strict=True)) / args.n
             after = sum(bool(pref.check(r, c)) for r, (_, c) in zip(hinted, episodes, strict=True)) / args.n
             print(
-                f"{persona_name + ' / ' + pref.name:<34}{before:>7.2f}{after:>8.2f}{after - before:>+7.2f}   {usable[0]!r}"
+                f"{persona_name + ' / ' + pref.name:<34}{before:>7.2f}{after:>8.2f}{after - before:>+7.2f}   "
+                f"{next(h for h in hints if h)!r}"
             )
     print(
         f"\n(n={args.n} held-out problems per persona, greedy, {args.max_tokens} tokens, model {args.model}; "

@@ -414,6 +414,15 @@ ANALYST = Persona(
     goodbyes=("Thank you, that will be all.", "Much appreciated."),
 )
 
+
+def redo_request(lead: str, points: list[str]) -> str:
+    """A scripted persona's request for another attempt: a redo lead and its complaints, joined."""
+    body = " and ".join(points)
+    if lead.endswith((".", "?", "!")):  # a new sentence starts with a capital, as people type it
+        body = body[0].upper() + body[1:]
+    return f"{lead} {body}"
+
+
 PERSONAS: dict[str, Persona] = {"student": STUDENT, "teacher": TEACHER, "analyst": ANALYST}
 
 
@@ -639,11 +648,7 @@ class ChatEnv(Env):
         if violated:
             picks = self.rng.sample(violated, k=min(2, len(violated)))
             points = [self.rng.choice(p.complaints).format(**self.context) for p in picks]
-            lead = self.rng.choice(self.persona.redo_leads)
-            body = " and ".join(points)
-            if lead.endswith((".", "?", "!")):  # a new sentence starts with a capital, as people type it
-                body = body[0].upper() + body[1:]
-            scripted = f"{lead} {body}"
+            scripted = redo_request(self.rng.choice(self.persona.redo_leads), points)
             message, err = self._say("redo", [p.description.format(**self.context) for p in picks], scripted)
         elif wrong_number:
             scripted = self.rng.choice(self.persona.corrections).format(**self.context)

@@ -490,19 +490,34 @@ class StateClassifier:
 # ---------------------------------------------------------------------------------- hints
 _DIRECTIVE = re.compile(
     r"\b(please|pls|don'?t|do not|no|not|never|stop|avoid|instead|use|make|should|shouldn'?t|must|"
-    r"need|want|wanted|meant|try|without|less|more|shorter|longer|only|just|remove|add|keep|write|"
+    r"needs?|wants?|wanted|meant|try|without|less|more|shorter|longer|only|just|remove|add|keep|write|"
     r"redo|again|rather|answer|give|show|put|sort|check|read|drop|cut|lose|skip|change|fix|switch|"
-    r"rewrite|simplify|talk|said|say|be)\b",
+    r"rewrite|simplify|talk|said|say|be|mention|address|tell|state|include|start|end|finish|conclude|"
+    r"can you|could you|would you|can it)\b",
+    re.IGNORECASE,
+)
+# "Can you address Sam by name?": a request asked as a question, rewritten as the instruction it is.
+_ASKED = re.compile(r"^(?:can|could|would|will)\s+(?:you|u)\s+(?:please\s+)?(?=[a-z])", re.IGNORECASE)
+# "like what to double-check", "for example ...": the example of the clause before it, kept with it.
+_EXAMPLE = re.compile(r"^(?:like|such as|for example|for instance|e\.g\.)\s", re.IGNORECASE)
+# A redo lead that asks for another attempt but says nothing about what to change; it would take a
+# place of the hint's few sentences ("Not quite what I need.", "Could you rewrite it?").
+_BARE_REDO = re.compile(
+    r"^(?:(?:hmm+|ehh*|ok(?:ay)?|so|well|almost|nope)[,.!\s]*)*(?:(?:that|this|it)(?:'s| is) )?"
+    r"(?:not quite(?: what i (?:need|asked for|wanted|meant))?|not really|not exactly|"
+    r"(?:can|could|would) you (?:please )?(?:redo|rewrite|revise|change|fix) (?:it|that|this)|"
+    r"please (?:redo|rewrite|revise) (?:it|that|this)|(?:(?:can|could|would) you (?:please )?)?try again)[.!?]*$",
     re.IGNORECASE,
 )
 _FILLER = re.compile(
-    r"^(ugh|hmm+|um+|well|ok(ay)?|so|nope|no no( no)?|again\?|sorry|look|and|but|also|then)"
+    r"^(ugh|hmm+|um+|ehh*|well|ok(ay)?|so|nope|no no( no)?|again\?|sorry|look|and|but|also|then|almost|"
+    r"thanks|thank you|however)"
     r"[,.!\s]+",
     re.IGNORECASE,
 )
 # "way too formal" / "it's too long": a complaint that is a directive in disguise.
 _TOO = re.compile(
-    r"^(?:(?:it'?s|it is|this is|that'?s|you'?re|you are|way|much|far|a bit|bit|still|just)\s+)*"
+    r"^(?:(?:it'?s|it is|this is|that'?s|you'?re|you are|the \w+ is|way|much|far|a bit|bit|still|just)\s+)*"
     r"too\s+([a-z]+(?:\s+[a-z]+)?)[.!]*$",
     re.IGNORECASE,
 )
@@ -514,11 +529,26 @@ _ERROR_LINE = re.compile(
 MAX_HINT_SENTENCES = 3
 
 
-def _clean(clause: str) -> str:
-    clause = clause.strip(" \t\"'`-—")
+def _unfilled(clause: str) -> str:
+    """``clause`` without its leading fillers ("ok thanks but ...")."""
     prev = None
     while prev != clause:
         prev, clause = clause, _FILLER.sub("", clause).strip()
+    return clause
+
+
+def _clean(clause: str) -> str:
+    clause = clause.strip(" \t-—`;,:")
+    # A quote at either end is trimmed only when it has no partner inside: 'as "you"' keeps its pair.
+    for q in "\"'":
+        if clause.startswith(q) and clause.count(q) % 2:
+            clause = clause[1:]
+        if clause.endswith(q) and clause.count(q) % 2:
+            clause = clause[:-1]
+    clause = _unfilled(clause.strip())
+    asked = _ASKED.match(clause)
+    if asked:
+        clause = clause[asked.end() :].rstrip("?").rstrip()
     if not clause:
         return ""
     clause = clause[0].upper() + clause[1:]
@@ -536,16 +566,25 @@ def extract_hint(role: str, content: str) -> str | None:
     if not text:
         return None
     if role == "user":
+        # "a title at the top, please": the please belongs to the clause before it
+        text = re.sub(r",\s+(please|pls)\b", r" \1", text, flags=re.IGNORECASE)
         clauses = [
             c for part in re.split(r"(?<=[.!?;])\s+|\n+", text) for c in re.split(r",\s+|\s+—\s+", part)
         ]
-        kept = []
+        kept: list[str] = []
+        after_kept = False  # whether the clause before this one was kept (an example joins it)
         for c in clauses:
-            too = _TOO.match(c.strip())
+            too = _TOO.match(_unfilled(c.strip()))
             if too:
                 kept.append(f"Do not be too {too.group(1).lower()}.")
-            elif _DIRECTIVE.search(c):
+            elif _EXAMPLE.match(c.strip()) and after_kept and kept:
+                kept[-1] = f"{kept[-1][:-1]}, {_clean(c)[0].lower()}{_clean(c)[1:]}"
+            elif _DIRECTIVE.search(c) and not _BARE_REDO.match(c.strip()):
                 kept.append(_clean(c))
+            else:
+                after_kept = False
+                continue
+            after_kept = True
         kept = [k for k in kept if len(k) > 3][:MAX_HINT_SENTENCES]
         if kept:
             return " ".join(kept)

@@ -239,6 +239,23 @@ def test_votes_respect_reward_space():
             "The previous action failed with: KeyError: 'id'. Fix the cause of this error instead of repeating the action.",
         ),
         ("tool", "42\n[exit code 0]", None),
+        # a request asked as a question is the instruction it asks for
+        ("user", "hmm, could you put the steps in a table? easier for me", "Put the steps in a table."),
+        # a lead that only asks for another try takes no place of the hint's few sentences
+        (
+            "user",
+            "Not quite what I wanted. Could you try again? The summary is too long, and use metric units",
+            "Do not be too long. Use metric units.",
+        ),
+        # an example stays with the request it illustrates
+        (
+            "user",
+            "ok thanks but it needs a source for each claim, like a link or a page number",
+            "It needs a source for each claim, like a link or a page number.",
+        ),
+        # a quoted word keeps both of its quotes
+        ("user", 'almost but drop the word "basically"', 'Drop the word "basically".'),
+        ("user", "A summary at the top, please; my manager skims.", "A summary at the top please."),
     ],
 )
 def test_extract_hint(role, text, expected):
