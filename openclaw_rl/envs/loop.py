@@ -620,10 +620,11 @@ def episode_outcome(info: dict[str, Any]) -> float:
 
 
 def store_backlog(cfg: Config, store: Store) -> Callable[[], int]:
-    """The back-pressure count of a run's store: in shared mode the ready samples of the policy
-    version serving now, so a new version's rollouts start at once instead of waiting behind the old
-    ones; in per_user mode (versions are per user) every ready sample."""
-    return store.fresh_ready_count if cfg.users.mode == "shared" else store.ready_count
+    """The back-pressure count of a run's store: the ready samples of the policy version serving now
+    (in per_user mode, of each sample's own user's served adapter), so a new version's rollouts start
+    at once instead of waiting behind the old ones."""
+    per_user = cfg.users.mode == "per_user"
+    return lambda: store.fresh_ready_count(per_user=per_user)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -331,7 +331,38 @@ def test_the_launchers_backlog_counts_only_samples_of_the_version_serving_now(tm
     assert loop.backlog is not None and loop.backlog() == 0 and loop._wait_for_trainer()
     store.add_samples([sample(i, 1) for i in range(20, 28)])
     assert loop.backlog() == 8  # a full backlog of the new version: now the workers wait
-    per_user = _cfg(tmp_path, 1)
-    per_user.users.mode = "per_user"
-    assert store_backlog(per_user, store)() == 28  # versions are per user there: every ready sample
+    store.close()
+
+
+def test_per_user_backlog_counts_each_users_samples_against_their_own_served_adapter(tmp_path):
+    from openclaw_rl.envs.loop import store_backlog
+    from openclaw_rl.runtime.store import Store
+    from openclaw_rl.runtime.users import adapter_meta
+    from openclaw_rl.types import Sample
+
+    def sample(i: int, user: str, version: int) -> Sample:
+        return Sample(
+            sample_id=f"s{i}",
+            session_id=f"sess{i}",
+            turn_index=0,
+            policy_version=version,
+            prompt_ids=[1],
+            response_ids=[2],
+            rollout_logprobs=[-1.0],
+            loss_mask=[1],
+            reward=1.0,
+            user=user,
+        )
+
+    store = Store(tmp_path / "store.sqlite")
+    # alice's and bob's base-policy rollouts wait; alice's adapter version 4 is served, bob has none yet
+    store.add_samples([sample(i, "alice", 0) for i in range(6)] + [sample(i, "bob", 0) for i in range(6, 9)])
+    store.set_meta(adapter_meta("alice"), 4)
+    store.set_meta("policy_version", 7)  # a shared-mode version means nothing to per-user samples
+    cfg = _cfg(tmp_path, 1, max_ready_samples=8)
+    cfg.users.mode = "per_user"
+    backlog = store_backlog(cfg, store)
+    assert backlog() == 3  # alice's old ones no longer hold rollouts back; bob's are still his newest
+    store.add_samples([sample(i, "alice", 4) for i in range(9, 14)])
+    assert backlog() == 8
     store.close()
