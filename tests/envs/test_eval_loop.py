@@ -253,7 +253,8 @@ def test_evaluator_process_runs_niced_and_stops_on_sigterm(tmp_path, tiny_model_
             assert time.monotonic() < deadline, "no evaluation written"
             time.sleep(0.2)
         nice = int(Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
-        assert nice == os.nice(0) + 10  # yields the CPU to the loops it measures
+        # yields the CPU to the loops it measures (19 is as nice as a process gets)
+        assert nice == min(os.nice(0) + 10, 19)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=120)
     finally:
