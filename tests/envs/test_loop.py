@@ -13,6 +13,7 @@ from openclaw_rl.config import build_config
 from openclaw_rl.envs import make
 from openclaw_rl.envs.loop import EnvLoop
 from openclaw_rl.runtime.ports import free_port
+from openclaw_rl.types import DEFAULT_USER, Sample
 
 from ._server import ChatServer
 
@@ -305,31 +306,33 @@ def test_workers_wait_while_the_trainer_has_enough_samples(tmp_path):
     assert default.max_backlog == 2 * default.cfg.training.batch_size
 
 
+def _ready_sample(i: int, version: int, user: str = DEFAULT_USER) -> Sample:
+    """A minimal ready sample of session ``sess<i>``, rolled out by ``version``."""
+    return Sample(
+        sample_id=f"s{i}",
+        session_id=f"sess{i}",
+        turn_index=0,
+        policy_version=version,
+        prompt_ids=[1],
+        response_ids=[2],
+        rollout_logprobs=[-1.0],
+        loss_mask=[1],
+        reward=1.0,
+        user=user,
+    )
+
+
 def test_the_launchers_backlog_counts_only_samples_of_the_version_serving_now(tmp_path):
     from openclaw_rl.envs.loop import store_backlog
     from openclaw_rl.runtime.store import Store
-    from openclaw_rl.types import Sample
-
-    def sample(i: int, version: int) -> Sample:
-        return Sample(
-            sample_id=f"s{i}",
-            session_id=f"sess{i}",
-            turn_index=0,
-            policy_version=version,
-            prompt_ids=[1],
-            response_ids=[2],
-            rollout_logprobs=[-1.0],
-            loss_mask=[1],
-            reward=1.0,
-        )
 
     store = Store(tmp_path / "store.sqlite")
-    store.add_samples([sample(i, 0) for i in range(20)])
+    store.add_samples([_ready_sample(i, 0) for i in range(20)])
     store.set_meta("policy_version", 1)  # version 1 is served; the 20 base-policy samples are old
     shared = _cfg(tmp_path, 1, max_ready_samples=8)
     loop = EnvLoop(shared, backlog=store_backlog(shared, store))
     assert loop.backlog is not None and loop.backlog() == 0 and loop._wait_for_trainer()
-    store.add_samples([sample(i, 1) for i in range(20, 28)])
+    store.add_samples([_ready_sample(i, 1) for i in range(20, 28)])
     assert loop.backlog() == 8  # a full backlog of the new version: now the workers wait
     store.close()
 
@@ -338,31 +341,18 @@ def test_per_user_backlog_counts_each_users_samples_against_their_own_served_ada
     from openclaw_rl.envs.loop import store_backlog
     from openclaw_rl.runtime.store import Store
     from openclaw_rl.runtime.users import adapter_meta
-    from openclaw_rl.types import Sample
-
-    def sample(i: int, user: str, version: int) -> Sample:
-        return Sample(
-            sample_id=f"s{i}",
-            session_id=f"sess{i}",
-            turn_index=0,
-            policy_version=version,
-            prompt_ids=[1],
-            response_ids=[2],
-            rollout_logprobs=[-1.0],
-            loss_mask=[1],
-            reward=1.0,
-            user=user,
-        )
 
     store = Store(tmp_path / "store.sqlite")
     # alice's and bob's base-policy rollouts wait; alice's adapter version 4 is served, bob has none yet
-    store.add_samples([sample(i, "alice", 0) for i in range(6)] + [sample(i, "bob", 0) for i in range(6, 9)])
+    store.add_samples(
+        [_ready_sample(i, 0, "alice") for i in range(6)] + [_ready_sample(i, 0, "bob") for i in range(6, 9)]
+    )
     store.set_meta(adapter_meta("alice"), 4)
     store.set_meta("policy_version", 7)  # a shared-mode version means nothing to per-user samples
     cfg = _cfg(tmp_path, 1, max_ready_samples=8)
     cfg.users.mode = "per_user"
     backlog = store_backlog(cfg, store)
     assert backlog() == 3  # alice's old ones no longer hold rollouts back; bob's are still his newest
-    store.add_samples([sample(i, "alice", 4) for i in range(9, 14)])
+    store.add_samples([_ready_sample(i, 4, "alice") for i in range(9, 14)])
     assert backlog() == 8
     store.close()
