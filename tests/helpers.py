@@ -1,4 +1,5 @@
-"""Test-only helpers: a tiny randomly initialised model with the embedded tokenizer.
+"""Test-only helpers: a tiny randomly initialised model with the embedded tokenizer, and a minimal
+training sample.
 
 Real token ids and the real tokenizer, but a model small enough to train in a test in seconds.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from openclaw_rl.runtime.models import load_tokenizer
+from openclaw_rl.types import DEFAULT_USER, Sample
 
 
 def tiny_model(seed: int = 0, hidden: int = 64, layers: int = 2):
@@ -42,3 +44,22 @@ def save_tiny_model(directory: Path, seed: int = 0) -> Path:
     model.save_pretrained(directory)
     tok.save_pretrained(directory)
     return directory
+
+
+def one_token_sample(
+    sample_id: str, session_id: str, turn_index: int = 0, version: int = 0, user: str = DEFAULT_USER
+) -> Sample:
+    """A ready sample of one prompt and one response token with reward +1, rolled out by ``version``:
+    for tests of how samples are stored, counted and claimed, not of what they train."""
+    return Sample(
+        sample_id=sample_id,
+        session_id=session_id,
+        turn_index=turn_index,
+        policy_version=version,
+        prompt_ids=[1],
+        response_ids=[2],
+        rollout_logprobs=[-1.0],
+        loss_mask=[1],
+        reward=1.0,
+        user=user,
+    )

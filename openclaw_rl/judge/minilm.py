@@ -577,8 +577,9 @@ def extract_hint(role: str, content: str) -> str | None:
             too = _TOO.match(_unfilled(c.strip()))
             if too:
                 kept.append(f"Do not be too {too.group(1).lower()}.")
-            elif _EXAMPLE.match(c.strip()) and after_kept and kept:
-                kept[-1] = f"{kept[-1][:-1]}, {_clean(c)[0].lower()}{_clean(c)[1:]}"
+            elif _EXAMPLE.match(c.strip()) and after_kept and kept[-1]:
+                example = _clean(c)  # "Like what to double-check." joins its request, lower-cased
+                kept[-1] = f"{kept[-1][:-1]}, {example[0].lower()}{example[1:]}"
             elif _DIRECTIVE.search(c) and not _BARE_REDO.match(c.strip()):
                 kept.append(_clean(c))
             else:

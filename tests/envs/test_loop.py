@@ -15,6 +15,7 @@ from openclaw_rl.envs.loop import EnvLoop
 from openclaw_rl.runtime.ports import free_port
 from openclaw_rl.types import DEFAULT_USER, Sample
 
+from ..helpers import one_token_sample
 from ._server import ChatServer
 
 pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
@@ -307,19 +308,7 @@ def test_workers_wait_while_the_trainer_has_enough_samples(tmp_path):
 
 
 def _ready_sample(i: int, version: int, user: str = DEFAULT_USER) -> Sample:
-    """A minimal ready sample of session ``sess<i>``, rolled out by ``version``."""
-    return Sample(
-        sample_id=f"s{i}",
-        session_id=f"sess{i}",
-        turn_index=0,
-        policy_version=version,
-        prompt_ids=[1],
-        response_ids=[2],
-        rollout_logprobs=[-1.0],
-        loss_mask=[1],
-        reward=1.0,
-        user=user,
-    )
+    return one_token_sample(f"s{i}", f"sess{i}", version=version, user=user)
 
 
 def test_the_launchers_backlog_counts_only_samples_of_the_version_serving_now(tmp_path):

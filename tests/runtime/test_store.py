@@ -14,6 +14,8 @@ from openclaw_rl.judge.sample_rules import build_samples, guarantee_sample
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.types import JudgeResult, NextState, Sample, Turn
 
+from ..helpers import one_token_sample
+
 
 def turn(session: str, index: int, version: int = 0, turn_type: str = "main") -> Turn:
     return Turn(
@@ -95,17 +97,7 @@ def test_at_least_one_guarantee(store):
 
 
 def _sample(i: int, version: int = 0) -> Sample:
-    return Sample(
-        sample_id=f"x{i}",
-        session_id="s",
-        turn_index=i,
-        policy_version=version,
-        prompt_ids=[1],
-        response_ids=[2],
-        rollout_logprobs=[-1.0],
-        loss_mask=[1],
-        reward=1.0,
-    )
+    return one_token_sample(f"x{i}", "s", turn_index=i, version=version)
 
 
 def test_claims_survive_a_crash_without_loss_or_double_training(store):
