@@ -322,7 +322,10 @@ class TrainingLoop:
             if user is None:
                 return {}
             trainer.use_user(user)
-            self.version = trainer.policy_version
+            # the user's adapter version counts its publishes, as the shared policy's does, so
+            # max_staleness means the same in both modes (not the adapter's update count)
+            published = self.run_dir.read_published_policy(user)
+            self.version = published.version if published else 0
         batch = self.store.claim_samples(tc.batch_size, step, self.version, tc.max_staleness, user=user)
         if not batch:
             return {}
@@ -370,8 +373,6 @@ class TrainingLoop:
         serving without waiting on it."""
         trainer = self.started_trainer
         self.version += 1
-        if user is not None:
-            trainer.policy_version = self.version  # the user's adapter version, saved with it
         path = trainer.export_policy(self.run_dir.policy_dir(user), self.version)
         self.run_dir.publish_policy(self.version, path, step=trainer.step, user=user)
         who = f" user={user}" if user is not None else ""

@@ -100,6 +100,25 @@ def test_an_update_trains_one_users_adapter_on_their_samples_only(make_cfg):
     assert store.user_stats("alice", "x").updates == 2 and store.user_stats("bob", "x").updates == 1
 
 
+def test_a_users_adapter_version_counts_publishes_so_max_staleness_means_what_it_does_in_shared_mode(
+    make_cfg,
+):
+    # publish every 2 updates, drop samples more than 1 version behind: after 2 updates the adapter
+    # is at version 1 (one publish), so samples rolled out on the base (version 0) are still fresh
+    cfg = _per_user_cfg(make_cfg, batch_size=2, mini_batch_size=1, max_staleness=1)
+    cfg.policy_service.weight_sync_interval = 2
+    store = Store(cfg.log_dir / "store.sqlite")
+    store.add_samples(_samples("alice", 6))
+    loop = TrainingLoop(cfg, policy_url=None, store=store)
+    loop.start()
+    for _ in range(3):
+        assert loop.update_once(), "an update found no fresh samples"
+    published = RunDir.of(cfg).read_published_policy("alice")
+    assert published is not None and published.version == 1
+    c = store.counters()
+    assert (c.samples_trained, c.samples_dropped) == (6, 0)
+
+
 def test_user_a_training_leaves_user_b_bitwise_unchanged(make_cfg):
     cfg = _per_user_cfg(make_cfg, batch_size=2, mini_batch_size=1)
     store = Store(cfg.log_dir / "store.sqlite")
