@@ -48,12 +48,13 @@ queue for the launcher / benchmarks to consume.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -276,6 +277,8 @@ class EnvLoop:
         self.max_backlog = 2 * cfg.training.batch_size if limit is None else limit
         self._backlog_lock = threading.Lock()
         self.backlog_waits = 0
+        self.in_flight = 0  # episodes started and not finished (reserved by _wait_for_trainer)
+        self._finished_turns = 0  # turns of the finished episodes: their mean sizes what is in flight
 
     @property
     def start_line(self) -> str:
@@ -383,47 +386,13 @@ class EnvLoop:
                 if not types:
                     log.error("[env_service] worker %d: no interaction type is available; stopping", index)
                     return
-                if not self._wait_for_trainer():
+                if not self._wait_for_trainer(group_size):
                     return
-                size = self._claim_episodes(group_size)
-                if not size:
-                    return
-                itype = rng.choice(types)
-                # chat: the persona is drawn per group
-                persona = rng.choice(self.cfg.env_service.personas) if itype == "chat" else None
-                key = f"{itype}:{persona}" if persona else itype
-                members: list[Env] = []
-                for j in range(size):
-                    env = envs.get((key, j))
-                    if env is None:
-                        env = self._make_env(itype, rng.randrange(1 << 30), persona)
-                        if env is None:
-                            break
-                        envs[(key, j)] = env
-                    members.append(env)
-                if len(members) < size:
-                    with self._count_lock:
-                        self.started_episodes -= size
-                    continue
-                seed = rng.randrange(1 << 30)  # the same task for every member of the group
-                group = group_headers(self.cfg, itype, index, size)
-                if pool is None:
-                    outcomes = [self._episode(index, itype, members[0], client, seed, group=group)]
-                else:
-                    futures = [
-                        pool.submit(self._episode, index, itype, env, client, seed, group=group)
-                        for env in members
-                    ]
-                    outcomes = [f.result() for f in futures]
-                for j, stats in enumerate(outcomes):
-                    if stats is None:
-                        continue
-                    if stats.error and stats.details.get("env_failed"):
-                        members[j].close()
-                        envs.pop((key, j), None)
-                    self._report(stats)
-                if any(stats is None for stats in outcomes):  # stopping mid-episode
-                    return
+                try:
+                    if not self._play_group(index, client, rng, envs, pool, types):
+                        return
+                finally:
+                    self._release(group_size)
         finally:
             if pool is not None:
                 pool.shutdown(wait=True)
@@ -433,16 +402,76 @@ class EnvLoop:
                 except Exception:  # closing is best effort; log and go on
                     log.exception("[env_service] worker %d: closing an environment failed", index)
 
-    def _wait_for_trainer(self) -> bool:
-        """Wait while ``max_ready_samples`` or more samples wait for the trainer; False if stopping."""
+    def _play_group(
+        self,
+        index: int,
+        client: PolicyClient,
+        rng: random.Random,
+        envs: dict[tuple[str, int], Env],
+        pool: ThreadPoolExecutor | None,
+        types: Sequence[str],
+    ) -> bool:
+        """Play one group of episodes on one task; False when the worker should stop."""
+        size = self._claim_episodes(self.cfg.env_service.group_size)
+        if not size:
+            return False
+        itype = rng.choice(types)
+        # chat: the persona is drawn per group
+        persona = rng.choice(self.cfg.env_service.personas) if itype == "chat" else None
+        key = f"{itype}:{persona}" if persona else itype
+        members: list[Env] = []
+        for j in range(size):
+            env = envs.get((key, j))
+            if env is None:
+                env = self._make_env(itype, rng.randrange(1 << 30), persona)
+                if env is None:
+                    break
+                envs[(key, j)] = env
+            members.append(env)
+        if len(members) < size:
+            with self._count_lock:
+                self.started_episodes -= size
+            return True
+        seed = rng.randrange(1 << 30)  # the same task for every member of the group
+        group = group_headers(self.cfg, itype, index, size)
+        if pool is None:
+            outcomes = [self._episode(index, itype, members[0], client, seed, group=group)]
+        else:
+            futures = [
+                pool.submit(self._episode, index, itype, env, client, seed, group=group) for env in members
+            ]
+            outcomes = [f.result() for f in futures]
+        for j, stats in enumerate(outcomes):
+            if stats is None:
+                continue
+            if stats.error and stats.details.get("env_failed"):
+                members[j].close()
+                envs.pop((key, j), None)
+            self._report(stats)
+        return not any(stats is None for stats in outcomes)  # None: stopping mid-episode
+
+    def _wait_for_trainer(self, episodes: int) -> bool:
+        """Wait while the samples waiting for the trainer, with those the episodes in flight will
+        still add, reach ``max_ready_samples``; then reserve ``episodes`` in flight (given back by
+        :meth:`_release`). False if stopping.
+
+        Why count what is in flight: a group of 4 three-turn chats adds 12 samples, more than a
+        backlog of 8 allows, and a second worker that looked only at the store started its own
+        group meanwhile. The trainer takes the newest samples first, so rollouts beyond what it
+        consumes are never trained: in 16-update runs they were 104 of 168 samples, and their
+        decoding took the cores the trainer could have borrowed."""
         if self.backlog is None or self.max_backlog <= 0:
+            with self._count_lock:
+                self.in_flight += episodes
             return not self.stop_event.is_set()
         said = False
         while not self.stop_event.is_set():
-            with self._backlog_lock:  # one store handle shared by the workers
-                waiting = self.backlog()
-            if waiting < self.max_backlog:
-                return True
+            with self._backlog_lock:  # one store handle shared by the workers; check and reserve at once
+                waiting = self.backlog() + self._samples_in_flight()
+                if waiting < self.max_backlog:
+                    with self._count_lock:
+                        self.in_flight += episodes
+                    return True
             if not said:
                 with self._count_lock:
                     self.backlog_waits += 1
@@ -455,9 +484,23 @@ class EnvLoop:
             self.stop_event.wait(1.0)
         return False
 
+    def _samples_in_flight(self) -> int:
+        """Samples the episodes in flight may still add: a finished episode's mean number of turns
+        each (``max_turns`` before any has finished). Those already in the store count twice: the
+        estimate errs towards fewer rollouts, never towards ones that are never trained."""
+        with self._count_lock:
+            finished = self.finished_episodes
+            per_episode = self._finished_turns / finished if finished else self.cfg.env_service.max_turns
+            return math.ceil(self.in_flight * per_episode)
+
+    def _release(self, episodes: int) -> None:
+        with self._count_lock:
+            self.in_flight -= episodes
+
     def _report(self, stats: EpisodeStats) -> None:
         with self._count_lock:
             self.finished_episodes += 1
+            self._finished_turns += stats.turns
         self.episodes.put(stats)
         for fn in self.callbacks:
             try:

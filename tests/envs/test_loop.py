@@ -302,9 +302,27 @@ def test_workers_wait_while_the_trainer_has_enough_samples(tmp_path):
         svc.stop()
     assert len(stats) == 2 and all(s.error is None for s in stats) and svc.backlog_waits == 2
     unlimited = EnvLoop(_cfg(tmp_path, 1, max_ready_samples=0), backlog=lambda: 10**6)
-    assert unlimited._wait_for_trainer()
+    assert unlimited._wait_for_trainer(1)
     default = EnvLoop(_cfg(tmp_path, 1), backlog=lambda: 0)
     assert default.max_backlog == 2 * default.cfg.training.batch_size
+
+
+def test_episodes_in_flight_count_towards_the_backlog(tmp_path):
+    # a two-turn episode may add 2 samples: with a limit of 2, the second worker waits for the
+    # first one's episode to finish even though the store holds nothing yet
+    with ChatServer(_terminal_agent) as srv:
+        cfg = _cfg(tmp_path, srv.port, num_envs=2, max_ready_samples=2)
+        svc = EnvLoop(
+            cfg, max_episodes=2, backlog=lambda: 0, env_overrides={"terminal": {"task": "count_lines"}}
+        )
+        svc.start()
+        stats = svc.wait_episodes(2, timeout=60)
+        svc.stop()
+    assert len(stats) == 2 and all(s.error is None for s in stats)
+    order = [r["headers"]["x-session-id"] for r in srv.requests]
+    first = order[0]
+    assert order == [first] * 3 + [order[3]] * 3 and order[3] != first  # one after the other
+    assert svc.backlog_waits == 1 and svc.in_flight == 0
 
 
 def _ready_sample(i: int, version: int, user: str = DEFAULT_USER) -> Sample:
@@ -320,7 +338,7 @@ def test_the_launchers_backlog_counts_only_samples_of_the_version_serving_now(tm
     store.set_meta("policy_version", 1)  # version 1 is served; the 20 base-policy samples are old
     shared = _cfg(tmp_path, 1, max_ready_samples=8)
     loop = EnvLoop(shared, backlog=store_backlog(shared, store))
-    assert loop.backlog is not None and loop.backlog() == 0 and loop._wait_for_trainer()
+    assert loop.backlog is not None and loop.backlog() == 0 and loop._wait_for_trainer(1)
     store.add_samples([_ready_sample(i, 1) for i in range(20, 28)])
     assert loop.backlog() == 8  # a full backlog of the new version: now the workers wait
     store.close()
