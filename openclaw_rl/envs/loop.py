@@ -30,8 +30,8 @@ the environment's next state is never sent back, so no turn gets a next state an
 learned (config validation warns about it).
 
 Back-pressure: before a worker starts a new episode (or group) it asks ``backlog()`` how many
-samples wait for the trainer, and waits while that is ``max_ready_samples`` or more (default twice
-the training batch). Rollouts far ahead of the trainer would only go stale and be dropped, and on a
+samples wait for the trainer, adds the samples its episodes in flight may still add, and waits
+while that is ``max_ready_samples`` or more (default twice the training batch). Rollouts far ahead of the trainer would only go stale and be dropped, and on a
 shared CPU they take the cores the trainer needs. The launcher's env loop reads the run's store and
 counts only samples of the policy version serving now: once a new version is served its rollouts
 begin at once, and the trainer takes them first (``Store.claim_samples``).
