@@ -32,9 +32,8 @@ learned (config validation warns about it).
 Back-pressure: before a worker starts a new episode (or group) it asks ``backlog()`` how many
 samples wait for the trainer, adds the samples its episodes in flight may still add, and waits
 while that is ``max_ready_samples`` or more (default twice the training batch). Rollouts far ahead of the trainer would only go stale and be dropped, and on a
-shared CPU they take the cores the trainer needs. The launcher's env loop reads the run's store and
-counts only samples of the policy version serving now: once a new version is served its rollouts
-begin at once, and the trainer takes them first (``Store.claim_samples``).
+shared CPU they take the cores the trainer needs. The launcher's env loop reads the run's store; the
+trainer takes the newest policy version's samples first (``Store.claim_samples``).
 
 Faults: a policy service that is down, overloaded (429) or failing (5xx) makes the worker wait with
 exponential backoff and retry the same request — workers never die of it. A request the service
@@ -662,12 +661,13 @@ def episode_outcome(info: dict[str, Any]) -> float:
     return 1.0 if info.get("success") else -1.0
 
 
-def store_backlog(cfg: Config, store: Store) -> Callable[[], int]:
-    """The back-pressure count of a run's store: the ready samples of the policy version serving now
-    (in per_user mode, of each sample's own user's served adapter), so a new version's rollouts start
-    at once instead of waiting behind the old ones."""
-    per_user = cfg.users.mode == "per_user"
-    return lambda: store.fresh_ready_count(per_user=per_user)
+def store_backlog(store: Store) -> Callable[[], int]:
+    """The back-pressure count of a run's store: every sample waiting for the trainer, of whatever
+    version. With the episodes in flight counted too (:meth:`EnvLoop._wait_for_trainer`) the queue
+    stays short, so the trainer takes each sample within a version or two of its rollout; counting
+    only the version serving now made every publish start new rollouts while the older ones were
+    left untrained (docs/training.md "Fresh samples first")."""
+    return store.ready_count
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -690,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         store = Store(RunDir.of(cfg).store)  # the run's store: how many samples wait for the trainer
-        service = EnvLoop(cfg, base_url=args.policy_url, backlog=store_backlog(cfg, store))
+        service = EnvLoop(cfg, base_url=args.policy_url, backlog=store_backlog(store))
         # SIGTERM from the launcher: finish the request in flight, then exit.
         signal.signal(signal.SIGTERM, lambda *_: service.stop_event.set())
         try:

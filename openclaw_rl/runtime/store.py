@@ -627,23 +627,8 @@ class Store:
         return self._one("SELECT COUNT(*) FROM turns WHERE status='ready'")[0]
 
     def ready_count(self) -> int:
+        """Samples waiting for the trainer: the environments' backlog."""
         return self._one("SELECT COUNT(*) FROM samples WHERE status='ready'")[0]
-
-    def fresh_ready_count(self, per_user: bool = False) -> int:
-        """Ready samples of the policy version serving now (or newer): the environments' backlog.
-
-        ``per_user``: versions are per user, so each sample is compared with the version of its own
-        user's served adapter (0 while the user has none)."""
-        if not per_user:
-            current = self._meta_int("policy_version", 0)
-            return self._one(
-                "SELECT COUNT(*) FROM samples WHERE status='ready' AND policy_version >= ?", (current,)
-            )[0]
-        return self._one(
-            "SELECT COUNT(*) FROM samples s LEFT JOIN meta m ON m.key = ? || s.user "
-            "WHERE s.status='ready' AND s.policy_version >= COALESCE(CAST(m.value AS INTEGER), 0)",
-            (adapter_meta(""),),
-        )[0]
 
     def ready_by_user(self) -> dict[str, int]:
         """Ready samples per user (per_user training takes turns by these)."""

@@ -329,37 +329,16 @@ def _ready_sample(i: int, version: int, user: str = DEFAULT_USER) -> Sample:
     return one_token_sample(f"s{i}", f"sess{i}", version=version, user=user)
 
 
-def test_the_launchers_backlog_counts_only_samples_of_the_version_serving_now(tmp_path):
+def test_the_launchers_backlog_counts_every_sample_waiting_for_the_trainer(tmp_path):
     from openclaw_rl.envs.loop import store_backlog
     from openclaw_rl.runtime.store import Store
 
     store = Store(tmp_path / "store.sqlite")
-    store.add_samples([_ready_sample(i, 0) for i in range(20)])
-    store.set_meta("policy_version", 1)  # version 1 is served; the 20 base-policy samples are old
-    shared = _cfg(tmp_path, 1, max_ready_samples=8)
-    loop = EnvLoop(shared, backlog=store_backlog(shared, store))
-    assert loop.backlog is not None and loop.backlog() == 0 and loop._wait_for_trainer(1)
-    store.add_samples([_ready_sample(i, 1) for i in range(20, 28)])
-    assert loop.backlog() == 8  # a full backlog of the new version: now the workers wait
-    store.close()
-
-
-def test_per_user_backlog_counts_each_users_samples_against_their_own_served_adapter(tmp_path):
-    from openclaw_rl.envs.loop import store_backlog
-    from openclaw_rl.runtime.store import Store
-    from openclaw_rl.runtime.users import adapter_meta
-
-    store = Store(tmp_path / "store.sqlite")
-    # alice's and bob's base-policy rollouts wait; alice's adapter version 4 is served, bob has none yet
-    store.add_samples(
-        [_ready_sample(i, 0, "alice") for i in range(6)] + [_ready_sample(i, 0, "bob") for i in range(6, 9)]
-    )
-    store.set_meta(adapter_meta("alice"), 4)
-    store.set_meta("policy_version", 7)  # a shared-mode version means nothing to per-user samples
-    cfg = _cfg(tmp_path, 1, max_ready_samples=8)
-    cfg.users.mode = "per_user"
-    backlog = store_backlog(cfg, store)
-    assert backlog() == 3  # alice's old ones no longer hold rollouts back; bob's are still his newest
-    store.add_samples([_ready_sample(i, 4, "alice") for i in range(9, 14)])
-    assert backlog() == 8
+    store.add_samples([_ready_sample(i, 0) for i in range(4)])
+    store.set_meta("policy_version", 1)  # older samples still hold rollouts back: they are still trained
+    store.add_samples([_ready_sample(i, 1, "alice") for i in range(4, 7)])
+    loop = EnvLoop(_cfg(tmp_path, 1, max_ready_samples=8), backlog=store_backlog(store))
+    assert loop.backlog is not None and loop.backlog() == 7 and loop._wait_for_trainer(1)
+    store.add_samples([_ready_sample(7, 1)])
+    assert loop.backlog() == 8  # a full backlog: now the workers wait
     store.close()
