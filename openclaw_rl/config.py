@@ -242,8 +242,8 @@ class EnvServiceConfig(_Section):
     max_ready_samples: int | None = Field(
         None,
         ge=0,
-        description="workers start no new episode while this many samples of the policy version "
-        "serving now wait for the trainer or may still come from the episodes in flight "
+        description="workers start no new episode while this many samples wait for the trainer "
+        "or may still come from the episodes in flight "
         "(default 2 x [training] batch_size; 0 = no limit): rollouts "
         "far ahead of training only go stale, and on a shared CPU they slow the trainer down",
     )

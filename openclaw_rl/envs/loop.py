@@ -666,7 +666,7 @@ def store_backlog(store: Store) -> Callable[[], int]:
     version. With the episodes in flight counted too (:meth:`EnvLoop._wait_for_trainer`) the queue
     stays short, so the trainer takes each sample within a version or two of its rollout; counting
     only the version serving now made every publish start new rollouts while the older ones were
-    left untrained (docs/training.md "Fresh samples first")."""
+    left untrained (docs/training.md "Only what will be trained is rolled out")."""
     return store.ready_count
 
 
