@@ -30,10 +30,11 @@ the environment's next state is never sent back, so no turn gets a next state an
 learned (config validation warns about it).
 
 Back-pressure: before a worker starts a new episode (or group) it asks ``backlog()`` how many
-samples wait for the trainer, adds the samples its episodes in flight may still add, and waits
-while that is ``max_ready_samples`` or more (default twice the training batch). Rollouts far ahead of the trainer would only go stale and be dropped, and on a
-shared CPU they take the cores the trainer needs. The launcher's env loop reads the run's store; the
-trainer takes the newest policy version's samples first (``Store.claim_samples``).
+samples wait for the trainer, adds the samples the episodes in flight may still add, and waits
+while that is ``max_ready_samples`` or more (default twice the training batch). Rollouts far ahead
+of the trainer would only go stale and be dropped, and on a shared CPU they take the cores the
+trainer needs. The launcher's env loop reads the run's store; the trainer takes the newest policy
+version's samples first (``Store.claim_samples``).
 
 Faults: a policy service that is down, overloaded (429) or failing (5xx) makes the worker wait with
 exponential backoff and retry the same request — workers never die of it. A request the service
