@@ -467,11 +467,12 @@ class EnvLoop:
         said = False
         while not self.stop_event.is_set():
             with self._backlog_lock:  # one store handle shared by the workers; check and reserve at once
-                waiting = self.backlog() + self._samples_in_flight()
-                if waiting < self.max_backlog:
-                    with self._count_lock:
+                waiting = self.backlog()
+                with self._count_lock:
+                    waiting += self._samples_in_flight()
+                    if waiting < self.max_backlog:
                         self.in_flight += episodes
-                    return True
+                        return True
             if not said:
                 with self._count_lock:
                     self.backlog_waits += 1
@@ -487,11 +488,11 @@ class EnvLoop:
     def _samples_in_flight(self) -> int:
         """Samples the episodes in flight may still add: a finished episode's mean number of turns
         each (``max_turns`` before any has finished). Those already in the store count twice: the
-        estimate errs towards fewer rollouts, never towards ones that are never trained."""
-        with self._count_lock:
-            finished = self.finished_episodes
-            per_episode = self._finished_turns / finished if finished else self.cfg.env_service.max_turns
-            return math.ceil(self.in_flight * per_episode)
+        estimate errs towards fewer rollouts, never towards ones that are never trained. Called
+        with ``_count_lock`` held."""
+        finished = self.finished_episodes
+        per_episode = self._finished_turns / finished if finished else self.cfg.env_service.max_turns
+        return math.ceil(self.in_flight * per_episode)
 
     def _release(self, episodes: int) -> None:
         with self._count_lock:

@@ -199,8 +199,9 @@ class Trainer:
         """Train ``user``'s own adapter from now on (per_user mode): their weights and optimiser
         state from their newest checkpoint, or a fresh adapter (equal to the base) and a fresh
         optimiser for a user never trained. ``step`` stays the run's update count; ``policy_version``
-        becomes the count of the user's own weight-changing updates (the version serving knows is
-        the count of its publishes, kept by the training loop). Checkpoints go to ``checkpoints/users/<user>``."""
+        becomes the count of the user's own weight-changing updates (the version serving knows
+        counts publishes and is kept by the training loop). Checkpoints go to
+        ``checkpoints/users/<user>``."""
         if user == self.user:
             return
         if self._fresh_adapter is None:
