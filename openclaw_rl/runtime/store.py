@@ -786,7 +786,7 @@ class Store:
                 "sessions": db.execute("DELETE FROM sessions WHERE user=?", (name,)).rowcount,
             }
             db.execute("DELETE FROM users WHERE name=?", (name,))
-            counts["adapter_version"] = db.execute(
+            counts["adapter_version_rows"] = db.execute(
                 "DELETE FROM meta WHERE key=?", (adapter_meta(name),)
             ).rowcount
         with self._lock:
