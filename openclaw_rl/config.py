@@ -325,6 +325,13 @@ class TrainingConfig(_Section):
         "from (the distillation gradient at the current weights), which moved the policy less and "
         'learned less in the measured runs (docs/training.md, "What the checks showed")',
     )
+    opd_baseline: Literal["prefix_mean", "none"] = Field(
+        "none",
+        description="prefix_mean: each token's OPD advantage is taken relative to the mean of the same "
+        "response's earlier tokens, so what the hint changes about the whole response (every token a "
+        "little less likely under the teacher) stops pushing every sampled token down; the expected "
+        'gradient is the same (docs/training.md, "The OPD baseline"); none: teacher - student as is',
+    )
     topk_distill: bool = False
     use_idle_cores: bool = Field(
         True,

@@ -67,47 +67,61 @@ def masked_mean(
 # ---------------------------------------------------------------------------------------------
 
 
+def opd_advantage(
+    teacher_logprobs: Tensor,
+    student_logprobs: Tensor,
+    has_teacher: Tensor,
+    mask: Tensor,
+    *,
+    opd_adv_clip: float | None = None,
+    baseline: bool = False,
+) -> Tensor:
+    """The per-token OPD part of eq. 6, ``[B, R]``: ``teacher - student``, clipped to ``±opd_adv_clip``
+    when set, zero on rows without teacher log-probs.
+
+    With ``baseline`` each token's value is taken relative to the mean of the same row's earlier
+    masked tokens (0 for the first): a baseline that does not depend on the token itself, so the
+    expected gradient is unchanged while the part common to the whole response (the hint shifts the
+    teacher's context, which makes every student token a little less likely under it) no longer
+    pushes every sampled token down (docs/training.md, "The OPD baseline").
+    """
+    opd = teacher_logprobs - student_logprobs
+    if opd_adv_clip is not None:
+        opd = opd.clamp(-opd_adv_clip, opd_adv_clip)
+    on = mask * has_teacher.to(mask.dtype).unsqueeze(-1)
+    opd = torch.where(on > 0, opd, torch.zeros_like(opd))
+    if baseline:
+        before_sum = torch.cumsum(opd, dim=-1) - opd
+        before_n = torch.cumsum(on, dim=-1) - on
+        prefix_mean = torch.where(before_n > 0, before_sum / before_n.clamp(min=1.0), torch.zeros_like(opd))
+        opd = torch.where(on > 0, opd - prefix_mean, torch.zeros_like(opd))
+    return opd
+
+
 def compute_advantages(
     rewards: Tensor,
     has_reward: Tensor,
-    teacher_logprobs: Tensor,
-    has_teacher: Tensor,
-    student_logprobs: Tensor,
+    opd: Tensor,
     *,
     binary_rl_weight: float = 1.0,
     opd_weight: float = 1.0,
-    opd_adv_clip: float | None = None,
     rl_scale: float = 1.0,
 ) -> Tensor:
     """Per-token advantages ``[B, R]`` of the combined method (eq. 7).
 
     ``rewards`` / ``has_reward``: ``[B]`` the RL scalar ``r - b`` of eq. 5 (a sample's advantage, or
     its raw score without a baseline) and whether the sample has an RL part.
-    ``teacher_logprobs`` / ``has_teacher``: ``[B, R]`` and ``[B]``: the OPD part. A missing part
-    contributes zero, so pure Binary RL (eq. 5) is ``has_teacher = 0`` and pure OPD (eq. 6)
-    ``has_reward = 0``. The baseline is subtracted where samples are made (judge/sample_rules.py).
-    ``student_logprobs`` ``[B, R]``: the student's log-probs of the tokens (the rollout's, or the
-    proximal policy's with ``opd_reference = "proximal"``): OPD rewards a token by how much more the
-    teacher likes it than the student does.
-    ``opd_adv_clip`` clips the per-token OPD term to ``±c`` so one surprising token cannot dominate.
-    ``rl_scale`` multiplies the RL part (see :func:`balanced_rl_scale`).
+    ``opd`` ``[B, R]``: the OPD part, :func:`opd_advantage` (zero on rows without a teacher). A
+    missing part contributes zero, so pure Binary RL (eq. 5) is an all-zero ``opd`` and pure OPD
+    (eq. 6) ``has_reward = 0``. The baseline is subtracted where samples are made
+    (judge/sample_rules.py). ``rl_scale`` multiplies the RL part (see :func:`balanced_rl_scale`).
     """
     rl = (binary_rl_weight * rl_scale * rewards * has_reward.to(rewards.dtype)).unsqueeze(-1)  # [B, 1]
-    opd = teacher_logprobs - student_logprobs
-    if opd_adv_clip is not None:
-        opd = opd.clamp(-opd_adv_clip, opd_adv_clip)
-    opd = opd_weight * opd * has_teacher.to(opd.dtype).unsqueeze(-1)
-    return rl + opd
+    return rl + opd_weight * opd
 
 
 def balanced_rl_scale(
-    rewards: Tensor,
-    has_reward: Tensor,
-    teacher_logprobs: Tensor,
-    has_teacher: Tensor,
-    student_logprobs: Tensor,
-    mask: Tensor,
-    opd_adv_clip: float | None = None,
+    rewards: Tensor, has_reward: Tensor, opd: Tensor, has_teacher: Tensor, mask: Tensor
 ) -> float | None:
     """The factor that brings the RL part to the OPD part's size per token in this batch (at most 1),
     or None when the batch has no token of one of them.
@@ -117,12 +131,10 @@ def balanced_rl_scale(
     mean |RL| 0.83 against mean |OPD| 0.10 per token), so at 1:1 the scalar would drown the
     distillation signal. Scaled by this factor, ``binary_rl_weight : opd_weight`` is the ratio of
     their mean pushes per token. It never enlarges the RL part: a batch of small advantages (rewards
-    close to their baseline) is not blown up to full size. Inputs as :func:`compute_advantages`,
+    close to their baseline) is not blown up to full size. ``rewards`` / ``has_reward`` as
+    :func:`compute_advantages`, ``opd`` its OPD part, ``has_teacher`` ``[B]`` the rows that have one,
     ``mask`` ``[B, R]``: the tokens trained on.
     """
-    opd = teacher_logprobs - student_logprobs
-    if opd_adv_clip is not None:
-        opd = opd.clamp(-opd_adv_clip, opd_adv_clip)
     opd_tokens = mask * has_teacher.to(mask.dtype).unsqueeze(-1)
     rl_tokens = mask * has_reward.to(mask.dtype).unsqueeze(-1)
     if opd_tokens.sum() <= 0 or rl_tokens.sum() <= 0:

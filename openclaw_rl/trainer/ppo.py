@@ -56,7 +56,7 @@ from openclaw_rl.trainer.checkpoint import (
     publish,
 )
 from openclaw_rl.trainer.logprobs import batch_token_stats
-from openclaw_rl.trainer.losses import balanced_rl_scale, compute_advantages, ppo_loss
+from openclaw_rl.trainer.losses import balanced_rl_scale, compute_advantages, opd_advantage, ppo_loss
 from openclaw_rl.types import Sample
 
 log = logging.getLogger("openclaw_rl.trainer")
@@ -352,11 +352,17 @@ class Trainer:
         # opd_reference; on a stale sample the first counts again what later updates already moved).
         prox = pad(proximal)
         student = prox if self.tc.opd_reference == "proximal" else rollout
+        opd = opd_advantage(
+            teacher,
+            student,
+            has_teacher,
+            mask,
+            opd_adv_clip=self.tc.opd_adv_clip,
+            baseline=self.tc.opd_baseline == "prefix_mean",
+        )
         rl_scale = 1.0
         if self.tc.term_balance == "balanced":
-            found = balanced_rl_scale(
-                rewards, has_reward, teacher, has_teacher, student, mask, opd_adv_clip=self.tc.opd_adv_clip
-            )
+            found = balanced_rl_scale(rewards, has_reward, opd, has_teacher, mask)
             # A micro-batch with only one of the parts keeps the last factor: the mix stays even
             # whichever samples a micro-batch happens to hold.
             if found is not None:
@@ -365,12 +371,9 @@ class Trainer:
         adv = compute_advantages(
             rewards,
             has_reward,
-            teacher,
-            has_teacher,
-            student,
+            opd,
             binary_rl_weight=self.tc.binary_rl_weight,
             opd_weight=self.tc.opd_weight,
-            opd_adv_clip=self.tc.opd_adv_clip,
             rl_scale=rl_scale,
         )
         teacher_topk = topk_mask = None

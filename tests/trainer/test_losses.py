@@ -11,6 +11,7 @@ from openclaw_rl.trainer.losses import (
     compute_advantages,
     k3_kl,
     masked_mean,
+    opd_advantage,
     ppo_loss,
     topk_reverse_kl,
 )
@@ -137,26 +138,46 @@ def test_advantages_binary_opd_combined():
     old = torch.tensor([[-1.0, -2.0, -3.0], [-1.0, -1.0, -1.0]])
     teacher = torch.tensor([[-0.5, -4.0, -3.0], [0.0, 0.0, 0.0]])
     rewards = torch.tensor([1.0, -1.0])
+    mask = torch.ones(2, 3)
+
+    def opd(has_teacher: list[bool], clip: float | None = None) -> torch.Tensor:
+        return opd_advantage(teacher, old, torch.tensor(has_teacher), mask, opd_adv_clip=clip)
+
     # Binary RL only: reward broadcast, no normalisation.
-    a = compute_advantages(rewards, torch.tensor([True, True]), teacher, torch.tensor([False, False]), old)
+    a = compute_advantages(rewards, torch.tensor([True, True]), opd([False, False]))
     assert a.tolist() == [[1.0] * 3, [-1.0] * 3]
     # OPD only, clipped at 1: teacher - old = [0.5, -2 -> -1, 0]
-    a = compute_advantages(
-        rewards, torch.tensor([False, False]), teacher, torch.tensor([True, False]), old, opd_adv_clip=1.0
-    )
+    a = compute_advantages(rewards, torch.tensor([False, False]), opd([True, False], clip=1.0))
     assert a.tolist() == [[0.5, -1.0, 0.0], [0.0, 0.0, 0.0]]
     # Combined with weights 2 : 0.5; sample 1 has no teacher part.
     a = compute_advantages(
-        rewards,
-        torch.tensor([True, True]),
-        teacher,
-        torch.tensor([True, False]),
-        old,
-        binary_rl_weight=2.0,
-        opd_weight=0.5,
+        rewards, torch.tensor([True, True]), opd([True, False]), binary_rl_weight=2.0, opd_weight=0.5
     )
     assert a[0].tolist() == pytest.approx([2.25, 1.0, 2.0])
     assert a[1].tolist() == [-2.0] * 3
+
+
+def test_the_opd_baseline_removes_what_is_common_to_the_whole_response_and_keeps_what_differs():
+    """A hint that makes every token 0.3 less likely under the teacher pushes every sampled token
+    down without a baseline; with ``baseline`` only the token the hint really disfavours is pushed
+    (relative to the row's earlier tokens), padding and rows without a teacher stay zero."""
+    student = torch.zeros(2, 5)
+    teacher = torch.tensor([[-0.3, -0.3, -0.3, -1.3, 5.0], [-0.3, -0.3, -0.3, -0.3, -0.3]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0]])  # row 0: padding last
+    has_teacher = torch.tensor([True, False])
+    plain = opd_advantage(teacher, student, has_teacher, mask)
+    assert plain[0].tolist() == pytest.approx([-0.3, -0.3, -0.3, -1.3, 0.0])  # every token pushed down
+    centred = opd_advantage(teacher, student, has_teacher, mask, baseline=True)
+    # the first token has nothing before it; later ones are measured against their prefix's mean
+    assert centred[0].tolist() == pytest.approx([-0.3, 0.0, 0.0, -1.0, 0.0])
+    assert centred[1].tolist() == [0.0] * 5
+    # the baseline of a token never depends on the token itself (nor on later ones): changing the
+    # last real token moves only that token's advantage
+    moved = teacher.clone()
+    moved[0, 3] = 2.0
+    again = opd_advantage(moved, student, has_teacher, mask, baseline=True)
+    assert again[0, :3].tolist() == pytest.approx(centred[0, :3].tolist())
+    assert float(again[0, 3]) == pytest.approx(2.3)
 
 
 def test_topk_reverse_kl_with_tail_bin():
@@ -212,7 +233,7 @@ def test_decoupled_loss_weights_each_token_by_its_behaviour_weight():
 
 
 def test_balanced_scale_brings_the_rl_part_to_the_opd_parts_size_and_never_up():
-    from openclaw_rl.trainer.losses import balanced_rl_scale, compute_advantages
+    from openclaw_rl.trainer.losses import balanced_rl_scale
 
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])  # the first row's last token is padding
     old = torch.zeros(2, 3)
@@ -222,14 +243,18 @@ def test_balanced_scale_brings_the_rl_part_to_the_opd_parts_size_and_never_up():
         torch.tensor([False, True]),
         torch.tensor([True, False]),
     )
-    scale = balanced_rl_scale(rewards, has_reward, teacher, has_teacher, old, mask)
+    opd = opd_advantage(teacher, old, has_teacher, mask)
+    scale = balanced_rl_scale(rewards, has_reward, opd, has_teacher, mask)
     assert scale == pytest.approx(0.1)  # mean |OPD| over the hinted row's two real tokens
-    adv = compute_advantages(rewards, has_reward, teacher, has_teacher, old, rl_scale=scale)
+    adv = compute_advantages(rewards, has_reward, opd, rl_scale=scale)
     rl_size = float(adv[1].abs().mean())
     opd_size = float((adv[0, :2]).abs().mean())
     assert rl_size == pytest.approx(opd_size)  # 1:1 is now an even mix
     # small advantages are not blown up, and without one of the parts there is nothing to balance
     small = torch.tensor([0.0, 0.01])
-    assert balanced_rl_scale(small, has_reward, teacher, has_teacher, old, mask) == 1.0
+    assert balanced_rl_scale(small, has_reward, opd, has_teacher, mask) == 1.0
     no_opd = torch.tensor([False, False])
-    assert balanced_rl_scale(rewards, has_reward, teacher, no_opd, old, mask) is None
+    assert (
+        balanced_rl_scale(rewards, has_reward, opd_advantage(teacher, old, no_opd, mask), no_opd, mask)
+        is None
+    )
