@@ -135,6 +135,26 @@ def test_opd_reference_proximal_pushes_a_stale_sample_by_what_the_student_still_
     assert _total_lp(default) > start + 0.05  # the tokens already have the teacher's mass: pushed on
 
 
+def test_opd_baseline_stops_a_hint_that_shifts_every_token_from_pushing_the_whole_response_down(make_cfg):
+    """A hinted teacher that finds every token of the response 0.3 less likely than the student
+    does (the hint changed the context, not the answer) pushes the whole response down without a
+    baseline; with ``opd_baseline = "prefix_mean"`` only the first token (nothing before it to
+    compare with) keeps a push, so the response moves far less."""
+
+    def moved(baseline: str) -> float:
+        cfg = make_cfg(kl_coef=0.0, entropy_coef=0.0, opd_baseline=baseline)
+        trainer = Trainer(cfg, cfg.policy_service.model)
+        sample = _sample(trainer)
+        shifted = sample.model_copy(update={"teacher_logprobs": [x - 0.3 for x in sample.rollout_logprobs]})
+        start = _total_lp(trainer)
+        trainer.train_update([shifted])
+        return _total_lp(trainer) - start
+
+    plain, centred = moved("none"), moved("prefix_mean")
+    assert plain < -0.05  # every sampled token pushed down
+    assert abs(centred) < 0.5 * abs(plain)
+
+
 def test_topk_distillation_reduces_reverse_kl(make_cfg):
     from openclaw_rl.trainer.logprobs import batch_token_stats
     from openclaw_rl.trainer.losses import topk_reverse_kl
