@@ -33,6 +33,7 @@ from reward_signal import group_attempts  # noqa: E402
 
 from openclaw_rl.config import Config, load_config  # noqa: E402
 from openclaw_rl.envs.chat import ChatEnv  # noqa: E402
+from openclaw_rl.envs.loop import SIMULATED_PREFIX  # noqa: E402
 from openclaw_rl.judge import make_judge  # noqa: E402
 from openclaw_rl.runtime.store import Store  # noqa: E402
 from openclaw_rl.types import NextState  # noqa: E402
@@ -113,18 +114,24 @@ def main() -> int:
 
 
 def run_complaints(work: Path) -> dict[tuple[str, str], int]:
-    """The distinct complaints (next states with a truth below 1) of the runs kept in ``work``:
-    (persona, text) -> the majority score the run's judge gave it (the first time it was judged)."""
+    """The distinct complaints (next states with a truth below 1) of the runs kept in ``work``
+    (``bench/learning.py`` or ``bench/per_user_learning.py``): (persona, text) -> the majority score
+    the run's judge gave it (the first time it was judged). In a run of several personas a complaint
+    is its simulated user's (``sim-<persona>``)."""
     out: dict[tuple[str, str], int] = {}
     for conf in sorted(work.glob("*.toml")):
         cfg = load_config(conf)
         path = cfg.log_dir / "store.sqlite"
         if not path.is_file():
             continue
-        (persona,) = cfg.env_service.personas
+        personas = cfg.env_service.personas
         store = Store(path)
         try:
-            for members in group_attempts(store).values():
+            for (group, _), members in group_attempts(store).items():
+                persona = personas[0]
+                if len(personas) > 1:
+                    session = next((sid for sid, _ in store.group_episodes(group)), "")
+                    persona = (store.session_user(session) or "").removeprefix(SIMULATED_PREFIX)
                 for attempt in members:
                     if attempt.truth < 1:
                         out.setdefault((persona, attempt.state.content), attempt.score)
