@@ -14,7 +14,9 @@ on), the base model in the same invocation:
     .venv/bin/python bench/per_user_learning.py [--updates 16] [--batch 4] [--chat-n 32] [--seeds 42,7] [--no-shared]
 
 ``--updates`` is per user: the per_user run makes ``2 x updates`` updates in all, the shared run
-the same number, so both see the same traffic. Each seed is a run of its own (the base is scored
+the same number, so both see the same traffic. The trainer gives the turn to the user with more
+samples waiting (docs/users.md), so the split between the two users follows their traffic; each
+run's line prints how many updates each adapter got. Each seed is a run of its own (the base is scored
 once: its held-out replies are greedy); the table gives each seed's figures and their mean.
 """
 
@@ -35,6 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from learning import chat_run_sections, final_policy, score, toml_text, train  # noqa: E402
 
 from openclaw_rl.config import EMBEDDED_MODEL, load_config  # noqa: E402
+from openclaw_rl.runtime.metrics import read_metrics  # noqa: E402
 from openclaw_rl.runtime.rundir import RunDir  # noqa: E402
 
 USERS = {"student": "sim-student", "analyst": "sim-analyst"}
@@ -94,7 +97,15 @@ def run_seed(work: Path, seed: int, args: argparse.Namespace) -> dict[str, dict[
         scores[f"{adapter} adapter"] = {
             p: score(per_user, published.path, args.chat_n, args.max_tokens, persona=p) for p in USERS
         }
-    print(f"per_user run, seed {seed}: {wall / 60:.1f} min, {samples} samples trained", flush=True)
+    trained = {user: 0 for user in USERS.values()}
+    for row in read_metrics(run.root, kind="train"):
+        if row.get("user") in trained:
+            trained[row["user"]] += 1
+    print(
+        f"per_user run, seed {seed}: {wall / 60:.1f} min, {samples} samples trained; updates "
+        + ", ".join(f"{user} {n}" for user, n in trained.items()),
+        flush=True,
+    )
     if not args.no_shared:
         shared = write_config(work, "shared", seed, args)
         wall_s, samples_s = train(shared, shared.with_suffix(".log"))
@@ -167,7 +178,7 @@ def main() -> int:
     runs = {seed: run_seed(work, seed, args) for seed in args.seeds}
     report(base, runs, args)
     print(
-        f"\n({args.updates} updates of batch {args.batch} per user; n={args.chat_n} held-out problems per "
+        f"\n({2 * args.updates} updates of batch {args.batch}, shared between the users; n={args.chat_n} held-out problems per "
         f"user; lr {args.lr:g}; total {(time.monotonic() - t0) / 60:.1f} min)"
     )
     return 0
