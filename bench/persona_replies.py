@@ -126,15 +126,18 @@ def run_complaints(work: Path) -> dict[tuple[str, str], int]:
             continue
         personas = cfg.env_service.personas
         store = Store(path)
+        persona_of: dict[str, str] = {}  # group id -> persona: one store read per group, not per turn
         try:
             for (group, _), members in group_attempts(store).items():
-                persona = personas[0]
-                if len(personas) > 1:
-                    session = next((sid for sid, _ in store.group_episodes(group)), "")
-                    persona = (store.session_user(session) or "").removeprefix(SIMULATED_PREFIX)
+                if group not in persona_of:
+                    persona_of[group] = personas[0]
+                    if len(personas) > 1:
+                        session = next((sid for sid, _ in store.group_episodes(group)), "")
+                        user = store.session_user(session) or ""
+                        persona_of[group] = user.removeprefix(SIMULATED_PREFIX)
                 for attempt in members:
                     if attempt.truth < 1:
-                        out.setdefault((persona, attempt.state.content), attempt.score)
+                        out.setdefault((persona_of[group], attempt.state.content), attempt.score)
         finally:
             store.close()
     return out
