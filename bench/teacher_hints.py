@@ -35,6 +35,7 @@ from openclaw_rl.envs.base import make  # noqa: E402
 from openclaw_rl.envs.chat import PERSONAS, redo_request  # noqa: E402
 from openclaw_rl.envs.evaluate import private_service_config  # noqa: E402
 from openclaw_rl.envs.loop import PolicyClient, env_kwargs_for  # noqa: E402
+from openclaw_rl.judge.hindsight import mask_unseen_figures, seen_text  # noqa: E402
 from openclaw_rl.judge.minilm import extract_hint  # noqa: E402
 from openclaw_rl.judge.teacher import hinted_messages  # noqa: E402
 from openclaw_rl.policy.server import PolicyService  # noqa: E402
@@ -62,6 +63,9 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=16, help="held-out problems per persona")
     ap.add_argument("--max-tokens", type=int, default=64, help="as bench/learning.py trains and scores")
     ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument(
+        "--hint-facts", choices=("keep", "mask"), default="keep", help="as [prm_service] hint_facts"
+    )
     args = ap.parse_args()
     t0 = time.monotonic()
     cfg = build_config({"policy_service": {"model": args.model}})
@@ -109,6 +113,11 @@ def report_hints(client: PolicyClient, cfg: Config, args: argparse.Namespace) ->
                     f"{persona_name + ' / ' + pref.name:<34}   (the judge extracts no hint from its complaints)"
                 )
                 continue
+            if args.hint_facts == "mask":  # as the judge does with [prm_service] hint_facts = "mask"
+                hints = [
+                    mask_unseen_figures(h, seen_text(m, r)) if h else h
+                    for h, (m, _), r in zip(hints, episodes, plain, strict=True)
+                ]
             prompts = [hinted_messages(m, h) if h else m for (m, _), h in zip(episodes, hints, strict=True)]
             hinted = greedy_replies(client, prompts, args.max_tokens)
             before = sum(bool(pref.check(r, c)) for r, (_, c) in zip(plain, episodes, strict=True)) / args.n
@@ -120,7 +129,7 @@ def report_hints(client: PolicyClient, cfg: Config, args: argparse.Namespace) ->
     print(
         f"\n(n={args.n} held-out problems per persona, greedy, {args.max_tokens} tokens, model {args.model}; "
         f"plain: the rate without a hint; hinted: with the hint the embedded judge extracts from each "
-        f"complaint about the preference; served by the embedded engine)"
+        f"complaint about the preference, hint_facts = {args.hint_facts}; served by the embedded engine)"
     )
 
 

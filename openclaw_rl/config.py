@@ -270,6 +270,11 @@ class PrmServiceConfig(_Section):
     num_workers: int = Field(1, ge=1)
     teacher: str = Field("policy_base", description="policy_base | api | <local model>")
     teacher_topk: int = Field(0, ge=0, description="top-K teacher log-probs per position (0 = off)")
+    hint_facts: Literal["keep", "mask"] = Field(
+        "keep",
+        description="keep | mask: mask turns each number in a hint from a user's reply that the policy "
+        "neither saw nor wrote into '...', so the teacher teaches how to answer, not this problem's answer",
+    )
     retry_interval_sec: float = Field(10, gt=0)
 
     @field_validator("reward_space")

@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 
 from openclaw_rl.config import Config
 from openclaw_rl.judge.errors import JudgeUnavailable, TeacherUnavailable
+from openclaw_rl.judge.hindsight import mask_unseen_figures, seen_text
 from openclaw_rl.judge.voting import majority, select_hint
 from openclaw_rl.types import JudgeResult, NextState, Turn, Vote
 
@@ -84,6 +85,9 @@ class Judge(ABC):
             return JudgeResult(error=f"turn {turn.key} has no next state yet; nothing to judge")
         try:
             result = await self._verdict(response_text(turn), turn.next_state)
+            if result.hint and self.prm.hint_facts == "mask" and turn.next_state.role == "user":
+                seen = seen_text(turn.messages, response_text(turn))
+                result.hint = mask_unseen_figures(result.hint, seen)
             if result.hint and self.cfg.training.opd_enabled and turn.response_ids:
                 await self._add_teacher(turn, result)
         except JudgeUnavailable as exc:

@@ -57,7 +57,7 @@ class TeacherOutput:
     context_len: int  # prompt tokens added by the hint
 
 
-def _text_of(content: Any) -> str:
+def message_text(content: Any) -> str:
     """Message content as text: OpenAI content-part lists are joined by their text parts."""
     if content is None:
         return ""
@@ -78,7 +78,7 @@ def hinted_messages(messages: list[dict[str, Any]], hint: str) -> list[dict[str,
     block = f"\n\n{HINT_HEADING}\n{hint.strip()}"
     for msg in reversed(out):
         if msg.get("role") == "user":
-            msg["content"] = _text_of(msg.get("content")) + block
+            msg["content"] = message_text(msg.get("content")) + block
             return out
     out.append({"role": "user", "content": block.lstrip()})
     return out
@@ -90,7 +90,7 @@ def _plain(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for m in messages:
         m = dict(m)
         if "content" in m:
-            m["content"] = _text_of(m["content"])
+            m["content"] = message_text(m["content"])
         out.append(m)
     return out
 

@@ -1,0 +1,59 @@
+"""What a hint may carry to the teacher: how to answer, not this problem's answer.
+
+A hint comes from the next state, so it can hold a fact the policy had no way to know when it
+answered — "mention that the correct answer is 800", where 800 is the user's own knowledge. The
+teacher that reads it prefers that number; on the next problem the policy has no such number, and
+the pull towards "the correct answer is N" teaches a form it cannot fill (docs/training.md, "What
+the checks showed"). With ``[prm_service] hint_facts = "mask"`` every number in a hint drawn from a
+user's reply that appears nowhere in what the policy saw (the prompt's messages) or wrote (its
+response) becomes ``...``, the placeholder users already write ("so the answer is ..."). A number
+the conversation shows ("the question says 12 apples") stays, and so does every word: only the
+figures a user brings from outside are hindsight.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from openclaw_rl.judge.teacher import message_text
+
+#: A figure as people write it: "800", "1,250", "3.5", "-4"; "$800" keeps its sign outside the match.
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?!\w)")
+#: What stands in for a figure the policy could not have known.
+PLACEHOLDER = "..."
+
+
+def _value(figure: str) -> float | None:
+    try:
+        return float(figure.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def figures(text: str) -> set[float]:
+    """The numeric values written in ``text`` ("1,250" and "1250.0" are the same value)."""
+    return {v for m in _NUMBER.findall(text) if (v := _value(m)) is not None}
+
+
+def seen_text(messages: list[dict[str, Any]], response: str) -> str:
+    """Everything the policy saw or wrote in one turn: the prompt's messages and its response."""
+    return "\n".join([*(message_text(m.get("content")) for m in messages), response])
+
+
+def mask_unseen_figures(hint: str, seen: str) -> str:
+    """``hint`` with each number whose value is not in ``seen`` replaced by :data:`PLACEHOLDER`.
+
+    >>> mask_unseen_figures("Mention that the correct answer is 800.", "Lily has 12 apples")
+    'Mention that the correct answer is ...'
+    >>> mask_unseen_figures("You used 12 twice.", "Lily has 12 apples")
+    'You used 12 twice.'
+    """
+    known = figures(seen)
+
+    def swap(m: re.Match[str]) -> str:
+        value = _value(m.group(0))
+        return m.group(0) if value is None or value in known else PLACEHOLDER
+
+    # "is 800." becomes "is ...", not "is ....": the placeholder's dots end the sentence too
+    return re.sub(r"\.{3}\.+", PLACEHOLDER, _NUMBER.sub(swap, hint))
