@@ -20,7 +20,10 @@ a user sees in their first ``make run``, e.g. ``--runs default:42,default:7 --ma
 Prints a row per run (base, trained, change, sessions to learn, wall time, samples trained, trained
 samples per hour) and, per arm, the mean change over its seeds with its spread and its worst seed.
 "Sessions to learn" is the conversations the run had when its live evaluation first reached the
-base + 0.15 and stayed there (``-``: never within the run).
+base + 0.15 and stayed there (``-``: never within the run). "loop" is the share of the trained
+policy's held-out replies that say one thing over and over; they meet no wish (docs/envs.md).
+``--report DIR --rescore`` scores a kept work directory's base and final policies again with the
+current scorer (``--max-tokens`` as the runs had it, for directories from before it was saved).
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ class Row:
     sessions_to_learn: int | None
     judge_agreement: float | None
     updates: int = 0
+    looping: float | None = None  # share of the trained policy's held-out replies that loop
 
     @property
     def change(self) -> float:
@@ -242,6 +246,14 @@ def score(
 ) -> float:
     """Held-out personalisation of the base model or an exported policy: for ``persona``, or the
     run's one persona."""
+    return float(score_detail(config, checkpoint, n, max_tokens, persona)["personalization"])
+
+
+def score_detail(
+    config: Path, checkpoint: Path | None, n: int, max_tokens: int, persona: str | None = None
+) -> dict[str, Any]:
+    """:func:`score` with the evaluation's whole summary of the persona: ``personalization``,
+    ``preferences`` (each wish's rate) and ``looping`` (the share of replies that loop)."""
     cfg = load_config(config)
     ecfg = cfg.model_copy(deep=True)
     ecfg.users.mode = "shared"  # the checkpoint given is what is scored, whoever trained it
@@ -263,13 +275,37 @@ def score(
         service.stop()
         shutil.rmtree(ecfg.global_.log_dir, ignore_errors=True)
     (scored,) = ecfg.env_service.personas
-    return float(summary["chat"][scored]["personalization"])
+    return dict(summary["chat"][scored])
+
+
+#: Judged turns without a single sample to train, as a multiple of the samples the run's updates take
+#: (updates x batch), after which a run stops: the policy never changed, so more rollouts of it only
+#: repeat what was seen (Binary RL on a persona the base never satisfies: every group all -1).
+IDLE_TURNS_FACTOR = 2
+#: How often a running job's store is read for that check (seconds).
+POLL_S = 15.0
+
+
+def _idle(store_path: Path, budget: int) -> int | None:
+    """The judged turns when the run has judged ``budget`` or more of them and made no sample."""
+    if not store_path.is_file():
+        return None
+    store = Store(store_path)
+    try:
+        c = store.counters()
+    finally:
+        store.close()
+    made = c.samples_ready + c.samples_claimed + c.samples_trained + c.samples_dropped
+    return c.judged if c.judged >= budget and made == 0 else None
 
 
 def train(config: Path, log_file: Path, max_minutes: float | None = None) -> tuple[float, int]:
     """Run the main job to max_steps, or stop it (SIGTERM: the trainer ends with a checkpoint)
-    after ``max_minutes``; returns (wall seconds, samples trained)."""
+    after ``max_minutes`` or once it has judged ``IDLE_TURNS_FACTOR`` x its updates' samples in
+    turns without making one sample; returns (wall seconds, samples trained)."""
     start = time.monotonic()
+    cfg = load_config(config)
+    budget = IDLE_TURNS_FACTOR * (cfg.training.max_steps or 0) * cfg.training.batch_size
     with log_file.open("w") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "openclaw_rl.launch", "--config", str(config)],
@@ -278,16 +314,24 @@ def train(config: Path, log_file: Path, max_minutes: float | None = None) -> tup
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        try:
-            proc.wait(timeout=None if max_minutes is None else max_minutes * 60)
-        except subprocess.TimeoutExpired:
+        why = None
+        while proc.poll() is None and why is None:
+            try:
+                proc.wait(timeout=POLL_S)
+            except subprocess.TimeoutExpired:
+                if max_minutes is not None and time.monotonic() - start > max_minutes * 60:
+                    why = f"stopped after {max_minutes:g} min: the time cap of one run"
+                elif budget and (judged := _idle(cfg.log_dir / "store.sqlite", budget)) is not None:
+                    why = (
+                        f"stopped after {judged} judged turns with no sample to train ({IDLE_TURNS_FACTOR} x "
+                        "its updates x batch): its policy never changed"
+                    )
+        if why is not None:
             proc.send_signal(signal.SIGTERM)  # the launcher stops its loops; the trainer checkpoints
             proc.wait(timeout=300)
-            print(f"  (stopped after {max_minutes:g} min: the time cap of one run)", flush=True)
-        else:
-            if proc.returncode != 0:
-                raise SystemExit(f"training run failed (exit {proc.returncode}); see {log_file}")
-    cfg = load_config(config)
+            print(f"  ({why})", flush=True)
+        elif proc.returncode != 0:
+            raise SystemExit(f"training run failed (exit {proc.returncode}); see {log_file}")
     store = Store(cfg.log_dir / "store.sqlite")
     trained = store.counters().samples_trained
     store.close()
@@ -326,18 +370,28 @@ HEALTH = (
     ("opd_abs_mean", "|opd|", "mean |teacher - rollout| per token: the OPD term's scale"),
     ("staleness_mean", "stale", "policy versions between a trained sample's rollout and the update"),
     ("kl", "kl", "KL to the base policy at the last update (drift)"),
+    (
+        "repeat_frac",
+        "repeat",
+        "share of the last update's response 8-token runs that repeat an earlier run (loops)",
+    ),
     ("wide_pass_frac", "wide", "share of passes the trainer ran on every core"),
 )
 
 
+#: HEALTH metrics the table takes from the last update rather than the mean over updates.
+LAST_UPDATE = ("kl", "repeat_frac")
+
+
 def health(config: Path) -> dict[str, float | None]:
-    """A run's signal health: each HEALTH metric averaged over its updates (``kl``: the last
-    update's), entropy at its first and last update, and its updates' mean length in seconds."""
+    """A run's signal health: each HEALTH metric averaged over its updates (``kl`` and
+    ``repeat_frac``: the last update's, where drift and loops show), entropy at its first and last
+    update, and its updates' mean length in seconds."""
     rows = read_metrics(load_config(config).log_dir, kind="train")
     out: dict[str, float | None] = {}
     for key, _, _ in HEALTH:
         values = [float(r[key]) for r in rows if isinstance(r.get(key), int | float)]
-        out[key] = (values[-1] if key == "kl" else statistics.fmean(values)) if values else None
+        out[key] = (values[-1] if key in LAST_UPDATE else statistics.fmean(values)) if values else None
     entropy = [float(r["entropy"]) for r in rows if isinstance(r.get("entropy"), int | float)]
     out["entropy_first"] = entropy[0] if entropy else None
     out["entropy_last"] = entropy[-1] if entropy else None
@@ -375,15 +429,16 @@ def report(rows: list[Row], args: argparse.Namespace) -> None:
     """The table of the runs so far, then per arm: mean change over its seeds, spread, worst seed."""
     print()
     print(
-        f"{'run':<30}{'base':>7}{'trained':>9}{'change':>8}{'updates':>8}{'to learn':>9}{'agree':>7}"
-        f"{'minutes':>9}{'samples':>9}{'per hour':>10}"
+        f"{'run':<30}{'base':>7}{'trained':>9}{'change':>8}{'loop':>6}{'updates':>8}{'to learn':>9}"
+        f"{'agree':>7}{'minutes':>9}{'samples':>9}{'per hour':>10}"
     )
     for r in rows:
         learned = "-" if r.sessions_to_learn is None else str(r.sessions_to_learn)
         agree = "-" if r.judge_agreement is None else f"{r.judge_agreement:.2f}"
+        loop = "-" if r.looping is None else f"{r.looping:.2f}"
         print(
-            f"{r.run:<30}{r.base:>7.3f}{r.trained:>9.3f}{r.change:>+8.3f}{r.updates:>8}{learned:>9}{agree:>7}"
-            f"{r.wall_s / 60:>9.1f}{r.samples:>9}{r.per_hour:>10.0f}"
+            f"{r.run:<30}{r.base:>7.3f}{r.trained:>9.3f}{r.change:>+8.3f}{loop:>6}{r.updates:>8}{learned:>9}"
+            f"{agree:>7}{r.wall_s / 60:>9.1f}{r.samples:>9}{r.per_hour:>10.0f}"
         )
     print(f"\n{'arm':<30}{'seeds':>6}{'mean change':>13}{'spread':>8}{'worst':>8}{'per hour':>10}")
     for arm in dict.fromkeys(r.arm for r in rows):
@@ -401,10 +456,34 @@ def report(rows: list[Row], args: argparse.Namespace) -> None:
         + (default_note() if any(r.arm.startswith(DEFAULT) for r in rows) else "")
         + f"; n={args.chat_n} held-out problems, one "
         f"problem moves a score by {1 / args.chat_n:.3f} at most; spread = sample standard deviation "
-        f"over seeds; agree = mean judge-persona agreement per update; live evaluations of {args.live_n} "
+        f"over seeds; loop = share of the trained policy's held-out replies that loop, which score 0; agree = mean "
+        f"judge-persona agreement per update; live evaluations of {args.live_n} "
         f"problems every {args.sync} updates)",
         flush=True,
     )
+
+
+def rescore(work: Path, rows: list[Row], args: argparse.Namespace) -> list[Row]:
+    """``rows`` with base and trained scores taken again by the current scorer (each base once per
+    persona); the old and new figures of each run are printed as they come."""
+    bases: dict[str, float] = {}
+    out = []
+    for r in rows:
+        conf = work / f"{run_label(r.run)}.toml"
+        persona = parse_run(r.run)[3]
+        if persona not in bases:
+            bases[persona] = score(conf, None, args.chat_n, args.max_tokens)
+            print(f"base model: held-out {persona} personalisation = {bases[persona]:.3f} (n={args.chat_n})")
+        after = score_detail(conf, final_policy(conf), args.chat_n, args.max_tokens)
+        new = Row(**{**asdict(r), "base": bases[persona], "trained": float(after["personalization"])})
+        new.looping = float(after["looping"])
+        print(
+            f"{r.run}: was {r.base:.3f} -> {r.trained:.3f} ({r.change:+.3f}), now {new.base:.3f} -> "
+            f"{new.trained:.3f} ({new.change:+.3f}); looping replies {new.looping:.2f}",
+            flush=True,
+        )
+        out.append(new)
+    return out
 
 
 def main() -> int:
@@ -454,6 +533,12 @@ def main() -> int:
         metavar="DIR",
         help="print the tables of a kept work directory (--keep) again, run nothing",
     )
+    ap.add_argument(
+        "--rescore",
+        action="store_true",
+        help="with --report: score the base and every kept run's final policy again with the current "
+        "scorer, on the same problems at the run's --max-tokens (saved from this version on; else give it)",
+    )
     args = ap.parse_args()
     if args.report:
         work = Path(args.report)
@@ -463,7 +548,10 @@ def main() -> int:
         args.sync = saved.get("sync", args.sync)
         args.live_n = saved.get("live_n", args.live_n)
         args.max_minutes = saved.get("max_minutes", args.max_minutes)
+        args.max_tokens = saved.get("max_tokens", args.max_tokens)
         args.set = [tuple(kv) for kv in saved.get("set", [])]
+        if args.rescore:
+            kept = rescore(work, kept, args)
         report(kept, args)
         health_report(work, kept)
         return 0
@@ -493,13 +581,24 @@ def main() -> int:
         name, _method, seed, persona = parsed[run]
         conf = write_config(work, run, args)
         wall, trained = train(conf, conf.with_suffix(".log"), args.max_minutes)
-        after = score(conf, final_policy(conf), args.chat_n, args.max_tokens)
+        detail = score_detail(conf, final_policy(conf), args.chat_n, args.max_tokens)
+        after = float(detail["personalization"])
         learned = sessions_to_learn(load_config(conf).log_dir)
         base = bases[persona]
         done = updates_done(conf)
         rows.append(
             Row(
-                run, f"{name}@{persona}", seed, base, after, wall, trained, learned, run_agreement(conf), done
+                run,
+                f"{name}@{persona}",
+                seed,
+                base,
+                after,
+                wall,
+                trained,
+                learned,
+                run_agreement(conf),
+                done,
+                float(detail["looping"]),
             )
         )
         print(
@@ -517,6 +616,7 @@ def main() -> int:
                     "sync": args.sync,
                     "live_n": args.live_n,
                     "max_minutes": args.max_minutes,
+                    "max_tokens": args.max_tokens,
                     "set": args.set,
                     "rows": [asdict(r) for r in rows],
                 },

@@ -18,7 +18,9 @@ The *same* deterministic preference checks drive the scripted user's reaction an
 score :func:`personalization_score` (fraction of the persona's preferences satisfied, 0..1), so the
 score measures exactly what the user keeps asking for. The preferences were chosen so that the
 untrained SmolLM2-135M-Instruct mostly violates them (docs/envs.md has the measured base score) and
-none is a length check.
+none is a length check. A reply that says one thing over and over (:func:`looping`) meets none of
+them: "The answer is not available." eight times has no markdown and no assistant phrase, and no
+user who asked for worked homework would call it either.
 
 ``user_mode="scripted"`` writes the user's replies from fixed templates chosen by a seeded RNG
 (deterministic). ``user_mode="llm"`` keeps the same decisions (what the user complains about, when
@@ -37,6 +39,7 @@ from typing import Any, Literal
 from openclaw_rl.config import resolve_data_path
 from openclaw_rl.envs.base import Env, Observation, StepResult, register
 from openclaw_rl.envs.data import GsmItem, gsm8k_split
+from openclaw_rl.runtime.metrics import repeat_share
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +136,19 @@ def _has_words(text: str, n: int = 3) -> bool:
     return len(re.findall(r"[A-Za-z]+", text)) >= n
 
 
+#: Words per run, and the share of a reply's runs that repeat an earlier run, from which on a reply
+#: is a loop. Sampled base replies reach 0.4 now and then (a working that restates its sums); trained
+#: policies that had fallen into a loop scored 0.6–0.9.
+LOOP_WINDOW = 5
+LOOP_SHARE = 0.5
+
+
+def looping(text: str) -> bool:
+    """Whether ``text`` says one thing over and over: half or more of its runs of five words repeat
+    an earlier run (:func:`~openclaw_rl.runtime.metrics.repeat_share`)."""
+    return repeat_share(re.findall(r"\w+", text.lower()), LOOP_WINDOW) >= LOOP_SHARE
+
+
 def no_markdown(text: str, ctx: Context | None = None) -> bool:
     return _has_words(text) and not _MARKDOWN.search(text)
 
@@ -216,6 +232,9 @@ class Persona:
     thanks_and_save: tuple[str, ...]
     goodbyes: tuple[str, ...]
     corrections: tuple[str, ...] = ()
+    #: What the user says to a reply that says one thing over and over (:func:`looping`): a person
+    #: complains about the loop, not about the wishes a loop happens to miss.
+    loop_complaints: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -275,6 +294,10 @@ STUDENT = Persona(
     corrections=(
         "wait my friend got {answer} for this one, can you check it again and fix it?",
         "hmm the answer in the back of the book says {answer}, redo it pls",
+    ),
+    loop_complaints=(
+        "why does it just say the same thing over and over lol, i need the actual working",
+        "it keeps repeating the same line. can you stop repeating and just do the problem?",
     ),
     thanks_and_save=(
         "thanks!! that's perfect, sounds just like me. can you save it so i can copy it later?",
@@ -350,6 +373,10 @@ TEACHER = Persona(
         "{student_answer} as the answer. I need a comment to write on the paper.",
     ),
     redo_leads=("Thanks, but", "Hmm,", "Not quite what I need.", "Could you rewrite it?"),
+    loop_complaints=(
+        "This just repeats the same sentence. I need a real comment for {student}.",
+        "It keeps saying the same thing over and over. Please write an actual comment without repeating yourself.",
+    ),
     thanks_and_save=(
         "That's exactly right, thank you! Please save it so I can paste it into the gradebook.",
         "Lovely, thanks. Can you save that comment for me?",
@@ -407,6 +434,10 @@ ANALYST = Persona(
     ),
     redo_leads=("That is not quite what I asked for.", "Thank you, however", "Please revise it."),
     corrections=("The reference solution gives {answer}. Please check the calculation and correct it.",),
+    loop_complaints=(
+        "The text repeats the same sentence and says nothing. Please write a proper memo.",
+        "It repeats itself over and over. Kindly write the memo properly, without repeating yourself.",
+    ),
     thanks_and_save=(
         "Thank you, that is exactly the format I need. Please save it for the report.",
         "Excellent, that works. Kindly save it so I can include it later.",
@@ -437,8 +468,11 @@ def _persona(persona: str | Persona) -> Persona:
 def preference_report(
     persona: str | Persona, response_text: str, context: Context | None = None
 ) -> dict[str, bool]:
-    """Which of the persona's preferences ``response_text`` satisfies (name -> bool)."""
+    """Which of the persona's preferences ``response_text`` satisfies (name -> bool); none when the
+    reply is :func:`looping`."""
     p = _persona(persona)
+    if looping(response_text):
+        return {pref.name: False for pref in p.preferences}
     return {pref.name: bool(pref.check(response_text, context)) for pref in p.preferences}
 
 
@@ -645,7 +679,10 @@ class ChatEnv(Env):
             and self.context["correct_answer"]
             and not _states_value(text, self.context["answer"])
         )
-        if violated:
+        if looping(text) and self.persona.loop_complaints:
+            scripted = self.rng.choice(self.persona.loop_complaints).format(**self.context)
+            message, err = self._say("redo", ["stop repeating the same sentence, answer properly"], scripted)
+        elif violated:
             picks = self.rng.sample(violated, k=min(2, len(violated)))
             points = [self.rng.choice(p.complaints).format(**self.context) for p in picks]
             scripted = redo_request(self.rng.choice(self.persona.redo_leads), points)

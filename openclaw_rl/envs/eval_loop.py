@@ -418,6 +418,7 @@ class EvalLoop:
             "score": score,
             "base_score": base,
             **{f"score_{p}": s for p, s in scores.items()},
+            **{f"looping_{p}": float(v["looping"]) for p, v in chat.items()},
             "n_per_persona": max((int(v["n"]) for v in chat.values()), default=0),
             "elapsed_s": round(time.monotonic() - started, 1),
         }
@@ -449,6 +450,7 @@ class EvalLoop:
             "adapter_version": pub.version,
             "user_score": score,
             f"score_{due.persona}": score,
+            f"looping_{due.persona}": float(chat["looping"]),
             "user_base_score": base,
             "n_per_persona": int(chat["n"]),
             "elapsed_s": round(time.monotonic() - started, 1),

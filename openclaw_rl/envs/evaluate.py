@@ -31,7 +31,7 @@ from typing import Any
 
 from openclaw_rl.config import Config
 from openclaw_rl.envs.base import make
-from openclaw_rl.envs.chat import report_score
+from openclaw_rl.envs.chat import looping, report_score
 from openclaw_rl.envs.loop import PolicyClient, PolicyRequestError, env_kwargs_for
 from openclaw_rl.envs.terminal import EVAL_TASKS
 
@@ -77,16 +77,16 @@ def _episode(client: PolicyClient, env: Any, reset_kw: dict[str, Any], max_token
 
 def _chat_reports(
     cfg: Config, client: PolicyClient, persona: str, sizes: EvalSizes, concurrency: int
-) -> list[dict[str, bool]]:
+) -> list[tuple[dict[str, bool], str]]:
     """Which preferences of the persona the greedy first reply to each of the first ``sizes.chat``
-    held-out problems meets, in problem order (each problem gets its own environment, so requests
-    may overlap)."""
+    held-out problems meets, with the reply, in problem order (each problem gets its own
+    environment, so requests may overlap)."""
     kwargs = {**env_kwargs_for(cfg, "chat", "eval"), "max_turns": 1}
     first = make("chat", persona=persona, **kwargs)
     items = first.items  # type: ignore[attr-defined]
     n = min(sizes.chat, len(items))
 
-    def one(i: int) -> dict[str, bool]:
+    def one(i: int) -> tuple[dict[str, bool], str]:
         # reset(seed, item) alone decides the episode, so a fresh env per problem asks the same
         # question as reusing one; fresh ones let problems run at once
         env = first if concurrency <= 1 else make("chat", persona=persona, **{**kwargs, "items": items})
@@ -100,7 +100,8 @@ def _chat_reports(
         )
         if reply is None:
             raise RuntimeError("evaluation stopped")
-        return env.report(reply["content"])  # type: ignore[attr-defined]
+        text = reply["content"] or ""
+        return env.report(text), text  # type: ignore[attr-defined]
 
     if concurrency <= 1 or n <= 1:
         return [one(i) for i in range(n)]
@@ -143,7 +144,8 @@ def evaluate(
         if "chat" in types and sizes.chat > 0:
             summary["chat"] = {}
             for persona in cfg.env_service.personas:
-                reports = _chat_reports(cfg, client, persona, sizes, concurrency)
+                replies = _chat_reports(cfg, client, persona, sizes, concurrency)
+                reports = [r for r, _ in replies]
                 n = len(reports)
                 scores = [report_score(r) for r in reports]
                 # per preference: the share of replies that meet it, so a run shows which of the
@@ -155,12 +157,15 @@ def evaluate(
                     "personalization": sum(scores) / max(1, n),
                     "scores": scores,
                     "preferences": met,
+                    # replies that say one thing over and over, which meet no wish (envs/chat.py)
+                    "looping": sum(looping(text) for _, text in replies) / max(1, n),
                 }
                 if verbose:
                     print(
                         f"[eval] chat persona={persona} n={n} "
                         f"personalization={summary['chat'][persona]['personalization']:.3f} "
-                        f"({', '.join(f'{name} {rate:.2f}' for name, rate in met.items())})",
+                        f"({', '.join(f'{name} {rate:.2f}' for name, rate in met.items())}; "
+                        f"looping {summary['chat'][persona]['looping']:.2f})",
                         flush=True,
                     )
         if "terminal" in types and sizes.terminal > 0:

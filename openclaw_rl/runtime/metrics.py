@@ -13,11 +13,32 @@ import json
 import math
 import os
 import time
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "training_curves.png"
+
+
+def repeat_share(items: Sequence[Hashable], window: int) -> float:
+    """The share of ``items``' runs of ``window`` consecutive items that repeat an earlier run.
+
+    Near 0 for prose; close to 1 for a reply that says one thing over and over ("The answer is not
+    available." eight times). 0 for fewer than ``2 * window`` items. One measure for two readers:
+    the trainer over a response's token ids, the chat persona over its words.
+    """
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    if len(items) < 2 * window:
+        return 0.0
+    seen: set[tuple[Hashable, ...]] = set()
+    repeats = 0
+    for i in range(len(items) - window + 1):
+        run = tuple(items[i : i + window])
+        repeats += run in seen
+        seen.add(run)
+    return repeats / (len(items) - window + 1)
 
 
 class MetricsWriter:

@@ -45,7 +45,7 @@ import torch
 from openclaw_rl.config import Config, is_loopback
 from openclaw_rl.policy.admin import request_pause, request_swap, serving_generating
 from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
-from openclaw_rl.runtime.metrics import MetricsWriter
+from openclaw_rl.runtime.metrics import MetricsWriter, repeat_share
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import SIGNAL_META, Store
 from openclaw_rl.trainer.ppo import Trainer, last_user_step
@@ -111,6 +111,11 @@ class CoreBudget:
         return share
 
 
+#: Tokens per run of :func:`~openclaw_rl.runtime.metrics.repeat_share` in ``repeat_frac``: eight
+#: tokens come back in prose only in set phrases.
+REPEAT_WINDOW = 8
+
+
 def signal_health(
     batch: list[Sample], signal: dict[str, float], before: dict[str, float]
 ) -> dict[str, float]:
@@ -123,6 +128,9 @@ def signal_health(
       about 0 means the hinted teacher prefers nothing the rollout did not, and OPD adds only noise;
     * ``opd_abs_mean``: mean |teacher - rollout| over those tokens: the OPD term's scale per token,
       to set beside ``adv_abs_mean``, the RL term's;
+    * ``repeat_frac``: the batch's mean share of response token runs that repeat an earlier run of
+      the same response (:func:`~openclaw_rl.runtime.metrics.repeat_share`): a policy that has
+      started to loop shows here before any evaluation (no truth needed, so in real use too);
 
     From the judge's ``signal`` counters, over what was judged since the previous update
     (``before``: the counters then):
@@ -156,6 +164,9 @@ def signal_health(
     if gaps:
         out["teacher_minus_rollout"] = sum(gaps) / len(gaps)
         out["opd_abs_mean"] = sum(abs(g) for g in gaps) / len(gaps)
+
+    if batch:
+        out["repeat_frac"] = sum(repeat_share(s.response_ids, REPEAT_WINDOW) for s in batch) / len(batch)
 
     def delta(key: str) -> float:
         return float(signal.get(key, 0)) - float(before.get(key, 0))

@@ -8,6 +8,7 @@ from openclaw_rl.envs import make
 from openclaw_rl.envs.chat import (
     PERSONAS,
     LLMUserWriter,
+    looping,
     personalization_score,
     preference_report,
 )
@@ -52,6 +53,32 @@ def test_student_scorer_on_fixed_texts():
     }
     cut_off = "So 2 * 3 = 6 people.\nThe answer is 1/4 * 1 + "
     assert preference_report("student", cut_off)["final_answer"] is False
+
+
+def test_a_reply_that_says_one_thing_over_and_over_meets_no_wish():
+    # held-out replies of a trained policy that had fallen into a loop (bench/learning.py, OPD seed 1)
+    stuck = "The answer is not available.\n\n" * 8
+    again = (
+        "It can be done but I have to start again.\n\nI have to start again.\n\n"
+        + "I will try again.\n\n" * 6
+    )
+    student = PERSONAS["student"]
+    for loop in (stuck, again):
+        assert looping(loop)
+        # plain prose without an assistant phrase: each negative wish on its own would count it
+        assert [p.name for p in student.preferences if p.check(loop, None)] == [
+            "no_markdown",
+            "no_ai_phrases",
+        ]
+        assert personalization_score("student", loop) == 0.0
+        assert not any(preference_report("analyst", loop).values())
+    # a working that restates its sums is not a loop (a base reply, sampled)
+    restated = (
+        "So, 10 stickers - 21 stickers = 22 stickers.\n\nNow, let's calculate it. Charlie used 31 stickers - "
+        "22 stickers. So, Charlie used 31 stickers - 22 stickers = 10 stickers."
+    )
+    assert not looping(restated) and not looping(STUDENT_STYLE)
+    assert personalization_score("student", STUDENT_STYLE) == 1.0
 
 
 def test_teacher_scorer_uses_context():
@@ -109,6 +136,16 @@ def test_student_episode_redo_then_thanks_then_save(gsm8k_path):
         "student", [AI_STYLE, "i did it and got 1.\nso the answer is 999999", good, "Saved!"], 7, gsm8k_path
     )
     assert again == trace
+
+
+@pytest.mark.parametrize("persona", ["student", "teacher", "analyst"])
+def test_a_user_given_a_loop_complains_about_the_loop(persona, gsm8k_path):
+    stuck = "The answer is not available.\n\n" * 8
+    trace, info = _run(persona, [stuck], 3, gsm8k_path)
+    reply, reward, done = trace[1][0], trace[1][1], trace[1][2]
+    assert reward == 0.0 and not done
+    said = {c.format(**info["context"]) for c in PERSONAS[persona].loop_complaints}
+    assert reply in said  # about the repetition, not about a wish the loop happens to miss
 
 
 def test_teacher_episode(gsm8k_path):

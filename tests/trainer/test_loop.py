@@ -180,9 +180,11 @@ def test_signal_health_reports_what_the_learning_signal_is_worth():
             "judge_agreement": 0.75,
             "truth_judged_pos": 0.625,
             "truth_judged_neg": 0.125,
+            "repeat_frac": 0.0,
         }
     )
-    assert signal_health([sample("d")], now, now) == {}  # nothing new judged, no RL or OPD part
+    # nothing new judged, no RL or OPD part: only what every batch has
+    assert signal_health([sample("d")], now, now) == {"repeat_frac": 0.0}
 
 
 def test_core_budget_takes_every_core_only_while_the_others_are_idle():
