@@ -475,8 +475,8 @@ def rescore(work: Path, rows: list[Row], args: argparse.Namespace) -> list[Row]:
             bases[persona] = score(conf, None, args.chat_n, args.max_tokens)
             print(f"base model: held-out {persona} personalisation = {bases[persona]:.3f} (n={args.chat_n})")
         after = score_detail(conf, final_policy(conf), args.chat_n, args.max_tokens)
-        new = Row(**{**asdict(r), "base": bases[persona], "trained": float(after["personalization"])})
-        new.looping = float(after["looping"])
+        trained, looping = float(after["personalization"]), float(after["looping"])
+        new = Row(**{**asdict(r), "base": bases[persona], "trained": trained, "looping": looping})
         print(
             f"{r.run}: was {r.base:.3f} -> {r.trained:.3f} ({r.change:+.3f}), now {new.base:.3f} -> "
             f"{new.trained:.3f} ({new.change:+.3f}); looping replies {new.looping:.2f}",
