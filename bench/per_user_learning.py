@@ -18,6 +18,8 @@ the same number, so both see the same traffic. The trainer gives the turn to the
 samples waiting (docs/users.md), so the split between the two users follows their traffic; each
 run's line prints how many updates each adapter got. Each seed is a run of its own (the base is scored
 once: its held-out replies are greedy); the table gives each seed's figures and their mean.
+``--rescore DIR --seeds S`` trains nothing: it scores the runs of seeds S kept in DIR (``--keep``)
+again with the current scorer.
 """
 
 from __future__ import annotations
@@ -79,12 +81,30 @@ def seed_list(text: str) -> list[int]:
 
 
 def run_seed(work: Path, seed: int, args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    """One seed's per_user run (and shared run, unless ``--no-shared``), scored on both users.
-
-    Returns ``{policy: {persona: score}}`` for the policies ``"<persona> adapter"`` and, with the
-    shared run, ``"shared"``."""
+    """One seed's per_user run (and shared run, unless ``--no-shared``), trained, then scored on
+    both users by :func:`score_seed`."""
     per_user = write_config(work, "per_user", seed, args)
     wall, samples = train(per_user, per_user.with_suffix(".log"))
+    trained = {user: 0 for user in USERS.values()}
+    for row in read_metrics(RunDir.of(load_config(per_user)).root, kind="train"):
+        if row.get("user") in trained:
+            trained[row["user"]] += 1
+    print(
+        f"per_user run, seed {seed}: {wall / 60:.1f} min, {samples} samples trained; updates "
+        + ", ".join(f"{user} {n}" for user, n in trained.items()),
+        flush=True,
+    )
+    if not args.no_shared:
+        shared = write_config(work, "shared", seed, args)
+        wall_s, samples_s = train(shared, shared.with_suffix(".log"))
+        print(f"shared run, seed {seed}: {wall_s / 60:.1f} min, {samples_s} samples trained", flush=True)
+    return score_seed(work, seed, args)
+
+
+def score_seed(work: Path, seed: int, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """``{policy: {persona: score}}`` of one seed's trained runs in ``work``: the policies
+    ``"<persona> adapter"`` and, when its shared run is there and wanted, ``"shared"``."""
+    per_user = work / f"per_user-s{seed}.toml"
     run = RunDir.of(load_config(per_user))
     scores: dict[str, dict[str, float]] = {}
     for adapter, user in USERS.items():
@@ -97,21 +117,10 @@ def run_seed(work: Path, seed: int, args: argparse.Namespace) -> dict[str, dict[
         scores[f"{adapter} adapter"] = {
             p: score(per_user, published.path, args.chat_n, args.max_tokens, persona=p) for p in USERS
         }
-    trained = {user: 0 for user in USERS.values()}
-    for row in read_metrics(run.root, kind="train"):
-        if row.get("user") in trained:
-            trained[row["user"]] += 1
-    print(
-        f"per_user run, seed {seed}: {wall / 60:.1f} min, {samples} samples trained; updates "
-        + ", ".join(f"{user} {n}" for user, n in trained.items()),
-        flush=True,
-    )
-    if not args.no_shared:
-        shared = write_config(work, "shared", seed, args)
-        wall_s, samples_s = train(shared, shared.with_suffix(".log"))
+    shared = work / f"shared-s{seed}.toml"
+    if not args.no_shared and shared.is_file():
         policy = final_policy(shared)
         scores["shared"] = {p: score(shared, policy, args.chat_n, args.max_tokens, persona=p) for p in USERS}
-        print(f"shared run, seed {seed}: {wall_s / 60:.1f} min, {samples_s} samples trained", flush=True)
     return scores
 
 
@@ -168,14 +177,25 @@ def main() -> int:
         action="store_true",
         help="skip the shared-mode comparison run (half the time; its row is left out)",
     )
+    ap.add_argument(
+        "--rescore",
+        metavar="DIR",
+        help="train nothing: score the base and the runs of --seeds kept in DIR (--keep) again with the "
+        "current scorer (--chat-n and --max-tokens as the runs had them)",
+    )
     args = ap.parse_args()
-    work = Path(args.keep or tempfile.mkdtemp(prefix="ocl-per-user-"))
+    work = Path(args.rescore or args.keep or tempfile.mkdtemp(prefix="ocl-per-user-"))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    first = write_config(work, "per_user", args.seeds[0], args)
+    first = (
+        work / f"per_user-s{args.seeds[0]}.toml"
+        if args.rescore
+        else write_config(work, "per_user", args.seeds[0], args)
+    )
     base = {p: score(first, None, args.chat_n, args.max_tokens, persona=p) for p in USERS}
     print(f"base: student {base['student']:.3f}, analyst {base['analyst']:.3f} (n={args.chat_n})", flush=True)
-    runs = {seed: run_seed(work, seed, args) for seed in args.seeds}
+    again = score_seed if args.rescore else run_seed
+    runs = {seed: again(work, seed, args) for seed in args.seeds}
     report(base, runs, args)
     print(
         f"\n({2 * args.updates} updates of batch {args.batch}, shared between the users; n={args.chat_n} held-out problems per "
