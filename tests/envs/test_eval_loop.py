@@ -213,6 +213,7 @@ def test_evaluator_base_once_new_versions_spaced_never_twice_nothing_trained(
     assert [r["policy_version"] for r in rows] == [0, 2, 3] and [r["step"] for r in rows] == [0, 2, 4]
     for r in rows:
         assert {"time", "score", "base_score", "score_student", "score_teacher", "n_per_persona"} <= set(r)
+        assert 0.0 <= r["looping_student"] <= 1.0 and 0.0 <= r["looping_teacher"] <= 1.0
         assert r["score"] == pytest.approx((r["score_student"] + r["score_teacher"]) / 2)
         assert r["base_score"] == base.score
     assert any((cfg.log_dir / "tensorboard").iterdir())
@@ -345,6 +346,7 @@ def test_per_user_each_simulated_users_adapter_is_scored_on_its_own_persona(
     rows = read_metrics(cfg.log_dir, kind="eval")
     user_row = next(r for r in rows if r.get("user") == "sim-student")
     assert user_row["adapter_version"] == 2 and user_row["score_student"] == result.score
+    assert 0.0 <= user_row["looping_student"] <= 1.0
     assert "score" not in user_row and "policy_version" not in user_row  # the run-wide figures ignore it
     assert latest_eval(cfg.log_dir)["policy_version"] == 0 and due_policy(cfg) is None
     # a restarted evaluator does not score that version again

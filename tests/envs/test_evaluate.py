@@ -10,6 +10,7 @@ from openai import OpenAI
 from openclaw_rl.cli import main
 from openclaw_rl.config import load_config
 from openclaw_rl.envs.base import make
+from openclaw_rl.envs.chat import looping
 from openclaw_rl.envs.data import gsm8k_split
 from openclaw_rl.envs.loop import env_kwargs_for
 from openclaw_rl.envs.terminal import EVAL_TASKS
@@ -74,7 +75,7 @@ def test_eval_command_prints_scores_and_json(tmp_path, tiny_model_dir, gsm8k_pat
     try:
         service.swap_weights(checkpoint, 1)
         client = OpenAI(base_url=f"{url}/v1", api_key="none", timeout=60)
-        reports = []
+        reports, texts = [], []
         for i, expected in enumerate(scored):
             _obs, info = env.reset(seed=i, options={"item": i})
             assert env.context["item_index"] in held_out  # type: ignore[attr-defined]
@@ -83,10 +84,13 @@ def test_eval_command_prints_scores_and_json(tmp_path, tiny_model_dir, gsm8k_pat
             )
             assert env.score(reply.choices[0].message.content or "") == expected
             reports.append(env.report(reply.choices[0].message.content or ""))  # type: ignore[attr-defined]
+            texts.append(reply.choices[0].message.content or "")
         # ...and each preference's rate is the share of those replies that meet it
         rates = summary["chat"]["student"]["preferences"]
         assert set(rates) == {"no_markdown", "no_ai_phrases", "student_voice", "final_answer"}
         assert rates == {name: sum(r[name] for r in reports) / 2 for name in rates}
+        # ...and the looping share is that of the same replies (a loop meets no wish)
+        assert summary["chat"]["student"]["looping"] == sum(looping(t) for t in texts) / 2
     finally:
         service.stop()
 
