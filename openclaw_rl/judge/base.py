@@ -84,10 +84,10 @@ class Judge(ABC):
         if turn.next_state is None:
             return JudgeResult(error=f"turn {turn.key} has no next state yet; nothing to judge")
         try:
-            result = await self._verdict(response_text(turn), turn.next_state)
+            response = response_text(turn)
+            result = await self._verdict(response, turn.next_state)
             if result.hint and self.prm.hint_facts == "mask" and turn.next_state.role == "user":
-                seen = seen_text(turn.messages, response_text(turn))
-                result.hint = mask_unseen_figures(result.hint, seen)
+                result.hint = mask_unseen_figures(result.hint, seen_text(turn.messages, response))
             if result.hint and self.cfg.training.opd_enabled and turn.response_ids:
                 await self._add_teacher(turn, result)
         except JudgeUnavailable as exc:

@@ -24,16 +24,14 @@ _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?!\w)")
 PLACEHOLDER = "..."
 
 
-def _value(figure: str) -> float | None:
-    try:
-        return float(figure.replace(",", ""))
-    except ValueError:
-        return None
+def _value(figure: str) -> float:
+    """The value of a :data:`_NUMBER` match (always a valid float once its commas are gone)."""
+    return float(figure.replace(",", ""))
 
 
 def figures(text: str) -> set[float]:
     """The numeric values written in ``text`` ("1,250" and "1250.0" are the same value)."""
-    return {v for m in _NUMBER.findall(text) if (v := _value(m)) is not None}
+    return {_value(m) for m in _NUMBER.findall(text)}
 
 
 def seen_text(messages: list[dict[str, Any]], response: str) -> str:
@@ -52,8 +50,7 @@ def mask_unseen_figures(hint: str, seen: str) -> str:
     known = figures(seen)
 
     def swap(m: re.Match[str]) -> str:
-        value = _value(m.group(0))
-        return m.group(0) if value is None or value in known else PLACEHOLDER
+        return m.group(0) if _value(m.group(0)) in known else PLACEHOLDER
 
     # "is 800." becomes "is ...", not "is ....": the placeholder's dots end the sentence too
     return re.sub(r"\.{3}\.+", PLACEHOLDER, _NUMBER.sub(swap, hint))
