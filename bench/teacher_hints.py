@@ -89,6 +89,7 @@ def report_hints(client: PolicyClient, cfg: Config, args: argparse.Namespace) ->
     print(f"{'persona / preference':<34}{'plain':>7}{'hinted':>8}{'lift':>7}   hint (the first problem's)")
     for persona_name in args.personas.split(","):
         persona = PERSONAS[persona_name]
+        lifts: list[float] = []
         env = make("chat", persona=persona_name, **{**env_kwargs_for(cfg, "chat", "eval"), "max_turns": 1})
         episodes = []
         for i in range(args.n):
@@ -122,15 +123,36 @@ def report_hints(client: PolicyClient, cfg: Config, args: argparse.Namespace) ->
             hinted = greedy_replies(client, prompts, args.max_tokens)
             before = sum(bool(pref.check(r, c)) for r, (_, c) in zip(plain, episodes, strict=True)) / args.n
             after = sum(bool(pref.check(r, c)) for r, (_, c) in zip(hinted, episodes, strict=True)) / args.n
+            lifts.append(after - before)
             print(
                 f"{persona_name + ' / ' + pref.name:<34}{before:>7.2f}{after:>8.2f}{after - before:>+7.2f}   "
                 f"{next(h for h in hints if h)!r}"
             )
+        ceiling = opd_ceiling(lifts, len(persona.preferences))
+        print(f"{persona_name + ' / OPD ceiling':<34}{'':>15}{ceiling:>+7.3f}")
     print(
-        f"\n(n={args.n} held-out problems per persona, greedy, {args.max_tokens} tokens, model {args.model}; "
+        "\n(OPD ceiling: the most the persona's score can rise by distilling this teacher, were the policy "
+        "to write, for every wish at once, what the teacher writes when hinted about that wish alone: "
+        "the positive lifts summed over the persona's wishes, divided by their number)"
+    )
+    print(
+        f"(n={args.n} held-out problems per persona, greedy, {args.max_tokens} tokens, model {args.model}; "
         f"plain: the rate without a hint; hinted: with the hint the embedded judge extracts from each "
         f"complaint about the preference, hint_facts = {args.hint_facts}; served by the embedded engine)"
     )
+
+
+def opd_ceiling(lifts: list[float], n_wishes: int) -> float:
+    """Upper bound on the personalisation gain OPD can bring with this teacher.
+
+    OPD pulls the policy towards the hinted teacher's own tokens, so on a wish the hinted teacher
+    meets no more often than the plain model, distillation has nothing to pull towards; the score
+    (the share of wishes met) can rise at most by the wishes' positive lifts, averaged. A wish whose
+    complaints yield no hint counts as no lift.
+    """
+    if n_wishes <= 0:
+        raise ValueError(f"a persona has at least one wish, got {n_wishes}")
+    return sum(max(0.0, lift) for lift in lifts) / n_wishes
 
 
 if __name__ == "__main__":

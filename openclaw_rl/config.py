@@ -231,6 +231,12 @@ class EnvServiceConfig(_Section):
     eval_size: int = Field(50, ge=1, description="held-out problems, never trained on")
     temperature: float = Field(0.7, ge=0, le=2, description="sampling temperature of environment rollouts")
     top_p: float = Field(0.9, gt=0, le=1, description="nucleus cut of environment rollouts")
+    greedy_member: bool = Field(
+        False,
+        description="one member of each group (group_size > 1) plays greedily (temperature 0), so the "
+        "users and the judge see, and complain about, what a greedy client gets (the held-out evaluation "
+        'decodes greedily); docs/envs.md, "A greedy member"',
+    )
     group_size: int = Field(
         1,
         ge=1,

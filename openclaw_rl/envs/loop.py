@@ -437,8 +437,19 @@ class EnvLoop:
         if pool is None:
             outcomes = [self._episode(index, itype, members[0], client, seed, group=group)]
         else:
+            greedy = self.cfg.env_service.greedy_member
             futures = [
-                pool.submit(self._episode, index, itype, env, client, seed, group=group) for env in members
+                pool.submit(
+                    self._episode,
+                    index,
+                    itype,
+                    env,
+                    client,
+                    seed,
+                    group=group,
+                    temperature=0.0 if greedy and j == 0 else None,
+                )
+                for j, env in enumerate(members)
             ]
             outcomes = [f.result() for f in futures]
         for j, stats in enumerate(outcomes):
@@ -518,8 +529,11 @@ class EnvLoop:
         seed: int,
         session_id: str | None = None,
         group: dict[str, str] | None = None,
+        temperature: float | None = None,
     ) -> EpisodeStats | None:
+        """Play one episode; ``temperature`` overrides the rollout temperature (a greedy member)."""
         session_id = session_id or f"env-{itype}-w{index}-{uuid.uuid4().hex[:12]}"
+        temperature = self.temperature if temperature is None else temperature
         capture = self.cfg.env_service.state_capture
         start = time.monotonic()
         turns = 0
@@ -561,7 +575,7 @@ class EnvLoop:
                     done=not capture,
                     tools=tools,
                     max_tokens=self.max_tokens,
-                    temperature=self.temperature,
+                    temperature=temperature,
                     top_p=self.top_p,
                     extra_headers=headers,
                     user=user,
@@ -596,7 +610,7 @@ class EnvLoop:
                         done=True,
                         tools=tools,
                         max_tokens=self.final_max_tokens,
-                        temperature=self.temperature,
+                        temperature=temperature,
                         top_p=self.top_p,
                         extra_headers=closing_headers,
                         user=user,

@@ -271,6 +271,25 @@ def test_a_group_plays_one_task_several_times_and_reports_its_outcome(tmp_path):
     assert {s.details["group"] for s in stats} == set(groups)
 
 
+@pytest.mark.parametrize("greedy_member", [True, False])
+def test_a_greedy_member_decodes_every_turn_at_temperature_0(tmp_path, greedy_member):
+    with ChatServer(_terminal_agent) as srv:
+        cfg = _cfg(tmp_path, srv.port, num_envs=1, group_size=3, greedy_member=greedy_member, temperature=0.7)
+        svc = EnvLoop(cfg, max_episodes=6)
+        svc.start()
+        svc.wait_episodes(6, timeout=120)
+        svc.stop()
+    groups: dict[str, list[list[dict[str, Any]]]] = {}
+    for reqs in _by_session(srv.requests).values():
+        groups.setdefault(reqs[0]["headers"]["x-episode-group"], []).append(reqs)
+    assert len(groups) == 2
+    for members in groups.values():
+        # each member keeps one temperature for all its requests (the closing one included)
+        temps = sorted(tuple({r["body"]["temperature"] for r in reqs}) for reqs in members)
+        want = [(0.0,), (0.7,), (0.7,)] if greedy_member else [(0.7,)] * 3
+        assert temps == want
+
+
 def test_judged_episodes_played_alone_carry_no_group(tmp_path):
     with ChatServer(_terminal_agent) as srv:
         svc = EnvLoop(
