@@ -375,17 +375,18 @@ HEALTH = (
         "repeat",
         "share of the last update's response 8-token runs that repeat an earlier run (loops)",
     ),
+    ("stop_frac", "stop", "share of the last update's responses that ended by themselves, not at max_tokens"),
     ("wide_pass_frac", "wide", "share of passes the trainer ran on every core"),
 )
 
 
 #: HEALTH metrics the table takes from the last update rather than the mean over updates.
-LAST_UPDATE = ("kl", "repeat_frac")
+LAST_UPDATE = ("kl", "repeat_frac", "stop_frac")
 
 
 def health(config: Path) -> dict[str, float | None]:
-    """A run's signal health: each HEALTH metric averaged over its updates (``kl`` and
-    ``repeat_frac``: the last update's, where drift and loops show), entropy at its first and last
+    """A run's signal health: each HEALTH metric averaged over its updates (``kl``, ``repeat_frac``
+    and ``stop_frac``: the last update's, where drift, loops and a policy that stopped stopping show), entropy at its first and last
     update, and its updates' mean length in seconds."""
     rows = read_metrics(load_config(config).log_dir, kind="train")
     out: dict[str, float | None] = {}

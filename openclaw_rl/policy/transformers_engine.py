@@ -154,13 +154,10 @@ class TransformersEngine(Engine):
             from openclaw_rl.runtime.models import load_model
 
             self.model, self.tokenizer = load_model(self.pcfg.model, self.pcfg.device, self.pcfg.dtype)
-        from openclaw_rl.runtime.models import resolve_model_dir
+        from openclaw_rl.runtime.models import resolve_model_dir, stop_token_ids
 
         self.base_dir = resolve_model_dir(self.pcfg.model)
-        eos = {self.tokenizer.eos_token_id}
-        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
-        eos |= set(gen_eos) if isinstance(gen_eos, list) else ({gen_eos} if gen_eos is not None else set())
-        self.eos_ids = {e for e in eos if e is not None}
+        self.eos_ids = set(stop_token_ids(self.model, self.tokenizer))
         import inspect
 
         params = inspect.signature(self.model.forward).parameters

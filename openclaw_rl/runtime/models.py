@@ -17,6 +17,7 @@ import importlib.util
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 EMBEDDED_NAMES = {"smollm2-135m-instruct", "smollm2-135m", "smollm2"}
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -104,6 +105,16 @@ def load_tokenizer(name: str):
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+def stop_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """The token ids that end a response: the tokenizer's end-of-sequence token and those of the
+    model's generation config (a chat model often ends its turn with its own token). The engine stops
+    on them; the trainer tells a response that ended by itself from one cut at ``max_tokens`` by them."""
+    ids = {tokenizer.eos_token_id}
+    gen = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids |= set(gen) if isinstance(gen, list) else {gen}
+    return frozenset(int(i) for i in ids if i is not None)
 
 
 def load_model(name: str, device: str = "cpu", dtype: str = "float32"):

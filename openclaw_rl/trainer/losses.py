@@ -75,9 +75,11 @@ def opd_advantage(
     *,
     opd_adv_clip: float | None = None,
     baseline: bool = False,
+    skip: Tensor | None = None,
 ) -> Tensor:
     """The per-token OPD part of eq. 6, ``[B, R]``: ``teacher - student``, clipped to ``±opd_adv_clip``
-    when set, zero on rows without teacher log-probs.
+    when set, zero on rows without teacher log-probs and where ``skip`` ``[B, R]`` is set (the stop
+    tokens, with ``[training] opd_stop_token = "skip"``; they count for no later token's baseline).
 
     With ``baseline`` each token's value is taken relative to the mean of the same row's earlier
     masked tokens (0 for the first): a baseline that does not depend on the token itself, so the
@@ -89,6 +91,8 @@ def opd_advantage(
     if opd_adv_clip is not None:
         opd = opd.clamp(-opd_adv_clip, opd_adv_clip)
     on = mask * has_teacher.to(mask.dtype).unsqueeze(-1)
+    if skip is not None:
+        on = on * (skip <= 0).to(mask.dtype)
     opd = torch.where(on > 0, opd, torch.zeros_like(opd))
     if baseline:
         before_sum = torch.cumsum(opd, dim=-1) - opd

@@ -133,7 +133,7 @@ class Trainer:
 
     def __init__(self, cfg: Config, model_name_or_dir: str, device: str | None = None):
         """``device`` overrides ``[training] device`` (an FSDP rank passes its own ``cuda:<rank>``)."""
-        from openclaw_rl.runtime.models import load_model, resolve_model_dir
+        from openclaw_rl.runtime.models import load_model, resolve_model_dir, stop_token_ids
 
         self.cfg = cfg
         self.tc = cfg.training
@@ -143,6 +143,7 @@ class Trainer:
         self.model_name = model_name_or_dir
         model, self.tokenizer = load_model(model_name_or_dir, device=self.device)
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
+        self.stop_ids = stop_token_ids(model, self.tokenizer)
         self.ref_model: torch.nn.Module | None = None
         if self.tc.lora:
             from peft import LoraConfig, get_peft_model
@@ -359,6 +360,9 @@ class Trainer:
             mask,
             opd_adv_clip=self.tc.opd_adv_clip,
             baseline=self.tc.opd_baseline == "prefix_mean",
+            skip=pad([[float(t in self.stop_ids) for t in s.response_ids] for s in batch])
+            if self.tc.opd_stop_token == "skip"
+            else None,
         )
         rl_scale = 1.0
         if self.tc.term_balance == "balanced":
@@ -583,6 +587,11 @@ class Trainer:
         metrics["skipped_steps"] = float(skipped)
         metrics["num_processes"] = float(self.world)
         metrics["rl_scale"] = self.rl_scale
+        # Responses that ended by themselves rather than at max_tokens: a policy that has learned not
+        # to stop (and so loops under greedy decoding) shows here first.
+        metrics["stop_frac"] = sum(
+            bool(s.response_ids) and s.response_ids[-1] in self.stop_ids for s in samples
+        ) / max(1, len(samples))
         if self.rank == 0:
             log_update(metrics)
         if self.step % self.tc.checkpoint_interval == 0:

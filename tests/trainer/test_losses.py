@@ -180,6 +180,28 @@ def test_the_opd_baseline_removes_what_is_common_to_the_whole_response_and_keeps
     assert float(again[0, 3]) == pytest.approx(2.3)
 
 
+def test_a_skipped_stop_token_gets_no_opd_push_and_sets_no_later_baseline():
+    """With ``skip`` (the stop tokens, ``opd_stop_token = "skip"``) a teacher that dislikes where the
+    response stopped (-2.0 on its last token) pushes that token nowhere; the other tokens keep their
+    advantages, with or without the baseline."""
+    student = torch.zeros(1, 4)
+    teacher = torch.tensor([[-0.1, 0.4, -0.2, -2.0]])
+    mask = torch.ones(1, 4)
+    has_teacher = torch.tensor([True])
+    stop = torch.tensor([[0.0, 0.0, 0.0, 1.0]])
+    for baseline in (False, True):
+        kept = opd_advantage(teacher, student, has_teacher, mask, baseline=baseline)
+        skipped = opd_advantage(teacher, student, has_teacher, mask, baseline=baseline, skip=stop)
+        assert float(kept[0, 3]) < -1.0
+        assert float(skipped[0, 3]) == 0.0
+        assert skipped[0, :3].tolist() == pytest.approx(kept[0, :3].tolist())
+    # a skipped token in the middle (a stop id the response went past) is left out of the prefix mean
+    mid = opd_advantage(
+        teacher, student, has_teacher, mask, baseline=True, skip=torch.tensor([[0.0, 1.0, 0.0, 0.0]])
+    )
+    assert mid[0].tolist() == pytest.approx([-0.1, 0.0, -0.1, -1.85])
+
+
 def test_topk_reverse_kl_with_tail_bin():
     q = torch.tensor([[[0.5, 0.2]]])  # student tail 0.3
     p = torch.tensor([[[0.4, 0.4]]])  # teacher tail 0.2

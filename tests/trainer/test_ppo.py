@@ -155,6 +155,30 @@ def test_opd_baseline_stops_a_hint_that_shifts_every_token_from_pushing_the_whol
     assert abs(centred) < 0.5 * abs(plain)
 
 
+def test_opd_stop_token_skip_leaves_where_a_response_stopped_to_the_policy(make_cfg):
+    """A response that ended by itself (its last token a stop token), and a hinted teacher that finds
+    only that stop token far less likely (it wanted more written): by default the update pushes
+    the stop token down; with ``opd_stop_token = "skip"`` the stop token's log-prob barely moves.
+    ``stop_frac`` reports the share of the batch's responses that ended by themselves."""
+    stopped = [*RESPONSE, 2]  # the tiny model's tokenizer ends a sequence with id 2
+
+    def stop_moved(mode: str) -> tuple[float, float]:
+        cfg = make_cfg(kl_coef=0.0, entropy_coef=0.0, opd_baseline="none", opd_stop_token=mode)
+        trainer = Trainer(cfg, cfg.policy_service.model)
+        assert 2 in trainer.stop_ids
+        sample = _sample(trainer, response=stopped)
+        teacher = list(sample.rollout_logprobs)
+        teacher[-1] -= 3.0
+        start = float(sequence_logprobs(trainer.model, PROMPT, stopped)[0][-1])
+        metrics = trainer.train_update([sample.model_copy(update={"teacher_logprobs": teacher})])
+        return float(sequence_logprobs(trainer.model, PROMPT, stopped)[0][-1]) - start, metrics["stop_frac"]
+
+    (kept, frac_kept), (skipped, frac_skipped) = stop_moved("keep"), stop_moved("skip")
+    assert kept < -1e-3
+    assert abs(skipped) < 0.2 * abs(kept)
+    assert frac_kept == frac_skipped == 1.0
+
+
 def test_topk_distillation_reduces_reverse_kl(make_cfg):
     from openclaw_rl.trainer.logprobs import batch_token_stats
     from openclaw_rl.trainer.losses import topk_reverse_kl
