@@ -668,6 +668,12 @@ class Store:
             )
         return [Sample.model_validate_json(r[1]) for r in rows]
 
+    def samples(self, status: str | None = None) -> list[Sample]:
+        """Every sample (``status``: only those, e.g. ``"trained"``), oldest first; for reports."""
+        where, args = ("", ()) if status is None else (" WHERE status=?", (status,))
+        rows = self._all(f"SELECT data FROM samples{where} ORDER BY created_at, sample_id", args)
+        return [Sample.model_validate_json(r[0]) for r in rows]
+
     def commit_checkpoint(self, step: int, policy_version: int) -> None:
         """After a checkpoint at ``step`` is on disk: its claimed samples become trained."""
         with self._tx() as db:

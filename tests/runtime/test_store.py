@@ -121,6 +121,15 @@ def test_stale_samples_dropped_and_counted(store):
     assert store.counters().samples_dropped == 1
 
 
+def test_samples_reads_back_every_sample_or_those_of_one_status(store):
+    store.add_samples([_sample(i) for i in range(3)])
+    store.claim_samples(1, step=1, current_version=0)
+    store.commit_checkpoint(step=1, policy_version=0)
+    assert [s.sample_id for s in store.samples()] == ["x0", "x1", "x2"]
+    assert [s.sample_id for s in store.samples("trained")] == ["x0"]
+    assert [s.sample_id for s in store.samples("ready")] == ["x1", "x2"]
+
+
 def test_the_newest_policy_versions_samples_are_claimed_first(store):
     # a burst of base-policy rollouts, then a few of the version serving now
     store.add_samples([_sample(i, version=0) for i in range(6)])

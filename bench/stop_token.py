@@ -1,0 +1,104 @@
+"""Does training teach the policy to stop stopping? The stop token in a run's trained samples.
+
+A reply the user gets whole ends with a stop token; one cut at ``max_tokens`` does not. On the
+embedded model a run's trained policies ended fewer and fewer of their replies by themselves, and a
+policy that never stops repeats its last line under greedy decoding (the evaluation's loops). This
+reads the samples of finished runs (``bench/learning.py --keep DIR``, or a ``make run`` log dir) and
+prints, per run:
+
+* by policy version, the share of sampled responses that ended by themselves;
+* over the responses that did, the OPD part's push on the stop token (teacher − rollout log-prob)
+  beside the mean push on the same responses' other tokens: a stop token pushed down harder than
+  the rest is the hint teaching "go on" wherever the policy stopped.
+
+    .venv/bin/python bench/stop_token.py RUN_DIR [RUN_DIR ...]
+
+``RUN_DIR``: a run's ``log_dir`` (it holds ``store.sqlite``), or a folder of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from openclaw_rl.runtime.models import load_model, stop_token_ids  # noqa: E402
+from openclaw_rl.runtime.store import Store  # noqa: E402
+from openclaw_rl.types import Sample  # noqa: E402
+
+
+def run_dirs(paths: list[str]) -> list[Path]:
+    """The run directories under ``paths``: each one itself if it holds a store, else its children that do."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if (p / "store.sqlite").is_file():
+            out.append(p)
+        else:
+            out.extend(sorted(c for c in p.iterdir() if (c / "store.sqlite").is_file()))
+    return out
+
+
+def stop_report(samples: list[Sample], stop_ids: frozenset[int]) -> dict[str, object]:
+    """Per policy version, the share of responses that ended with a stop token; over those that did
+    and carry teacher log-probs, the mean teacher − rollout on the stop token and on the rest."""
+    by_version: dict[int, list[bool]] = defaultdict(list)
+    on_stop: list[float] = []
+    on_rest: list[float] = []
+    for s in samples:
+        stopped = s.response_ids[-1] in stop_ids
+        by_version[s.policy_version].append(stopped)
+        if stopped and s.teacher_logprobs is not None and len(s.response_ids) > 1:
+            gaps = [t - r for t, r in zip(s.teacher_logprobs, s.rollout_logprobs, strict=True)]
+            on_stop.append(gaps[-1])
+            on_rest.append(statistics.fmean(gaps[:-1]))
+    return {
+        "stopped_by_version": {v: sum(x) / len(x) for v, x in sorted(by_version.items())},
+        "n_by_version": {v: len(x) for v, x in sorted(by_version.items())},
+        "push_on_stop": statistics.fmean(on_stop) if on_stop else None,
+        "push_on_rest": statistics.fmean(on_rest) if on_rest else None,
+        "stop_pushed_down": sum(a < b for a, b in zip(on_stop, on_rest, strict=True)) / len(on_stop)
+        if on_stop
+        else None,
+        "n_hinted_stops": len(on_stop),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", help="run log dirs (holding store.sqlite) or folders of them")
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="the policy's model (its stop tokens)")
+    args = ap.parse_args()
+    model, tok = load_model(args.model)  # a second or two: its generation config names its stop tokens
+    stop_ids = stop_token_ids(model, tok)
+    dirs = run_dirs(args.runs)
+    if not dirs:
+        print(f"no store.sqlite under {', '.join(args.runs)}", file=sys.stderr)
+        return 2
+    for d in dirs:
+        store = Store(d / "store.sqlite")
+        try:
+            rep = stop_report(store.samples(), stop_ids)
+        finally:
+            store.close()
+        versions = rep["stopped_by_version"]
+        counts = rep["n_by_version"]
+        assert isinstance(versions, dict) and isinstance(counts, dict)
+        line = ", ".join(f"v{v} {share:.2f} (n={counts[v]})" for v, share in versions.items())
+        print(f"{d.name}: responses that ended by themselves, by policy version: {line}")
+        if rep["push_on_stop"] is not None:
+            print(
+                f"  OPD push (teacher - rollout) on the stop token {rep['push_on_stop']:+.3f}, on the same "
+                f"responses' other tokens {rep['push_on_rest']:+.3f}; stop token pushed down harder in "
+                f"{rep['stop_pushed_down']:.2f} of {rep['n_hinted_stops']} hinted responses that stopped"
+            )
+    print(f"(stop tokens of {args.model}: {sorted(stop_ids)}; samples of every status)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
