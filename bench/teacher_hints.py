@@ -128,12 +128,13 @@ def report_hints(client: PolicyClient, cfg: Config, args: argparse.Namespace) ->
                 f"{persona_name + ' / ' + pref.name:<34}{before:>7.2f}{after:>8.2f}{after - before:>+7.2f}   "
                 f"{next(h for h in hints if h)!r}"
             )
-        ceiling = opd_ceiling(lifts, len(persona.preferences))
-        print(f"{persona_name + ' / OPD ceiling':<34}{'':>15}{ceiling:>+7.3f}")
+        gain = hinted_gain(lifts, len(persona.preferences))
+        print(f"{persona_name + ' / hinted gain':<34}{'':>15}{gain:>+7.3f}")
     print(
-        "\n(OPD ceiling: the most the persona's score can rise by distilling this teacher, were the policy "
-        "to write, for every wish at once, what the teacher writes when hinted about that wish alone: "
-        "the positive lifts summed over the persona's wishes, divided by their number)"
+        "\n(hinted gain: how far the persona's score would rise were the policy to write, for every wish at "
+        "once, what the teacher writes when hinted about that wish alone: the positive lifts summed over "
+        "the persona's wishes, divided by their number. Not a bound on what OPD learns: repeated updates "
+        "can take a wish past the teacher's own rate, and did, docs/training.md)"
     )
     print(
         f"(n={args.n} held-out problems per persona, greedy, {args.max_tokens} tokens, model {args.model}; "
@@ -142,13 +143,14 @@ def report_hints(client: PolicyClient, cfg: Config, args: argparse.Namespace) ->
     )
 
 
-def opd_ceiling(lifts: list[float], n_wishes: int) -> float:
-    """Upper bound on the personalisation gain OPD can bring with this teacher.
+def hinted_gain(lifts: list[float], n_wishes: int) -> float:
+    """The persona's score gain were the policy to write what the hinted teacher writes, every wish at once.
 
-    OPD pulls the policy towards the hinted teacher's own tokens, so on a wish the hinted teacher
-    meets no more often than the plain model, distillation has nothing to pull towards; the score
-    (the share of wishes met) can rise at most by the wishes' positive lifts, averaged. A wish whose
-    complaints yield no hint counts as no lift.
+    A wish the hinted teacher meets no more often than the plain model gives OPD nothing to pull
+    towards (its lift counts as 0); the others count with their lift. The score is the share of wishes
+    met, so the gain is the positive lifts averaged over the persona's wishes. It is a first-order
+    reading of the teacher, not a bound: OPD's per-token pushes, update after update, can take a wish
+    past the teacher's own one-shot rate.
     """
     if n_wishes <= 0:
         raise ValueError(f"a persona has at least one wish, got {n_wishes}")

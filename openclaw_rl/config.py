@@ -344,12 +344,13 @@ class TrainingConfig(_Section):
         "expected gradient is the same, the policy drifts a quarter as far and falls into fewer loops "
         '(docs/training.md, "The OPD baseline"); none: teacher - student as is',
     )
-    opd_stop_token: Literal["keep", "skip"] = Field(
-        "keep",
-        description="keep: the token that ended a response (end of sequence) gets its OPD advantage like "
-        "any other; skip: it gets none. A hint that asks for more makes the teacher less willing to "
-        "stop wherever the response stopped, so the OPD part pushes the stop token down and the policy "
-        'learns to not stop (docs/training.md, "The stop token")',
+    opd_stop_token: Literal["skip", "keep"] = Field(
+        "skip",
+        description="skip (default): the token that ended a response (end of sequence) gets no OPD "
+        "advantage; keep: it gets one like any other token. A hint asks for something the response "
+        "lacks, so the hinted teacher is less willing to stop wherever the response stopped: kept, the "
+        "OPD part pushes the stop token down and the policy learns to not stop, then loops under greedy "
+        'decoding (docs/training.md, "The stop token")',
     )
     topk_distill: bool = False
     use_idle_cores: bool = Field(

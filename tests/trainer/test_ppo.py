@@ -157,8 +157,8 @@ def test_opd_baseline_stops_a_hint_that_shifts_every_token_from_pushing_the_whol
 
 def test_opd_stop_token_skip_leaves_where_a_response_stopped_to_the_policy(make_cfg):
     """A response that ended by itself (its last token a stop token), and a hinted teacher that finds
-    only that stop token far less likely (it wanted more written): by default the update pushes
-    the stop token down; with ``opd_stop_token = "skip"`` the stop token's log-prob barely moves.
+    only that stop token far less likely (it wanted more written): with ``opd_stop_token = "keep"``
+    the update pushes the stop token down; with ``"skip"`` (the default) it does not move.
     ``stop_frac`` reports the share of the batch's responses that ended by themselves."""
     stopped = [*RESPONSE, 2]  # the tiny model's tokenizer ends a sequence with id 2
 
