@@ -89,7 +89,7 @@ def main() -> int:
         counts = rep["n_by_version"]
         assert isinstance(versions, dict) and isinstance(counts, dict)
         line = ", ".join(f"v{v} {share:.2f} (n={counts[v]})" for v, share in versions.items())
-        print(f"{d.name}: responses that ended by themselves, by policy version: {line}")
+        print(f"{d.parent.name}/{d.name}: responses that ended by themselves, by policy version: {line}")
         if rep["push_on_stop"] is not None:
             print(
                 f"  OPD push (teacher - rollout) on the stop token {rep['push_on_stop']:+.3f}, on the same "
