@@ -22,6 +22,7 @@ import argparse
 import statistics
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,9 +44,23 @@ def run_dirs(paths: list[str]) -> list[Path]:
     return out
 
 
-def stop_report(samples: list[Sample], stop_ids: frozenset[int]) -> dict[str, object]:
-    """Per policy version, the share of responses that ended with a stop token; over those that did
-    and carry teacher log-probs, the mean teacher − rollout on the stop token and on the rest."""
+@dataclass
+class StopReport:
+    """One run's stop token: ``stopped`` / ``n`` per policy version (the share of sampled responses
+    that ended with a stop token, and how many there were); over the hinted responses that stopped,
+    the mean teacher − rollout on the stop token (``push_on_stop``) and on their other tokens
+    (``push_on_rest``), and the share of them whose stop token was pushed down harder."""
+
+    stopped: dict[int, float]
+    n: dict[int, int]
+    push_on_stop: float | None
+    push_on_rest: float | None
+    stop_pushed_down: float | None
+    n_hinted_stops: int
+
+
+def stop_report(samples: list[Sample], stop_ids: frozenset[int]) -> StopReport:
+    """:class:`StopReport` of ``samples``, ``stop_ids`` being the policy's stop tokens."""
     by_version: dict[int, list[bool]] = defaultdict(list)
     on_stop: list[float] = []
     on_rest: list[float] = []
@@ -56,16 +71,15 @@ def stop_report(samples: list[Sample], stop_ids: frozenset[int]) -> dict[str, ob
             gaps = [t - r for t, r in zip(s.teacher_logprobs, s.rollout_logprobs, strict=True)]
             on_stop.append(gaps[-1])
             on_rest.append(statistics.fmean(gaps[:-1]))
-    return {
-        "stopped_by_version": {v: sum(x) / len(x) for v, x in sorted(by_version.items())},
-        "n_by_version": {v: len(x) for v, x in sorted(by_version.items())},
-        "push_on_stop": statistics.fmean(on_stop) if on_stop else None,
-        "push_on_rest": statistics.fmean(on_rest) if on_rest else None,
-        "stop_pushed_down": sum(a < b for a, b in zip(on_stop, on_rest, strict=True)) / len(on_stop)
-        if on_stop
-        else None,
-        "n_hinted_stops": len(on_stop),
-    }
+    harder = [a < b for a, b in zip(on_stop, on_rest, strict=True)]
+    return StopReport(
+        stopped={v: sum(x) / len(x) for v, x in sorted(by_version.items())},
+        n={v: len(x) for v, x in sorted(by_version.items())},
+        push_on_stop=statistics.fmean(on_stop) if on_stop else None,
+        push_on_rest=statistics.fmean(on_rest) if on_rest else None,
+        stop_pushed_down=sum(harder) / len(harder) if harder else None,
+        n_hinted_stops=len(on_stop),
+    )
 
 
 def main() -> int:
@@ -85,16 +99,13 @@ def main() -> int:
             rep = stop_report(store.samples(), stop_ids)
         finally:
             store.close()
-        versions = rep["stopped_by_version"]
-        counts = rep["n_by_version"]
-        assert isinstance(versions, dict) and isinstance(counts, dict)
-        line = ", ".join(f"v{v} {share:.2f} (n={counts[v]})" for v, share in versions.items())
+        line = ", ".join(f"v{v} {share:.2f} (n={rep.n[v]})" for v, share in rep.stopped.items())
         print(f"{d.parent.name}/{d.name}: responses that ended by themselves, by policy version: {line}")
-        if rep["push_on_stop"] is not None:
+        if rep.push_on_stop is not None and rep.push_on_rest is not None and rep.stop_pushed_down is not None:
             print(
-                f"  OPD push (teacher - rollout) on the stop token {rep['push_on_stop']:+.3f}, on the same "
-                f"responses' other tokens {rep['push_on_rest']:+.3f}; stop token pushed down harder in "
-                f"{rep['stop_pushed_down']:.2f} of {rep['n_hinted_stops']} hinted responses that stopped"
+                f"  OPD push (teacher - rollout) on the stop token {rep.push_on_stop:+.3f}, on the same "
+                f"responses' other tokens {rep.push_on_rest:+.3f}; stop token pushed down harder in "
+                f"{rep.stop_pushed_down:.2f} of {rep.n_hinted_stops} hinted responses that stopped"
             )
     print(f"(stop tokens of {args.model}: {sorted(stop_ids)}; samples of every status)")
     return 0
