@@ -386,8 +386,8 @@ LAST_UPDATE = ("kl", "repeat_frac", "stop_frac")
 
 def health(config: Path) -> dict[str, float | None]:
     """A run's signal health: each HEALTH metric averaged over its updates (``kl``, ``repeat_frac``
-    and ``stop_frac``: the last update's, where drift, loops and a policy that stopped stopping show), entropy at its first and last
-    update, and its updates' mean length in seconds."""
+    and ``stop_frac``: the last update's, where drift, loops and a policy that stopped stopping
+    show), entropy at its first and last update, and its updates' mean length in seconds."""
     rows = read_metrics(load_config(config).log_dir, kind="train")
     out: dict[str, float | None] = {}
     for key, _, _ in HEALTH:

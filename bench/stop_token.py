@@ -24,11 +24,12 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from openclaw_rl.runtime.models import load_model, stop_token_ids  # noqa: E402
+from openclaw_rl.runtime.models import load_tokenizer, resolve_model_dir, stop_token_ids  # noqa: E402
 from openclaw_rl.runtime.store import Store  # noqa: E402
 from openclaw_rl.types import Sample  # noqa: E402
 
@@ -65,7 +66,7 @@ def stop_report(samples: list[Sample], stop_ids: frozenset[int]) -> StopReport:
     on_stop: list[float] = []
     on_rest: list[float] = []
     for s in samples:
-        stopped = s.response_ids[-1] in stop_ids
+        stopped = s.ended_by_itself(stop_ids)
         by_version[s.policy_version].append(stopped)
         if stopped and s.teacher_logprobs is not None and len(s.response_ids) > 1:
             gaps = [t - r for t, r in zip(s.teacher_logprobs, s.rollout_logprobs, strict=True)]
@@ -82,13 +83,22 @@ def stop_report(samples: list[Sample], stop_ids: frozenset[int]) -> StopReport:
     )
 
 
+def generation_config(model: str) -> Any:
+    """The model's generation config (it names the chat model's own end-of-turn token), or None."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(resolve_model_dir(model))
+    except OSError:  # a model directory without one: the tokenizer's end-of-sequence token alone
+        return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="run log dirs (holding store.sqlite) or folders of them")
     ap.add_argument("--model", default="smollm2-135m-instruct", help="the policy's model (its stop tokens)")
     args = ap.parse_args()
-    model, tok = load_model(args.model)  # a second or two: its generation config names its stop tokens
-    stop_ids = stop_token_ids(model, tok)
+    stop_ids = stop_token_ids(load_tokenizer(args.model), generation_config(args.model))
     dirs = run_dirs(args.runs)
     if not dirs:
         print(f"no store.sqlite under {', '.join(args.runs)}", file=sys.stderr)

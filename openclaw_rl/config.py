@@ -716,6 +716,11 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
             f'[env_service] reward = "{env.reward}" has no effect: only chat episodes are played, '
             "and chat has no verified outcome (it is always judged)"
         )
+    if env.greedy_member and env.group_size == 1:
+        warnings.append(
+            "[env_service] greedy_member = true has no effect with group_size = 1: it makes one member "
+            "of each group greedy, and an episode played alone keeps the rollout temperature"
+        )
     if env.group_size > 1 and tr.advantage_baseline == "none":
         warnings.append(
             f"[env_service] group_size = {env.group_size} with [training] advantage_baseline = "

@@ -176,6 +176,10 @@ class Sample(BaseModel):
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.response_ids)
 
+    def ended_by_itself(self, stop_ids: frozenset[int]) -> bool:
+        """Whether the response ended with one of the policy's stop tokens, not cut at ``max_tokens``."""
+        return self.response_ids[-1] in stop_ids
+
     @property
     def rl_signal(self) -> float | None:
         """The scalar the policy-gradient term uses (eq. 5): the advantage, else the raw reward."""

@@ -143,6 +143,13 @@ def test_no_environments_needs_no_interaction_types():
     assert cfg.env_service.interaction_types == []
 
 
+def test_a_greedy_member_without_a_group_is_named_as_doing_nothing():
+    alone = build_config({"env_service": {"greedy_member": True}}, environ={})
+    assert any("greedy_member = true has no effect with group_size = 1" in w for w in alone.warnings)
+    grouped = build_config({"env_service": {"greedy_member": True, "group_size": 4}}, environ={})
+    assert not any("greedy_member" in w for w in grouped.warnings)
+
+
 def test_groups_and_outcome_rewards_are_checked():
     cfg = build_config(
         {

@@ -157,7 +157,7 @@ class TransformersEngine(Engine):
         from openclaw_rl.runtime.models import resolve_model_dir, stop_token_ids
 
         self.base_dir = resolve_model_dir(self.pcfg.model)
-        self.eos_ids = set(stop_token_ids(self.model, self.tokenizer))
+        self.eos_ids = stop_token_ids(self.tokenizer, getattr(self.model, "generation_config", None))
         import inspect
 
         params = inspect.signature(self.model.forward).parameters

@@ -107,12 +107,13 @@ def load_tokenizer(name: str):
     return tok
 
 
-def stop_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+def stop_token_ids(tokenizer: Any, generation_config: Any = None) -> frozenset[int]:
     """The token ids that end a response: the tokenizer's end-of-sequence token and those of the
-    model's generation config (a chat model often ends its turn with its own token). The engine stops
-    on them; the trainer tells a response that ended by itself from one cut at ``max_tokens`` by them."""
+    model's ``generation_config`` (a chat model often ends its turn with its own token). The engine
+    stops on them; the trainer tells a response that ended by itself from one cut at ``max_tokens``
+    by them."""
     ids = {tokenizer.eos_token_id}
-    gen = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    gen = getattr(generation_config, "eos_token_id", None)
     ids |= set(gen) if isinstance(gen, list) else {gen}
     return frozenset(int(i) for i in ids if i is not None)
 

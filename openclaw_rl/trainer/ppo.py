@@ -143,7 +143,7 @@ class Trainer:
         self.model_name = model_name_or_dir
         model, self.tokenizer = load_model(model_name_or_dir, device=self.device)
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
-        self.stop_ids = stop_token_ids(model, self.tokenizer)
+        self.stop_ids = stop_token_ids(self.tokenizer, getattr(model, "generation_config", None))
         self.ref_model: torch.nn.Module | None = None
         if self.tc.lora:
             from peft import LoraConfig, get_peft_model
@@ -589,9 +589,7 @@ class Trainer:
         metrics["rl_scale"] = self.rl_scale
         # Responses that ended by themselves rather than at max_tokens: a policy that has learned not
         # to stop (and so loops under greedy decoding) shows here first.
-        metrics["stop_frac"] = sum(
-            bool(s.response_ids) and s.response_ids[-1] in self.stop_ids for s in samples
-        ) / max(1, len(samples))
+        metrics["stop_frac"] = sum(s.ended_by_itself(self.stop_ids) for s in samples) / max(1, len(samples))
         if self.rank == 0:
             log_update(metrics)
         if self.step % self.tc.checkpoint_interval == 0:
