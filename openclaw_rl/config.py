@@ -336,7 +336,7 @@ class TrainingConfig(_Section):
         "from (the distillation gradient at the current weights), which moved the policy less and "
         'learned less in the measured runs (docs/training.md, "What the checks showed")',
     )
-    opd_baseline: Literal["prefix_mean", "none"] = Field(
+    opd_baseline: Literal["prefix_mean", "response_mean", "none"] = Field(
         "prefix_mean",
         description="prefix_mean (default): each token's OPD advantage is taken relative to the mean of "
         "the same response's earlier tokens, so what the hint changes about the whole response (every "

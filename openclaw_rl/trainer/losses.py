@@ -31,6 +31,7 @@ overflowing ratio on a *masked* token must not poison the batch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -74,18 +75,20 @@ def opd_advantage(
     mask: Tensor,
     *,
     opd_adv_clip: float | None = None,
-    baseline: bool = False,
+    baseline: Literal["none", "prefix_mean", "response_mean"] = "none",
     skip: Tensor | None = None,
 ) -> Tensor:
     """The per-token OPD part of eq. 6, ``[B, R]``: ``teacher - student``, clipped to ``±opd_adv_clip``
     when set, zero on rows without teacher log-probs and where ``skip`` ``[B, R]`` is set (the stop
     tokens, with ``[training] opd_stop_token = "skip"``; they count for no later token's baseline).
 
-    With ``baseline`` each token's value is taken relative to the mean of the same row's earlier
-    masked tokens (0 for the first): a baseline that does not depend on the token itself, so the
-    expected gradient is unchanged while the part common to the whole response (the hint shifts the
-    teacher's context, which makes every student token a little less likely under it) no longer
-    pushes every sampled token down (docs/training.md, "The OPD baseline").
+    ``baseline`` removes the part common to the whole response (the hint shifts the teacher's
+    context, which makes every student token a little less likely under it; docs/training.md, "The
+    OPD baseline"): ``"prefix_mean"`` takes each token relative to the mean of the same row's earlier
+    trained tokens (0 for the first), ``"response_mean"`` relative to the mean of all of them, so
+    each row's OPD advantages sum to zero and nothing pushes the sampled response up or down as a
+    whole (with rollouts sampled at a temperature below 1, such a push sharpens or flattens the
+    policy; docs/training.md, "The zero-sum baseline"). ``"none"``: the plain difference.
     """
     opd = teacher_logprobs - student_logprobs
     if opd_adv_clip is not None:
@@ -94,11 +97,17 @@ def opd_advantage(
     if skip is not None:
         on = on * (skip <= 0).to(mask.dtype)
     opd = torch.where(on > 0, opd, torch.zeros_like(opd))
-    if baseline:
+    if baseline == "response_mean":
+        n = on.sum(dim=-1, keepdim=True)
+        mean = opd.sum(dim=-1, keepdim=True) / n.clamp(min=1.0)
+        opd = torch.where(on > 0, opd - mean, torch.zeros_like(opd))
+    elif baseline == "prefix_mean":
         before_sum = torch.cumsum(opd, dim=-1) - opd
         before_n = torch.cumsum(on, dim=-1) - on
         prefix_mean = torch.where(before_n > 0, before_sum / before_n.clamp(min=1.0), torch.zeros_like(opd))
         opd = torch.where(on > 0, opd - prefix_mean, torch.zeros_like(opd))
+    elif baseline != "none":
+        raise ValueError(f"baseline must be 'none', 'prefix_mean' or 'response_mean', got {baseline!r}")
     return opd
 
 

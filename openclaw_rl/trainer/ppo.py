@@ -359,7 +359,7 @@ class Trainer:
             has_teacher,
             mask,
             opd_adv_clip=self.tc.opd_adv_clip,
-            baseline=self.tc.opd_baseline == "prefix_mean",
+            baseline=self.tc.opd_baseline,
             skip=pad([[float(t in self.stop_ids) for t in s.response_ids] for s in batch])
             if self.tc.opd_stop_token == "skip"
             else None,

@@ -167,7 +167,7 @@ def test_the_opd_baseline_removes_what_is_common_to_the_whole_response_and_keeps
     has_teacher = torch.tensor([True, False])
     plain = opd_advantage(teacher, student, has_teacher, mask)
     assert plain[0].tolist() == pytest.approx([-0.3, -0.3, -0.3, -1.3, 0.0])  # every token pushed down
-    centred = opd_advantage(teacher, student, has_teacher, mask, baseline=True)
+    centred = opd_advantage(teacher, student, has_teacher, mask, baseline="prefix_mean")
     # the first token has nothing before it; later ones are measured against their prefix's mean
     assert centred[0].tolist() == pytest.approx([-0.3, 0.0, 0.0, -1.0, 0.0])
     assert centred[1].tolist() == [0.0] * 5
@@ -175,7 +175,7 @@ def test_the_opd_baseline_removes_what_is_common_to_the_whole_response_and_keeps
     # last real token moves only that token's advantage
     moved = teacher.clone()
     moved[0, 3] = 2.0
-    again = opd_advantage(moved, student, has_teacher, mask, baseline=True)
+    again = opd_advantage(moved, student, has_teacher, mask, baseline="prefix_mean")
     assert again[0, :3].tolist() == pytest.approx(centred[0, :3].tolist())
     assert float(again[0, 3]) == pytest.approx(2.3)
 
@@ -189,7 +189,7 @@ def test_a_skipped_stop_token_gets_no_opd_push_and_sets_no_later_baseline():
     mask = torch.ones(1, 4)
     has_teacher = torch.tensor([True])
     stop = torch.tensor([[0.0, 0.0, 0.0, 1.0]])
-    for baseline in (False, True):
+    for baseline in ("none", "prefix_mean"):
         kept = opd_advantage(teacher, student, has_teacher, mask, baseline=baseline)
         skipped = opd_advantage(teacher, student, has_teacher, mask, baseline=baseline, skip=stop)
         assert float(kept[0, 3]) < -1.0
@@ -197,9 +197,29 @@ def test_a_skipped_stop_token_gets_no_opd_push_and_sets_no_later_baseline():
         assert skipped[0, :3].tolist() == pytest.approx(kept[0, :3].tolist())
     # a skipped token in the middle (a stop id the response went past) is left out of the prefix mean
     mid = opd_advantage(
-        teacher, student, has_teacher, mask, baseline=True, skip=torch.tensor([[0.0, 1.0, 0.0, 0.0]])
+        teacher, student, has_teacher, mask, baseline="prefix_mean", skip=torch.tensor([[0.0, 1.0, 0.0, 0.0]])
     )
     assert mid[0].tolist() == pytest.approx([-0.1, 0.0, -0.1, -1.85])
+
+
+def test_the_zero_sum_baseline_leaves_no_push_on_the_response_as_a_whole():
+    """``response_mean``: each row's OPD advantages sum to zero over its trained tokens, so the
+    tokens the hinted teacher prefers more than the row's average go up and the others down by as
+    much; padding, skipped stop tokens and rows without a teacher stay zero and count in no mean."""
+    student = torch.zeros(3, 5)
+    teacher = torch.tensor(
+        [[-0.3, -0.1, -0.5, 0.1, 9.0], [0.2, -0.4, 0.0, -0.6, -3.0], [-0.3, -0.3, -0.3, -0.3, -0.3]]
+    )
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0], [1.0] * 5])  # row 0: padding last
+    has_teacher = torch.tensor([True, True, False])
+    stop = torch.tensor([[0.0] * 5, [0.0, 0.0, 0.0, 0.0, 1.0], [0.0] * 5])  # row 1 ended with a stop token
+    adv = opd_advantage(teacher, student, has_teacher, mask, baseline="response_mean", skip=stop)
+    assert adv[0].tolist() == pytest.approx([-0.1, 0.1, -0.3, 0.3, 0.0])  # mean -0.2 taken off
+    assert adv[1].tolist() == pytest.approx([0.4, -0.2, 0.2, -0.4, 0.0])  # the stop token's -3.0 not in it
+    assert adv[2].tolist() == [0.0] * 5
+    assert float(adv[:2].sum()) == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ValueError, match="baseline"):
+        opd_advantage(teacher, student, has_teacher, mask, baseline="mean")  # type: ignore[arg-type]
 
 
 def test_topk_reverse_kl_with_tail_bin():
