@@ -342,7 +342,9 @@ class TrainingConfig(_Section):
         "the same response's earlier tokens, so what the hint changes about the whole response (every "
         "token a little less likely under the teacher) stops pushing every sampled token down; the "
         "expected gradient is the same, the policy drifts a quarter as far and falls into fewer loops "
-        '(docs/training.md, "The OPD baseline"); none: teacher - student as is',
+        '(docs/training.md, "The OPD baseline"); response_mean: relative to the mean of the whole '
+        "response, so its OPD advantages sum to zero (measured: learned less and looped more, "
+        'docs/training.md "A zero-sum baseline"); none: teacher - student as is',
     )
     opd_stop_token: Literal["skip", "keep"] = Field(
         "skip",

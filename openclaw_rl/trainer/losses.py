@@ -87,8 +87,9 @@ def opd_advantage(
     OPD baseline"): ``"prefix_mean"`` takes each token relative to the mean of the same row's earlier
     trained tokens (0 for the first), ``"response_mean"`` relative to the mean of all of them, so
     each row's OPD advantages sum to zero and nothing pushes the sampled response up or down as a
-    whole (with rollouts sampled at a temperature below 1, such a push sharpens or flattens the
-    policy; docs/training.md, "The zero-sum baseline"). ``"none"``: the plain difference.
+    whole (rollouts are sampled below temperature 1, where such a push sharpens or flattens the
+    policy; tried, it learned less: docs/training.md, "A zero-sum baseline"). ``"none"``: the plain
+    difference.
     """
     opd = teacher_logprobs - student_logprobs
     if opd_adv_clip is not None:

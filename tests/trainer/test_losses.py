@@ -210,7 +210,9 @@ def test_the_zero_sum_baseline_leaves_no_push_on_the_response_as_a_whole():
     teacher = torch.tensor(
         [[-0.3, -0.1, -0.5, 0.1, 9.0], [0.2, -0.4, 0.0, -0.6, -3.0], [-0.3, -0.3, -0.3, -0.3, -0.3]]
     )
-    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0], [1.0] * 5])  # row 0: padding last
+    mask = torch.tensor(
+        [[1.0, 1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0], [1.0] * 5]
+    )  # row 0: padding last
     has_teacher = torch.tensor([True, True, False])
     stop = torch.tensor([[0.0] * 5, [0.0, 0.0, 0.0, 0.0, 1.0], [0.0] * 5])  # row 1 ended with a stop token
     adv = opd_advantage(teacher, student, has_teacher, mask, baseline="response_mean", skip=stop)
