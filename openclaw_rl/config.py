@@ -235,7 +235,7 @@ class EnvServiceConfig(_Section):
         False,
         description="one member of each group (group_size > 1) plays greedily (temperature 0), so the "
         "users and the judge see, and complain about, what a greedy client gets (the held-out evaluation "
-        "decodes greedily); docs/envs.md",
+        "decodes greedily); measured on the embedded model it learned less, so it is off; docs/envs.md",
     )
     group_size: int = Field(
         1,
