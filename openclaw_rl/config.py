@@ -235,7 +235,7 @@ class EnvServiceConfig(_Section):
         False,
         description="one member of each group (group_size > 1) plays greedily (temperature 0), so the "
         "users and the judge see, and complain about, what a greedy client gets (the held-out evaluation "
-        "decodes greedily); measured on the embedded model it learned less, so it is off; docs/envs.md",
+        "decodes greedily); measured on the embedded model it did not learn more, so it is off; docs/envs.md",
     )
     group_size: int = Field(
         1,
@@ -343,7 +343,7 @@ class TrainingConfig(_Section):
         "token a little less likely under the teacher) stops pushing every sampled token down; the "
         "expected gradient is the same, the policy drifts a quarter as far and falls into fewer loops "
         '(docs/training.md, "The OPD baseline"); response_mean: relative to the mean of the whole '
-        "response, so its OPD advantages sum to zero (measured: learned less and looped more, "
+        "response, so its OPD advantages sum to zero (measured: no better than prefix_mean, "
         'docs/training.md "A zero-sum baseline"); none: teacher - student as is',
     )
     opd_stop_token: Literal["skip", "keep"] = Field(

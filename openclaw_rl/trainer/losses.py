@@ -88,7 +88,7 @@ def opd_advantage(
     trained tokens (0 for the first), ``"response_mean"`` relative to the mean of all of them, so
     each row's OPD advantages sum to zero and nothing pushes the sampled response up or down as a
     whole (rollouts are sampled below temperature 1, where such a push sharpens or flattens the
-    policy; tried, it learned less: docs/training.md, "A zero-sum baseline"). ``"none"``: the plain
+    policy; tried, it did not learn more: docs/training.md, "A zero-sum baseline"). ``"none"``: the plain
     difference.
     """
     opd = teacher_logprobs - student_logprobs
