@@ -24,12 +24,11 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from openclaw_rl.runtime.models import load_tokenizer, resolve_model_dir, stop_token_ids  # noqa: E402
+from openclaw_rl.runtime.models import load_generation_config, load_tokenizer, stop_token_ids  # noqa: E402
 from openclaw_rl.runtime.store import Store  # noqa: E402
 from openclaw_rl.types import Sample  # noqa: E402
 
@@ -83,22 +82,12 @@ def stop_report(samples: list[Sample], stop_ids: frozenset[int]) -> StopReport:
     )
 
 
-def generation_config(model: str) -> Any:
-    """The model's generation config (it names the chat model's own end-of-turn token), or None."""
-    from transformers import GenerationConfig
-
-    try:
-        return GenerationConfig.from_pretrained(resolve_model_dir(model))
-    except OSError:  # a model directory without one: the tokenizer's end-of-sequence token alone
-        return None
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="run log dirs (holding store.sqlite) or folders of them")
     ap.add_argument("--model", default="smollm2-135m-instruct", help="the policy's model (its stop tokens)")
     args = ap.parse_args()
-    stop_ids = stop_token_ids(load_tokenizer(args.model), generation_config(args.model))
+    stop_ids = stop_token_ids(load_tokenizer(args.model), load_generation_config(args.model))
     dirs = run_dirs(args.runs)
     if not dirs:
         print(f"no store.sqlite under {', '.join(args.runs)}", file=sys.stderr)

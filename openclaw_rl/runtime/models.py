@@ -107,6 +107,17 @@ def load_tokenizer(name: str):
     return tok
 
 
+def load_generation_config(name: str) -> Any:
+    """The generation config of ``name`` (it names a chat model's own end-of-turn token) without
+    loading its weights, or None for a model directory that has none."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(resolve_model_dir(name))
+    except OSError:  # no generation_config.json: the tokenizer's end-of-sequence token alone
+        return None
+
+
 def stop_token_ids(tokenizer: Any, generation_config: Any = None) -> frozenset[int]:
     """The token ids that end a response: the tokenizer's end-of-sequence token and those of the
     model's ``generation_config`` (a chat model often ends its turn with its own token). The engine
