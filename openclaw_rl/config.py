@@ -354,6 +354,14 @@ class TrainingConfig(_Section):
         "OPD part pushes the stop token down and the policy learns to not stop, then loops under greedy "
         'decoding (docs/training.md, "The stop token")',
     )
+    stop_kl_coef: float = Field(
+        0.0,
+        ge=0,
+        description="weight of a KL term that holds the probability of stopping (any stop token), at "
+        "every response position, to the base model's: skipping the stop token's own OPD push leaves "
+        "the pushes on the tokens that continue instead, which can still teach the policy not to stop "
+        '(0 = off; docs/training.md, "Holding the stop decision")',
+    )
     topk_distill: bool = False
     use_idle_cores: bool = Field(
         True,

@@ -169,17 +169,17 @@ class FSDPTrainer(Trainer):
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._ctrl)
         return int(t.item())
 
-    def _score(self, model: torch.nn.Module, samples: Sequence[Sample]) -> list[Tensor]:
+    def _score(self, model: torch.nn.Module, samples: Sequence[Sample], stop: bool = False) -> list[Tensor]:
         """Each rank scores its share; results are exchanged so every rank holds all of them."""
         if self.world == 1:
-            return super()._score(model, samples)
+            return super()._score(model, samples, stop)
         lengths = [s.num_tokens for s in samples]
         mine = self._shard(range(len(samples)), lengths)
         n_fwd = len(micro_batches([lengths[i] for i in mine], self.tc.micro_batch_tokens)) if mine else 0
-        scored = super()._score(model, [samples[i] for i in mine]) if mine else []
+        scored = super()._score(model, [samples[i] for i in mine], stop) if mine else []
         # FSDP's forward is a collective: match the busiest rank's number of forwards.
         for _ in range(self._max_over_ranks(n_fwd) - n_fwd):
-            super()._score(model, samples[:1])
+            super()._score(model, samples[:1], stop)
         gathered: list[Any] = [None] * self.world
         dist.all_gather_object(
             gathered, [(i, t.tolist()) for i, t in zip(mine, scored, strict=True)], group=self._ctrl

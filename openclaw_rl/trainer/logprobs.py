@@ -28,7 +28,7 @@ Public entry points:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -50,6 +50,7 @@ class TokenStats:
     gathered: Tensor | None = None  # [B, R, K] log-probs at the caller's ids
     topk_ids: Tensor | None = None  # [B, R, K] (int64)
     topk_logprobs: Tensor | None = None  # [B, R, K]
+    stop_logprobs: Tensor | None = None  # [B, R] log-probability of stopping (any stop token) there
 
 
 def _decoder_and_head(model):
@@ -72,12 +73,13 @@ def _chunk_stats(
     want_entropy: bool,
     gather_ids: Tensor | None,
     topk: int,
+    stop_ids: Tensor | None = None,
 ) -> tuple[Tensor, ...]:
     """Reduce one chunk of hidden states ``[c, H]`` (c response tokens) to per-token statistics.
 
     Returns (target log-probs, entropy or empty, gathered log-probs or empty, top-K log-probs or empty,
-    top-K ids or empty). Empty tensors stand in for "not requested" so that the function can run under
-    ``checkpoint`` (which needs tensor outputs).
+    top-K ids or empty, log-prob of stopping or empty). Empty tensors stand in for "not requested" so
+    that the function can run under ``checkpoint`` (which needs tensor outputs).
     """
     logits = F.linear(hidden, weight, bias).float()  # [c, V], float32 for a stable normaliser
     lse = torch.logsumexp(logits, dim=-1, keepdim=True)  # [B, c, 1]
@@ -95,7 +97,11 @@ def _chunk_stats(
         top_lp = top_vals - lse
     else:
         top_lp, top_ids = empty, empty.long()
-    return target_lp, entropy, gathered, top_lp, top_ids
+    # Stopping is one decision whichever stop token ends the response: their probabilities add up.
+    stop_lp = (
+        torch.logsumexp(logits[:, stop_ids], dim=-1) - lse.squeeze(-1) if stop_ids is not None else empty
+    )
+    return target_lp, entropy, gathered, top_lp, top_ids, stop_lp
 
 
 def _pad_batch(
@@ -146,6 +152,7 @@ def batch_token_stats(
     gather_ids: Sequence[Tensor | None] | None = None,
     topk: int = 0,
     pad_id: int = 0,
+    stop_ids: Collection[int] | None = None,
 ) -> TokenStats:
     """Per-response-token log-probs (and optional extras) of a batch, ``chunk_size`` tokens at a time.
 
@@ -153,6 +160,8 @@ def batch_token_stats(
     ``gather_ids``: per sequence a ``[len(response), K]`` long tensor of token ids whose log-probs
     are wanted (all sequences must share K; None entries are filled with token 0 and should be masked
     by the caller). ``topk``: also return the K most likely tokens per position (no gradient use).
+    ``stop_ids``: also return, per position, the log-probability that the response stops there (the
+    summed probability of these token ids), with gradient when enabled.
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -187,6 +196,7 @@ def batch_token_stats(
     t_flat = targets.reshape(-1)[flat_idx]
     g_flat = gid.reshape(bsz * max_resp, -1)[flat_idx] if gid is not None else None
     weight, bias = head.weight, getattr(head, "bias", None)
+    stop_t = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device) if stop_ids else None
 
     parts: list[tuple[Tensor, ...]] = []
     use_ckpt = torch.is_grad_enabled() and (h_flat.requires_grad or weight.requires_grad)
@@ -197,10 +207,19 @@ def batch_token_stats(
         if use_ckpt:
             # Recompute this chunk's logits in backward rather than keeping [chunk, V] alive.
             out = checkpoint(
-                _chunk_stats, h_flat[sl], t_flat[sl], weight, bias, with_entropy, g, topk, use_reentrant=False
+                _chunk_stats,
+                h_flat[sl],
+                t_flat[sl],
+                weight,
+                bias,
+                with_entropy,
+                g,
+                topk,
+                stop_t,
+                use_reentrant=False,
             )
         else:
-            out = _chunk_stats(h_flat[sl], t_flat[sl], weight, bias, with_entropy, g, topk)
+            out = _chunk_stats(h_flat[sl], t_flat[sl], weight, bias, with_entropy, g, topk, stop_t)
         parts.append(out)
 
     def unflatten(k: int, trailing: tuple[int, ...] = ()) -> Tensor:
@@ -217,6 +236,8 @@ def batch_token_stats(
     if topk > 0:
         stats.topk_logprobs = unflatten(3, (topk,))
         stats.topk_ids = unflatten(4, (topk,))
+    if stop_t is not None:
+        stats.stop_logprobs = unflatten(5)
     return stats
 
 
@@ -271,6 +292,7 @@ def plain_token_stats(
     gather_ids: Sequence[Tensor | None] | None = None,
     topk: int = 0,
     pad_id: int = 0,
+    stop_ids: Collection[int] | None = None,
 ) -> TokenStats:
     """Drop-in for :func:`batch_token_stats` built on :func:`full_logsoftmax_logprobs`.
 
@@ -282,4 +304,6 @@ def plain_token_stats(
     stats = full_logsoftmax_logprobs(model, prompts, responses, with_entropy=with_entropy, pad_id=pad_id)
     if gather_ids is not None:
         raise ValueError("plain_token_stats does not gather ids")
+    if stop_ids:
+        raise ValueError("plain_token_stats does not compute the stop log-probability")
     return stats

@@ -16,6 +16,7 @@ Every function works on right-padded ``[B, R]`` tensors of response tokens with 
     OPD:        A_t = clip(logp_teacher_t - logp_student_t, -c, c)                 (eq. 6)
     Combined:   A_t = w_rl * r + w_opd * (logp_teacher_t - logp_student_t)         (eq. 7)
     Top-K:      KL(q || p) over K+1 bins, bin K+1 = tail mass 1 - sum_k p_k          (eq. 8)
+    Stop:       KL(Bern(s_t) || Bern(s_ref_t)), s_t = p_theta(stop | prefix_t)        (eq. 9)
 
 ``logp_student`` is the rollout's log-probs by default, the proximal policy's with ``[training]
 opd_reference = "proximal"``.
@@ -191,6 +192,19 @@ def topk_reverse_kl(student_topk_logprobs: Tensor, teacher_topk_logprobs: Tensor
     return (s.exp() * (s - t)).sum(-1)
 
 
+def stop_kl(stop_logp: Tensor, stop_logp_ref: Tensor) -> Tensor:
+    """Per-position KL between two stop-or-continue decisions (eq. 9), ``[B, R]``, >= 0.
+
+    Inputs are log-probabilities of stopping at each position (any stop token) under the policy and
+    the reference. Unlike :func:`k3_kl` on the sampled token, it acts at every position, also where
+    the response went on: it keeps the policy's readiness to stop where the base had it
+    (docs/training.md, "Holding the stop decision").
+    """
+    go_on = _log1mexp(stop_logp)
+    go_on_ref = _log1mexp(stop_logp_ref)
+    return stop_logp.exp() * (stop_logp - stop_logp_ref) + go_on.exp() * (go_on - go_on_ref)
+
+
 @dataclass
 class LossOutput:
     """The differentiable loss plus detached per-token means of its parts (over masked tokens)."""
@@ -219,6 +233,9 @@ def ppo_loss(
     topk_coef: float = 1.0,
     denom: float | None = None,
     behaviour_weight: Tensor | None = None,
+    stop_logp: Tensor | None = None,
+    stop_logp_ref: Tensor | None = None,
+    stop_kl_coef: float = 0.0,
 ) -> LossOutput:
     """The loss of eq. 3 (plus ``topk_coef`` x eq. 8 where ``topk_mask``), token means over ``mask``.
 
@@ -229,6 +246,8 @@ def ppo_loss(
     ``topk_mask`` ``[B, R]`` selects tokens trained by top-K distillation (normally those samples
     whose OPD part comes as a top-K instead of an advantage). ``denom`` defaults to the number of
     masked tokens here; pass the mini-batch's total when accumulating micro-batches.
+    ``stop_logp`` / ``stop_logp_ref`` ``[B, R]``: log-probability of stopping at each position under
+    the policy and the reference; with both, ``stop_kl_coef`` x eq. 9 is added.
     """
     mask = mask.float()
     weight = mask if sample_weight is None else mask * sample_weight.to(mask.dtype).unsqueeze(-1)
@@ -265,6 +284,11 @@ def ppo_loss(
         tk_weight = weight * topk_mask.to(mask.dtype)
         topk_val = masked_mean(topk_reverse_kl(student_topk, teacher_topk), tk_mask, denom, tk_weight)
         loss = loss + topk_coef * topk_val
+    stop_val = torch.zeros((), device=mask.device)
+    if stop_logp is not None and stop_logp_ref is not None:
+        stop_val = masked_mean(stop_kl(stop_logp, stop_logp_ref), mask, denom, weight)
+        if stop_kl_coef:
+            loss = loss + stop_kl_coef * stop_val
 
     with torch.no_grad():
         # Diagnostics are plain means over this call's masked tokens (not the caller's denominator).
@@ -274,6 +298,7 @@ def ppo_loss(
             "kl": float(kl_val.detach()),
             "entropy": float(ent_val.detach()),
             "topk_kl": float(topk_val.detach()),
+            "stop_kl": float(stop_val.detach()),
             "clip_frac": float(masked_mean(clipped, mask)),
             "ppo_kl": float(masked_mean(logp_old - logp_new, mask)),
             "ratio_mean": float(masked_mean(ratio, mask)),

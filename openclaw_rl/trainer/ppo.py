@@ -86,7 +86,7 @@ def last_user_step(cfg: Config) -> int:
 
 # Metrics already divided by a mini-batch's token count (averaged over optimiser steps), and metrics
 # averaged over trained tokens; both the single-process and the FSDP update report them.
-PER_STEP_METRICS = ("loss", "pg_loss", "kl", "entropy", "topk_kl")
+PER_STEP_METRICS = ("loss", "pg_loss", "kl", "entropy", "topk_kl", "stop_kl")
 TOKEN_METRICS = ("clip_frac", "ppo_kl", "logprob_gap", "ratio_mean", "adv_mean", "behaviour_weight_mean")
 
 
@@ -167,7 +167,7 @@ class Trainer:
                 raise ValueError(
                     f"[training] lora_target_modules = {self.tc.lora_target_modules}: {exc}"
                 ) from None
-        elif self.tc.kl_coef > 0:
+        elif self.needs_reference:
             # Full training needs its own frozen reference; with LoRA it is the adapter-disabled model.
             self.ref_model = copy.deepcopy(model).eval()
             for p in self.ref_model.parameters():
@@ -230,8 +230,15 @@ class Trainer:
             assert self.ref_model is not None
             yield self.ref_model
 
-    def _score(self, model: torch.nn.Module, samples: Sequence[Sample]) -> list[Tensor]:
-        """No-grad per-token log-probs of each sample's response (list of ``[R_i]`` CPU tensors)."""
+    @property
+    def needs_reference(self) -> bool:
+        """Whether an update scores its samples under the reference (base) policy: for the KL term
+        to it, and for the stop-decision term's base probabilities."""
+        return self.tc.kl_coef > 0 or self.tc.stop_kl_coef > 0
+
+    def _score(self, model: torch.nn.Module, samples: Sequence[Sample], stop: bool = False) -> list[Tensor]:
+        """No-grad per-token log-probs of each sample's response (list of ``[R_i]`` CPU tensors);
+        with ``stop``, ``[R_i, 2]``: column 1 is the log-probability of stopping at that position."""
         out: list[Tensor] = [torch.empty(0)] * len(samples)
         lengths = [s.num_tokens for s in samples]
         was_training = model.training
@@ -245,9 +252,14 @@ class Trainer:
                         [samples[i].response_ids for i in idx],
                         chunk_size=self.tc.logprob_chunk_size,
                         pad_id=self.pad_id,
+                        stop_ids=self.stop_ids if stop else None,
                     )
                     for row, i in enumerate(idx):
-                        out[i] = stats.logprobs[row, : len(samples[i].response_ids)].float().cpu()
+                        n = len(samples[i].response_ids)
+                        lp = stats.logprobs[row, :n]
+                        if stats.stop_logprobs is not None:
+                            lp = torch.stack([lp, stats.stop_logprobs[row, :n]], dim=-1)
+                        out[i] = lp.float().cpu()
         finally:
             model.train(was_training)
         return out
@@ -327,6 +339,7 @@ class Trainer:
             with_entropy=True,
             gather_ids=gather,
             pad_id=self.pad_id,
+            stop_ids=self.stop_ids if self.tc.stop_kl_coef > 0 else None,
         )
         rollout = pad([s.rollout_logprobs for s in batch])
         proximal: list[Tensor] = [
@@ -391,6 +404,11 @@ class Trainer:
             topk_mask = (
                 torch.tensor(topk_rows, dtype=torch.float32, device=dev).unsqueeze(-1).expand(-1, max_r)
             )
+        ref_logp = ref_stop = None
+        if ref_lp is not None:  # [R] each, or [R, 2] with the stop log-probability (see _score)
+            ref_logp = pad([r[..., 0] if r.dim() == 2 else r for r in ref_lp])
+            if all(r.dim() == 2 for r in ref_lp):
+                ref_stop = pad([r[:, 1] for r in ref_lp])
         behaviour_weight = None
         denominator = rollout
         if self.tc.off_policy_correction == "decoupled":
@@ -408,7 +426,7 @@ class Trainer:
             clip_low=self.tc.clip_ratio,
             clip_high=self.tc.eps_high,
             sample_weight=torch.tensor([s.weight for s in batch], dtype=torch.float32, device=dev),
-            logp_ref=pad(ref_lp) if ref_lp is not None else None,
+            logp_ref=ref_logp,
             kl_coef=self.tc.kl_coef,
             entropy=stats.entropy,
             entropy_coef=self.tc.entropy_coef,
@@ -418,6 +436,9 @@ class Trainer:
             topk_coef=self.tc.opd_weight,
             denom=denom,
             behaviour_weight=behaviour_weight,
+            stop_logp=stats.stop_logprobs,
+            stop_logp_ref=ref_stop,
+            stop_kl_coef=self.tc.stop_kl_coef,
         )
         out.metrics.setdefault("behaviour_weight_mean", 1.0)  # no correction: every token weighs 1
         gap = (prox - rollout).abs()
@@ -427,7 +448,7 @@ class Trainer:
     def train_update(self, samples: list[Sample]) -> dict[str, float]:
         """One PPO update on ``samples`` (normally ``batch_size`` of them); returns its metrics.
 
-        Metrics: loss, pg_loss, kl, clip_frac, ppo_kl, entropy, topk_kl, grad_norm, tokens_per_s,
+        Metrics: loss, pg_loss, kl, clip_frac, ppo_kl, entropy, topk_kl, stop_kl, grad_norm, tokens_per_s,
         logprob_gap (mean |trainer log-prob before the update - rollout log-prob| over trained
         tokens), num_tokens (trained tokens), optimizer_steps, skipped_steps (mini-batches whose loss
         or gradient was not finite: their step is dropped, never applied), num_processes. A batch
@@ -547,17 +568,18 @@ class Trainer:
     def _score_old_and_ref(
         self, active: list[Sample], first_mini_batch: int = 0
     ) -> tuple[list[Tensor | None], list[Tensor] | None]:
-        """No-grad log-probs under the current (proximal) and, when kl_coef > 0, the reference
-        policy, then switch the model to training mode. The first ``first_mini_batch`` samples are
+        """No-grad log-probs under the current (proximal) and, when :attr:`needs_reference`, the
+        reference policy (with its stop log-probabilities when ``stop_kl_coef > 0``), then switch the
+        model to training mode. The first ``first_mini_batch`` samples are
         not scored (None): their optimiser step starts from the proximal weights, so its own
         forward gives their proximal log-probs (one pass fewer for them: the same numbers)."""
         rest = active[first_mini_batch:]
         old_lp: list[Tensor | None] = [None] * first_mini_batch
         old_lp += self._score(self.model, rest) if rest else []
         ref_lp: list[Tensor] | None = None
-        if self.tc.kl_coef > 0:
+        if self.needs_reference:
             with self._reference() as ref:
-                ref_lp = self._score(ref, active)
+                ref_lp = self._score(ref, active, stop=self.tc.stop_kl_coef > 0)
         self.model.train()
         return old_lp, ref_lp
 

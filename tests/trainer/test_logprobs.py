@@ -51,6 +51,22 @@ def test_gathered_ids_match_full(model):
     torch.testing.assert_close(ours.gathered[0, :3], full[:, 1:3], atol=1e-5, rtol=1e-5)
 
 
+def test_stop_logprob_is_the_summed_probability_of_every_stop_token(model):
+    """With two stop ids, the log-probability of stopping at a position is log(p_a + p_b) of the
+    full softmax there, at every chunking, with a gradient when asked."""
+    with torch.no_grad():
+        ours = batch_token_stats(model, PROMPTS, RESPONSES, chunk_size=2, stop_ids=[2, 5, 2])
+        logits = model(input_ids=torch.tensor([PROMPTS[1] + RESPONSES[1]])).logits[0].float()
+    probs = torch.softmax(logits, -1)[len(PROMPTS[1]) - 1 : -1]
+    expect = torch.log(probs[:, 2] + probs[:, 5])
+    assert ours.stop_logprobs is not None
+    torch.testing.assert_close(ours.stop_logprobs[1, : len(RESPONSES[1])], expect, atol=1e-5, rtol=1e-5)
+    assert float(ours.stop_logprobs[2, 1:].abs().sum()) == 0.0  # padding stays zero
+    with_grad = batch_token_stats(model, PROMPTS[:1], RESPONSES[:1], chunk_size=2, stop_ids=[2])
+    assert with_grad.stop_logprobs is not None and with_grad.stop_logprobs.requires_grad
+    assert batch_token_stats(model, PROMPTS[:1], RESPONSES[:1]).stop_logprobs is None
+
+
 def test_gradients_match_full(model):
     def grads(fn):
         model.zero_grad()

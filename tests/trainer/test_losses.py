@@ -302,3 +302,34 @@ def test_balanced_scale_brings_the_rl_part_to_the_opd_parts_size_and_never_up():
         balanced_rl_scale(rewards, has_reward, opd_advantage(teacher, old, no_opd, mask), no_opd, mask)
         is None
     )
+
+
+def test_stop_kl_is_the_kl_between_two_stop_or_go_on_decisions():
+    """Eq. 9 at each position: zero where the policy is as ready to stop as the base, the Bernoulli KL
+    otherwise, and its gradient moves the policy's stop probability back towards the base's."""
+    from openclaw_rl.trainer.losses import stop_kl
+
+    p_ref = torch.tensor([[0.5, 0.1, 0.9]])
+    logit = torch.tensor([[0.0, -1.0, 3.0]], requires_grad=True)
+    q = torch.sigmoid(logit)
+    kl = stop_kl(torch.log(q), torch.log(p_ref))
+    expected = q * torch.log(q / p_ref) + (1 - q) * torch.log((1 - q) / (1 - p_ref))
+    torch.testing.assert_close(kl, expected)
+    assert float(kl[0, 0].detach()) == pytest.approx(0.0, abs=1e-7)
+    assert bool((kl[0, 1:] > 0).all())
+    kl.sum().backward()
+    assert logit.grad is not None
+    # q = 0.27 > 0.1: descent lowers it; q = 0.95 > 0.9: lowers it too; q = p: no push
+    assert float(logit.grad[0, 1]) > 0 and float(logit.grad[0, 2]) > 0
+    assert float(logit.grad[0, 0]) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_ppo_loss_adds_the_stop_term_only_with_its_coefficient():
+    lp = torch.tensor([[-1.0, -2.0]])
+    mask = torch.ones(1, 2)
+    stop, stop_ref = torch.log(torch.tensor([[0.2, 0.3]])), torch.log(torch.tensor([[0.5, 0.5]]))
+    common = dict(clip_low=0.2, clip_high=0.28, stop_logp=stop, stop_logp_ref=stop_ref)
+    off = ppo_loss(lp, lp, torch.zeros(1, 2), mask, **common)
+    on = ppo_loss(lp, lp, torch.zeros(1, 2), mask, stop_kl_coef=2.0, **common)
+    assert off.metrics["stop_kl"] == pytest.approx(on.metrics["stop_kl"]) and on.metrics["stop_kl"] > 0
+    assert float(on.loss - off.loss) == pytest.approx(2.0 * on.metrics["stop_kl"], rel=1e-5)

@@ -179,6 +179,48 @@ def test_opd_stop_token_skip_leaves_where_a_response_stopped_to_the_policy(make_
     assert frac_kept == frac_skipped == 1.0
 
 
+def test_stop_kl_pulls_a_drifted_readiness_to_stop_back_towards_the_base(make_cfg):
+    """A policy taught not to stop (the OPD part kept on a stop token the teacher dislikes) is
+    pulled back by ``stop_kl_coef`` alone: trained on a response with no signal at all (teacher =
+    rollout), the probability of stopping where it had fallen rises again towards the base's;
+    without the term the same updates leave it where it is."""
+    from openclaw_rl.trainer.logprobs import batch_token_stats
+
+    stopped = [*RESPONSE, 2]  # the tiny model's tokenizer ends a sequence with id 2
+
+    def stop_lp(trainer: Trainer) -> float:
+        with torch.no_grad():
+            stats = batch_token_stats(trainer.model, [PROMPT], [stopped], stop_ids=trainer.stop_ids)
+        assert stats.stop_logprobs is not None
+        return float(stats.stop_logprobs[0, -1])
+
+    def recovered(coef: float) -> tuple[float, float, dict[str, float]]:
+        cfg = make_cfg(kl_coef=0.0, entropy_coef=0.0, opd_baseline="none", opd_stop_token="keep")
+        trainer = Trainer(cfg, cfg.policy_service.model)
+        base = stop_lp(trainer)
+        sample = _sample(trainer, response=stopped)
+        disliked = list(sample.rollout_logprobs)
+        disliked[-1] -= 3.0
+        for _ in range(3):
+            trainer.train_update([sample.model_copy(update={"teacher_logprobs": disliked})])
+        drifted = stop_lp(trainer)
+        assert drifted < base - 1e-3
+        trainer.tc.stop_kl_coef = coef
+        trainer.optimizer = torch.optim.AdamW(trainer.params, lr=cfg.training.lr)  # no momentum carried
+        neutral = _sample(trainer, response=stopped)
+        neutral = neutral.model_copy(update={"teacher_logprobs": list(neutral.rollout_logprobs)})
+        for _ in range(3):
+            metrics = trainer.train_update([neutral])
+        return (stop_lp(trainer) - drifted) / (base - drifted), base - drifted, metrics
+
+    # The tiny model stops with probability ~2e-5 anywhere, so the term's gradient is that small;
+    # under Adam its direction is what counts, and a large coefficient lifts it clear of Adam's eps.
+    (held, gap, metrics), (free, _, free_metrics) = recovered(1e4), recovered(0.0)
+    assert held > 0.3, (held, gap)  # a third or more of the lost readiness to stop is back
+    assert abs(free) < 0.05
+    assert metrics["stop_kl"] != 0.0 and free_metrics["stop_kl"] == 0.0  # measured only when on
+
+
 def test_topk_distillation_reduces_reverse_kl(make_cfg):
     from openclaw_rl.trainer.logprobs import batch_token_stats
     from openclaw_rl.trainer.losses import topk_reverse_kl
