@@ -9,9 +9,12 @@ prints, per run:
 * by policy version, the share of sampled responses that ended by themselves;
 * over the responses that did, the OPD part's push on the stop token (teacher − rollout log-prob)
   beside the mean push on the same responses' other tokens: a stop token pushed down harder than
-  the rest is the hint teaching "go on" wherever the policy stopped.
+  the rest is the hint teaching "go on" wherever the policy stopped;
+* with ``--readiness``: where the base model's own rollouts (policy version 0) stopped, its
+  probability of stopping there (recorded at sampling) against the run's final policy's (one
+  scoring pass per response): a policy that lost its readiness to stop where the base would.
 
-    .venv/bin/python bench/stop_token.py RUN_DIR [RUN_DIR ...]
+    .venv/bin/python bench/stop_token.py [--readiness] RUN_DIR [RUN_DIR ...]
 
 ``RUN_DIR``: a run's ``log_dir`` (it holds ``store.sqlite``), or a folder of them.
 """
@@ -19,6 +22,7 @@ prints, per run:
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from collections import defaultdict
@@ -28,7 +32,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from openclaw_rl.runtime.models import load_generation_config, load_tokenizer, stop_token_ids  # noqa: E402
+from openclaw_rl.runtime.models import (  # noqa: E402
+    load_generation_config,
+    load_model,
+    load_tokenizer,
+    resolve_model_dir,
+    stop_token_ids,
+)
+from openclaw_rl.runtime.rundir import RunDir  # noqa: E402
 from openclaw_rl.runtime.store import Store  # noqa: E402
 from openclaw_rl.types import Sample  # noqa: E402
 
@@ -82,10 +93,46 @@ def stop_report(samples: list[Sample], stop_ids: frozenset[int]) -> StopReport:
     )
 
 
+def readiness(
+    samples: list[Sample], stop_ids: frozenset[int], model_name: str, policy: Path
+) -> tuple[float, float, int]:
+    """``(base, final, n)``: over the version-0 responses that ended by themselves, the mean
+    probability of stopping at their last position under the base (the recorded rollout log-prob of
+    the stop token) and under the exported ``policy`` (a LoRA adapter or a full model directory)."""
+    import torch
+
+    from openclaw_rl.policy.weights import load_policy_state
+    from openclaw_rl.trainer.logprobs import batch_token_stats
+
+    stops = [s for s in samples if s.policy_version == 0 and s.ended_by_itself(stop_ids)]
+    if not stops:
+        return float("nan"), float("nan"), 0
+    model, _tok = load_model(model_name)
+    # A LoRA adapter comes back as just the matrices it changes (merged); the rest stay the base's.
+    result = model.load_state_dict(
+        load_policy_state(policy, resolve_model_dir(model_name), torch.float32), strict=False
+    )
+    if result.unexpected_keys:
+        raise ValueError(f"{policy}: weights the model does not have: {result.unexpected_keys[:3]}")
+    final: list[float] = []
+    with torch.no_grad():
+        for s in stops:
+            stats = batch_token_stats(model, [s.prompt_ids], [s.response_ids], stop_ids=stop_ids)
+            assert stats.stop_logprobs is not None
+            final.append(float(stats.stop_logprobs[0, len(s.response_ids) - 1].exp()))
+    base = [math.exp(s.rollout_logprobs[-1]) for s in stops]
+    return statistics.fmean(base), statistics.fmean(final), len(stops)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="run log dirs (holding store.sqlite) or folders of them")
     ap.add_argument("--model", default="smollm2-135m-instruct", help="the policy's model (its stop tokens)")
+    ap.add_argument(
+        "--readiness",
+        action="store_true",
+        help="also score, where the base's rollouts stopped, the final policy's probability of stopping",
+    )
     args = ap.parse_args()
     stop_ids = stop_token_ids(load_tokenizer(args.model), load_generation_config(args.model))
     dirs = run_dirs(args.runs)
@@ -95,9 +142,10 @@ def main() -> int:
     for d in dirs:
         store = Store(d / "store.sqlite")
         try:
-            rep = stop_report(store.samples(), stop_ids)
+            samples = store.samples()
         finally:
             store.close()
+        rep = stop_report(samples, stop_ids)
         line = ", ".join(f"v{v} {share:.2f} (n={rep.n[v]})" for v, share in rep.stopped.items())
         print(f"{d.parent.name}/{d.name}: responses that ended by themselves, by policy version: {line}")
         if rep.push_on_stop is not None and rep.push_on_rest is not None and rep.stop_pushed_down is not None:
@@ -105,6 +153,13 @@ def main() -> int:
                 f"  OPD push (teacher - rollout) on the stop token {rep.push_on_stop:+.3f}, on the same "
                 f"responses' other tokens {rep.push_on_rest:+.3f}; stop token pushed down harder in "
                 f"{rep.stop_pushed_down:.2f} of {rep.n_hinted_stops} hinted responses that stopped"
+            )
+        published = RunDir(d).read_published_policy()
+        if args.readiness and published is not None:
+            base, final, n = readiness(samples, stop_ids, args.model, published.path)
+            print(
+                f"  readiness to stop where the base's rollouts stopped (n={n}): base {base:.3f}, "
+                f"final policy (v{published.version}) {final:.3f}"
             )
     print(f"(stop tokens of {args.model}: {sorted(stop_ids)}; samples of every status)")
     return 0
