@@ -4,9 +4,9 @@ One :meth:`Trainer.train_update` call is one PPO update:
 
 1. a no-grad pass scores the samples under the current (proximal) policy — except those of the first
    mini-batch, whose training forward runs on exactly these weights and gives their proximal
-   log-probs for free — and, when ``kl_coef > 0``, every sample under the reference policy — with
-   LoRA the *same* model with its adapter disabled (no extra weights), for full training a frozen
-   copy of the initial weights;
+   log-probs for free — and, when ``kl_coef`` or ``stop_kl_coef`` is above 0, every sample under the
+   reference policy — with LoRA the *same* model with its adapter disabled (no extra weights), for
+   full training a frozen copy of the initial weights;
 2. the batch is split into mini-batches of ``mini_batch_size`` samples, one optimiser step each;
 3. inside a mini-batch, samples are packed into micro-batches whose padded size stays under
    ``micro_batch_tokens``; gradients accumulate with the mini-batch's token count as the common
