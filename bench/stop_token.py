@@ -93,35 +93,45 @@ def stop_report(samples: list[Sample], stop_ids: frozenset[int]) -> StopReport:
     )
 
 
-def readiness(
-    samples: list[Sample], stop_ids: frozenset[int], model_name: str, policy: Path
-) -> tuple[float, float, int]:
-    """``(base, final, n)``: over the version-0 responses that ended by themselves, the mean
-    probability of stopping at their last position under the base (the recorded rollout log-prob of
-    the stop token) and under the exported ``policy`` (a LoRA adapter or a full model directory)."""
-    import torch
+class Readiness:
+    """The base model once, and each run's final policy swapped onto it in turn."""
 
-    from openclaw_rl.policy.weights import load_policy_state
-    from openclaw_rl.trainer.logprobs import batch_token_stats
+    def __init__(self, model_name: str, stop_ids: frozenset[int]):
+        import torch
 
-    stops = [s for s in samples if s.policy_version == 0 and s.ended_by_itself(stop_ids)]
-    if not stops:
-        return float("nan"), float("nan"), 0
-    model, _tok = load_model(model_name)
-    # A LoRA adapter comes back as just the matrices it changes (merged); the rest stay the base's.
-    result = model.load_state_dict(
-        load_policy_state(policy, resolve_model_dir(model_name), torch.float32), strict=False
-    )
-    if result.unexpected_keys:
-        raise ValueError(f"{policy}: weights the model does not have: {result.unexpected_keys[:3]}")
-    final: list[float] = []
-    with torch.no_grad():
-        for s in stops:
-            stats = batch_token_stats(model, [s.prompt_ids], [s.response_ids], stop_ids=stop_ids)
-            assert stats.stop_logprobs is not None
-            final.append(float(stats.stop_logprobs[0, len(s.response_ids) - 1].exp()))
-    base = [math.exp(s.rollout_logprobs[-1]) for s in stops]
-    return statistics.fmean(base), statistics.fmean(final), len(stops)
+        self.model_name, self.stop_ids = model_name, stop_ids
+        self.model, _tok = load_model(model_name)
+        self.base_state = {k: v.clone() for k, v in self.model.state_dict().items()}
+        self.dtype = torch.float32
+
+    def measure(self, samples: list[Sample], policy: Path) -> tuple[float, float, int]:
+        """``(base, final, n)``: over the version-0 responses that ended by themselves, the mean
+        probability of stopping at their last position under the base (the recorded rollout log-prob
+        of the stop token) and under the exported ``policy`` (a LoRA adapter or a full model)."""
+        import torch
+
+        from openclaw_rl.policy.weights import load_policy_state
+        from openclaw_rl.trainer.logprobs import batch_token_stats
+
+        stops = [s for s in samples if s.policy_version == 0 and s.ended_by_itself(self.stop_ids)]
+        if not stops:
+            return float("nan"), float("nan"), 0
+        # A LoRA adapter comes back as just the matrices it changes (merged): start from the base.
+        self.model.load_state_dict(self.base_state)
+        state = load_policy_state(policy, resolve_model_dir(self.model_name), self.dtype)
+        if unexpected := self.model.load_state_dict(state, strict=False).unexpected_keys:
+            raise ValueError(f"{policy}: weights the model does not have: {unexpected[:3]}")
+        with torch.no_grad():
+            stats = batch_token_stats(
+                self.model,
+                [s.prompt_ids for s in stops],
+                [s.response_ids for s in stops],
+                stop_ids=self.stop_ids,
+            )
+        assert stats.stop_logprobs is not None
+        final = [float(stats.stop_logprobs[i, len(s.response_ids) - 1].exp()) for i, s in enumerate(stops)]
+        base = [math.exp(s.rollout_logprobs[-1]) for s in stops]
+        return statistics.fmean(base), statistics.fmean(final), len(stops)
 
 
 def main() -> int:
@@ -139,6 +149,7 @@ def main() -> int:
     if not dirs:
         print(f"no store.sqlite under {', '.join(args.runs)}", file=sys.stderr)
         return 2
+    scorer = Readiness(args.model, stop_ids) if args.readiness else None
     for d in dirs:
         store = Store(d / "store.sqlite")
         try:
@@ -154,9 +165,8 @@ def main() -> int:
                 f"responses' other tokens {rep.push_on_rest:+.3f}; stop token pushed down harder in "
                 f"{rep.stop_pushed_down:.2f} of {rep.n_hinted_stops} hinted responses that stopped"
             )
-        published = RunDir(d).read_published_policy()
-        if args.readiness and published is not None:
-            base, final, n = readiness(samples, stop_ids, args.model, published.path)
+        if scorer is not None and (published := RunDir(d).read_published_policy()) is not None:
+            base, final, n = scorer.measure(samples, published.path)
             print(
                 f"  readiness to stop where the base's rollouts stopped (n={n}): base {base:.3f}, "
                 f"final policy (v{published.version}) {final:.3f}"

@@ -405,10 +405,10 @@ class Trainer:
                 torch.tensor(topk_rows, dtype=torch.float32, device=dev).unsqueeze(-1).expand(-1, max_r)
             )
         ref_logp = ref_stop = None
-        if ref_lp is not None:  # [R] each, or [R, 2] with the stop log-probability (see _score)
-            ref_logp = pad([r[..., 0] if r.dim() == 2 else r for r in ref_lp])
-            if all(r.dim() == 2 for r in ref_lp):
-                ref_stop = pad([r[:, 1] for r in ref_lp])
+        if ref_lp is not None and self.tc.stop_kl_coef > 0:  # [R, 2]: with the stop log-prob (_score)
+            ref_logp, ref_stop = pad([r[:, 0] for r in ref_lp]), pad([r[:, 1] for r in ref_lp])
+        elif ref_lp is not None:
+            ref_logp = pad(ref_lp)
         behaviour_weight = None
         denominator = rollout
         if self.tc.off_policy_correction == "decoupled":

@@ -32,6 +32,7 @@ def _raw(model_dir: Path, log_dir: Path, backend: str) -> dict:
             "batch_size": 2,
             "mini_batch_size": 2,
             "kl_coef": 0.01,
+            "stop_kl_coef": 1.0,  # its reference scores ([R, 2]) cross processes too
             "checkpoint_interval": 1000,
             # balanced takes its factor per micro-batch, so sharded and whole batches differ there;
             # this compares the sharding itself (a known gap, see docs/training.md)
@@ -170,7 +171,17 @@ def test_two_processes_match_one_and_checkpoint_resumes_on_one(tiny_model_dir, t
     got = json.loads((out / "train.json").read_text())
     m = got["metrics"]
     assert m["num_processes"] == 2 and m["optimizer_steps"] == 1
-    for key in ("loss", "pg_loss", "kl", "entropy", "clip_frac", "logprob_gap", "grad_norm", "num_tokens"):
+    for key in (
+        "loss",
+        "pg_loss",
+        "kl",
+        "stop_kl",
+        "entropy",
+        "clip_frac",
+        "logprob_gap",
+        "grad_norm",
+        "num_tokens",
+    ):
         assert m[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), key
     # The weights after the update (exported by rank 0 from the gathered shards) match too.
     exported = _exported(Path(got["export"]))
