@@ -281,6 +281,13 @@ class PrmServiceConfig(_Section):
         description="keep | mask: mask turns each number in a hint from a user's reply that the policy "
         "neither saw nor wrote into '...', so the teacher teaches how to answer, not this problem's answer",
     )
+    hint_memory: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="how many of the same user's earlier hints (from their own replies) the OPD teacher "
+        "reads before this turn's: a wish stated once keeps teaching on later turns; 0 = this turn's only",
+    )
     retry_interval_sec: float = Field(10, gt=0)
 
     @field_validator("reward_space")

@@ -98,6 +98,9 @@ class JudgeResult(BaseModel):
     votes: list[Vote] = Field(default_factory=list)
     hint: str | None = None
     hint_votes: list[Vote] = Field(default_factory=list)
+    #: The hint the teacher read: ``hint``, or with the user's earlier hints before it
+    #: (``[prm_service] hint_memory``); None when no teacher scored the turn.
+    teacher_hint: str | None = None
     teacher_logprobs: list[float] | None = None
     teacher_topk_ids: list[list[int]] | None = None
     teacher_topk_logprobs: list[list[float]] | None = None

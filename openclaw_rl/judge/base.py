@@ -16,10 +16,11 @@ import asyncio
 import logging
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 from openclaw_rl.config import Config
 from openclaw_rl.judge.errors import JudgeUnavailable, TeacherUnavailable
-from openclaw_rl.judge.hindsight import mask_unseen_figures, seen_text
+from openclaw_rl.judge.hindsight import mask_unseen_figures, seen_text, with_earlier_hints
 from openclaw_rl.judge.voting import majority, select_hint
 from openclaw_rl.types import JudgeResult, NextState, Turn, Vote
 
@@ -77,9 +78,11 @@ class Judge(ABC):
         result.elapsed_s = time.perf_counter() - start
         return result
 
-    async def judge(self, turn: Turn) -> JudgeResult:
+    async def judge(self, turn: Turn, earlier_hints: Sequence[str] = ()) -> JudgeResult:
         """Judge a stored turn: score, hint, and teacher log-probs when a hint was kept and
-        ``training.opd_enabled``. Never raises for an outage; returns ``JudgeResult(error=...)``."""
+        ``training.opd_enabled``. ``earlier_hints``: what the turn's user asked for before (newest
+        first); the teacher reads them before this turn's hint (:func:`with_earlier_hints`). Never
+        raises for an outage; returns ``JudgeResult(error=...)``."""
         start = time.perf_counter()
         if turn.next_state is None:
             return JudgeResult(error=f"turn {turn.key} has no next state yet; nothing to judge")
@@ -89,7 +92,12 @@ class Judge(ABC):
             if result.hint and self.prm.hint_facts == "mask" and turn.next_state.role == "user":
                 result.hint = mask_unseen_figures(result.hint, seen_text(turn.messages, response))
             if result.hint and self.cfg.training.opd_enabled and turn.response_ids:
-                await self._add_teacher(turn, result)
+                teacher_hint = result.hint
+                if earlier_hints and turn.next_state.role == "user":
+                    teacher_hint = with_earlier_hints(
+                        result.hint, earlier_hints, seen_text(turn.messages, response)
+                    )
+                await self._add_teacher(turn, result, teacher_hint)
         except JudgeUnavailable as exc:
             return JudgeResult(error=str(exc), elapsed_s=time.perf_counter() - start)
         result.elapsed_s = time.perf_counter() - start
@@ -134,14 +142,13 @@ class Judge(ABC):
             hint_votes=hint_votes,
         )
 
-    async def _add_teacher(self, turn: Turn, result: JudgeResult) -> None:
-        assert result.hint is not None
+    async def _add_teacher(self, turn: Turn, result: JudgeResult, hint: str) -> None:
         if self._teacher_error is not None:
             return  # already reported once: the RL part still trains, OPD is off for this setup
         try:
             if self._teacher is None:
                 self._teacher = await asyncio.to_thread(self.make_teacher)
-            out = await self._teacher.score(turn, result.hint)  # type: ignore[attr-defined]
+            out = await self._teacher.score(turn, hint)  # type: ignore[attr-defined]
         except TeacherUnavailable as exc:
             self._teacher_error = str(exc)
             log.error("[opd] teacher unavailable, OPD samples disabled: %s", exc)
@@ -151,6 +158,7 @@ class Judge(ABC):
                 f"teacher returned {len(out.logprobs)} log-probs for "
                 f"{len(turn.response_ids)} response tokens of turn {turn.key}"
             )
+        result.teacher_hint = hint
         result.teacher_logprobs = out.logprobs
         result.teacher_topk_ids = out.topk_ids
         result.teacher_topk_logprobs = out.topk_logprobs

@@ -14,6 +14,7 @@ figures a user brings from outside are hindsight.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from openclaw_rl.judge.teacher import message_text
@@ -54,3 +55,29 @@ def mask_unseen_figures(hint: str, seen: str) -> str:
 
     # "is 800." becomes "is ...", not "is ....": the placeholder's dots end the sentence too
     return re.sub(r"\.{3}\.+", PLACEHOLDER, _NUMBER.sub(swap, hint))
+
+
+def with_earlier_hints(hint: str, earlier: Sequence[str], seen: str) -> str:
+    """The teacher's hint for one turn: what the same user asked for before, then this turn's hint.
+
+    A user states a wish once or twice, not on every turn ("no bullet points", then later "put the
+    answer at the end"); a teacher that reads only this turn's hint pulls towards that one wish and
+    leaves the others the user already named free to drift. ``earlier`` (newest first, as
+    :meth:`~openclaw_rl.runtime.store.Store.recent_user_hints` gives them) is listed oldest first,
+    and this turn's hint last, nearest the response. An earlier hint was drawn from another
+    conversation, so its figures are about that problem: each one not in ``seen`` (this turn's
+    prompt and response) becomes :data:`PLACEHOLDER`, whatever ``hint_facts`` says. One that says
+    what this turn's hint says is left out; with none left the hint is this turn's alone.
+
+    >>> with_earlier_hints("No bold please.", ["End with the answer, e.g. 800."], "Lily has 12")
+    '- End with the answer, e.g. ...\\n- No bold please.'
+    """
+
+    def norm(text: str) -> str:
+        return " ".join(text.lower().split())
+
+    now = norm(hint)
+    kept = [mask_unseen_figures(h, seen) for h in reversed(earlier) if norm(h) != now and h.strip()]
+    if not kept:
+        return hint
+    return "\n".join(f"- {h.strip()}" for h in [*kept, hint])

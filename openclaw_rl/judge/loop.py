@@ -133,7 +133,7 @@ class JudgeLoop:
     # ------------------------------------------------------------------ one round
     async def _judge_one(self, turn: Turn) -> JudgeResult:
         try:
-            result = await self.judge.judge(turn)
+            result = await self.judge.judge(turn, await self._earlier_hints(turn))
         except Exception as exc:  # a bug or bad turn must not kill the loop; the turn is retried
             log.exception("[prm_service] judging turn %s raised", turn.key)
             result = JudgeResult(error=f"judge raised {type(exc).__name__}: {exc}")
@@ -191,6 +191,15 @@ class JudgeLoop:
                 result.error,
             )
         return result
+
+    async def _earlier_hints(self, turn: Turn) -> list[str]:
+        """What ``turn``'s user asked for in earlier replies, for the teacher (``hint_memory``);
+        none when OPD is off or the turn's next state is not the user's."""
+        memory = self.cfg.prm_service.hint_memory
+        state = turn.next_state
+        if memory == 0 or not self.cfg.training.opd_enabled or state is None or state.role != "user":
+            return []
+        return await asyncio.to_thread(self.store.recent_user_hints, turn.user, memory)
 
     def _guarantees(self) -> int:
         done = 0

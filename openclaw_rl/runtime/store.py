@@ -759,6 +759,35 @@ class Store:
             feedback_down=int(down),
         )
 
+    def recent_user_hints(self, name: str, limit: int) -> list[str]:
+        """Up to ``limit`` distinct hints the judge drew from ``name``'s own replies, newest first.
+
+        Only hints from a next state the user wrote count — a reply, or a feedback comment (a tool's
+        output is about its turn, not about what the user wants); repeats of a hint (same words, any case) count once. They are
+        what the user has asked for so far, read back from the judgements, so a restart keeps them
+        and ``users delete`` removes them with the turns.
+        """
+        if limit <= 0:
+            return []
+        rows = self._all(
+            "SELECT json_extract(t.judge, '$.hint') FROM turns t "
+            "JOIN sessions s ON s.session_id=t.session_id "
+            "WHERE s.user=? AND t.status='judged' AND json_extract(t.judge, '$.hint') IS NOT NULL "
+            "AND json_extract(t.data, '$.next_state.role')='user' "
+            "ORDER BY t.updated_at DESC LIMIT ?",
+            (name, limit * 4),
+        )
+        hints: list[str] = []
+        seen: set[str] = set()
+        for (hint,) in rows:
+            norm = " ".join(str(hint).lower().split())
+            if norm and norm not in seen:
+                seen.add(norm)
+                hints.append(str(hint))
+                if len(hints) == limit:
+                    break
+        return hints
+
     def user_turns(self, name: str) -> Iterator[tuple[Turn, str, int | None]]:
         """Every turn of ``name``'s sessions with its status and judged score, oldest first."""
         rows = self._all(

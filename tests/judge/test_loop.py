@@ -24,7 +24,15 @@ def tiny(tiny_model_dir):
     return load_model(str(tiny_model_dir))
 
 
-def record(store: Store, tok, sid: str, idx: int, user: str, previous_next_state: str | None = None) -> Turn:
+def record(
+    store: Store,
+    tok,
+    sid: str,
+    idx: int,
+    user: str,
+    previous_next_state: str | None = None,
+    who: str = "default",
+) -> Turn:
     messages = [{"role": "user", "content": user}]
     ids = tok.encode(f"**Answer {idx}:** forty-two", add_special_tokens=False)
     turn = Turn(
@@ -35,6 +43,7 @@ def record(store: Store, tok, sid: str, idx: int, user: str, previous_next_state
         response_ids=ids,
         response_logprobs=[-0.5] * len(ids),
         response_text=f"**Answer {idx}:** 42",
+        user=who,
     )
     state = NextState(role="user", content=previous_next_state) if previous_next_state else None
     store.record_turn(turn, next_state_for_previous=state)
@@ -348,3 +357,55 @@ def test_explicit_positive_feedback_without_a_comment_asks_for_no_hint(remote, t
     [result] = asyncio.run(JudgeLoop(cfg, store).run_once())
     assert result.score == 1 and result.hint is None
     assert remote.calls == calls  # decided by the rating alone: the judge model was not asked
+
+
+def test_the_teacher_reads_what_the_same_user_asked_for_before_and_nothing_of_anyone_else(
+    remote, tiny, tmp_path
+):
+    model, tok = tiny
+    cfg = api_config(remote, training={"opd_enabled": True}, hint_memory=4)
+    store = Store(tmp_path / "store.sqlite")
+    service = JudgeLoop(cfg, store, judge=make_judge(cfg, teacher=LocalTeacher(model, tok, topk=0)))
+    remote.eval_reply = "SCORE: -1"
+
+    def judge_one(sid: str, who: str, hint: str):
+        remote.hint_reply = f"VERDICT: +1\n[HINT_START]{hint}[HINT_END]"
+        record(store, tok, sid, 0, "what is 6 * 7?", who=who)
+        record(store, tok, sid, 1, "redo it", previous_next_state="redo it", who=who)
+        [result] = asyncio.run(service.run_once())
+        return result
+
+    first = judge_one("ann-1", "ann", "Answer in plain prose without bold text.")
+    assert first.teacher_hint == first.hint  # nothing asked before: this turn's hint alone
+    judge_one("bob-1", "bob", "Use a heading for every section please.")
+    again = judge_one("ann-2", "ann", "Answer in plain prose without bold text.")
+    assert again.teacher_hint == again.hint  # a repeat of an earlier wish is listed once
+    later = judge_one("ann-3", "ann", "Put the final answer on the last line, e.g. 800.")
+    assert later.hint == "Put the final answer on the last line, e.g. 800."
+    # ann's earlier wish first, this turn's last; the number stays (it is this turn's own hint)
+    assert later.teacher_hint == (
+        "- Answer in plain prose without bold text.\n- Put the final answer on the last line, e.g. 800."
+    )
+    assert later.teacher_context_len > first.teacher_context_len
+    bobs = judge_one("bob-2", "bob", "Please be more formal.")
+    assert "Use a heading" in bobs.teacher_hint and "prose" not in bobs.teacher_hint
+    # an earlier hint's figures are about its own problem: masked in a later turn that never saw them
+    last = judge_one("ann-4", "ann", "Drop the chatbot phrases.")
+    assert "e.g. ...\n" in last.teacher_hint and "800" not in last.teacher_hint
+    assert last.teacher_hint.endswith("- Drop the chatbot phrases.")
+    stored = store.judgement("ann-4", 0)
+    assert stored.teacher_hint == last.teacher_hint  # what the teacher read is kept with the turn
+
+
+def test_hint_memory_off_gives_the_teacher_this_turns_hint_only(remote, tiny, tmp_path):
+    model, tok = tiny
+    cfg = api_config(remote, training={"opd_enabled": True}, hint_memory=0)
+    store = Store(tmp_path / "store.sqlite")
+    service = JudgeLoop(cfg, store, judge=make_judge(cfg, teacher=LocalTeacher(model, tok, topk=0)))
+    remote.eval_reply = "SCORE: -1"
+    for i, hint in enumerate(["Answer in plain prose please.", "End with the final answer."]):
+        remote.hint_reply = f"VERDICT: +1\n[HINT_START]{hint}[HINT_END]"
+        record(store, tok, f"s{i}", 0, "q", who="ann")
+        record(store, tok, f"s{i}", 1, "redo", previous_next_state="redo", who="ann")
+        [result] = asyncio.run(service.run_once())
+        assert result.teacher_hint == hint

@@ -480,3 +480,25 @@ def test_group_ids_lists_every_group_once_in_arrival_order(store):
         store.tag_session(sid, EpisodeTag(group_id=group, group_size=2))
     store.record_turn(turn("alone", 0))  # a session outside any group
     assert store.group_ids() == ["g-b", "g-a"]
+
+
+def test_recent_user_hints_are_the_users_own_distinct_wishes_newest_first(store):
+    def judged(session: str, user: str, role: str, hint: str | None) -> None:
+        t = turn(session, 0).model_copy(update={"user": user})
+        store.record_turn(t)
+        store.attach_next_state(session, NextState(role=role, content="..."))
+        [pending] = [x for x in store.turns_to_judge() if x.session_id == session]
+        store.save_judgement(pending, JudgeResult(score=-1, hint=hint))
+
+    judged("a1", "ann", "user", "No bold please.")
+    judged("a2", "ann", "tool", "The file is missing; create it first.")  # about its turn, not ann
+    judged("b1", "bob", "user", "Use headings.")
+    judged("a3", "ann", "user", None)
+    judged("a4", "ann", "user", "End with the answer.")
+    judged("a5", "ann", "user", "no  BOLD please.")  # the same wish again, other case and spacing
+    assert store.recent_user_hints("ann", 8) == ["no  BOLD please.", "End with the answer."]
+    assert store.recent_user_hints("ann", 1) == ["no  BOLD please."]
+    assert store.recent_user_hints("bob", 8) == ["Use headings."]
+    assert store.recent_user_hints("carol", 8) == [] and store.recent_user_hints("ann", 0) == []
+    store.delete_user("ann")
+    assert store.recent_user_hints("ann", 8) == []  # forgotten with the turns
