@@ -12,11 +12,17 @@ model's reply without a hint:
 
 A preference whose hinted rate is no higher than its plain rate is one OPD cannot teach on this
 model (docs/training.md, "What the student learns"); Binary RL still can, if some attempts meet it.
+
+``--earlier 0,2,4`` measures ``[prm_service] hint_memory`` instead: the persona's whole score of the
+teacher's greedy replies when it reads the hint of a complaint about this reply (two of the wishes
+the plain reply missed, as the simulated user complains) after K hints drawn from complaints about
+other problems' replies, as the store would give them; two draws of the complaints per K.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import shutil
 import sys
 import tempfile
@@ -32,10 +38,16 @@ sys.path.insert(0, str(ROOT))
 
 from openclaw_rl.config import Config, build_config  # noqa: E402
 from openclaw_rl.envs.base import make  # noqa: E402
-from openclaw_rl.envs.chat import PERSONAS, redo_request  # noqa: E402
+from openclaw_rl.envs.chat import (  # noqa: E402
+    PERSONAS,
+    Persona,
+    personalization_score,
+    preference_report,
+    redo_request,
+)
 from openclaw_rl.envs.evaluate import private_service_config  # noqa: E402
 from openclaw_rl.envs.loop import PolicyClient, env_kwargs_for  # noqa: E402
-from openclaw_rl.judge.hindsight import mask_unseen_figures, seen_text  # noqa: E402
+from openclaw_rl.judge.hindsight import mask_unseen_figures, seen_text, with_earlier_hints  # noqa: E402
 from openclaw_rl.judge.minilm import extract_hint  # noqa: E402
 from openclaw_rl.judge.teacher import hinted_messages  # noqa: E402
 from openclaw_rl.policy.server import PolicyService  # noqa: E402
@@ -66,6 +78,11 @@ def main() -> int:
     ap.add_argument(
         "--hint-facts", choices=("keep", "mask"), default="keep", help="as [prm_service] hint_facts"
     )
+    ap.add_argument(
+        "--earlier",
+        default="",
+        help="comma-separated counts of the user's earlier hints the teacher reads (hint_memory), e.g. 0,2,4",
+    )
     args = ap.parse_args()
     t0 = time.monotonic()
     cfg = build_config({"policy_service": {"model": args.model}})
@@ -75,7 +92,10 @@ def main() -> int:
     service = PolicyService(scfg)
     client = PolicyClient.from_config(scfg, service.start(), threading.Event())
     try:
-        report_hints(client, cfg, args)
+        if args.earlier:
+            report_memory(client, cfg, args, [int(k) for k in args.earlier.split(",")])
+        else:
+            report_hints(client, cfg, args)
     finally:
         client.close()
         service.stop()
@@ -140,6 +160,66 @@ def report_hints(client: PolicyClient, cfg: Config, args: argparse.Namespace) ->
         f"(n={args.n} held-out problems per persona, greedy, {args.max_tokens} tokens, model {args.model}; "
         f"plain: the rate without a hint; hinted: with the hint the embedded judge extracts from each "
         f"complaint about the preference, hint_facts = {args.hint_facts}; served by the embedded engine)"
+    )
+
+
+def complaint_hint(rng: random.Random, persona: Persona, reply: str, ctx: dict[str, Any]) -> str | None:
+    """The hint the embedded judge draws from the persona's complaint about ``reply``: two of the
+    wishes it missed (any two if it missed none), as ``ChatEnv`` complains."""
+    report = preference_report(persona, reply, ctx)
+    missed = [p for p in persona.preferences if not report[p.name]] or list(persona.preferences)
+    points = [rng.choice(p.complaints).format(**ctx) for p in rng.sample(missed, k=min(2, len(missed)))]
+    return extract_hint("user", redo_request(rng.choice(persona.redo_leads), points))
+
+
+def mean_score(persona: Persona, replies: list[str], episodes: list[tuple[Any, dict[str, Any]]]) -> float:
+    """The persona's mean score of ``replies``, one per episode."""
+    return sum(
+        personalization_score(persona, r, c) for r, (_, c) in zip(replies, episodes, strict=True)
+    ) / len(replies)
+
+
+def report_memory(client: PolicyClient, cfg: Config, args: argparse.Namespace, counts: list[int]) -> None:
+    """Print, per persona, the score of the teacher's replies with K earlier hints beside this turn's."""
+    print(f"{'persona':<10}{'draw':>5}" + "".join(f"{'K=' + str(k):>8}" for k in counts) + f"{'plain':>8}")
+    for persona_name in args.personas.split(","):
+        persona = PERSONAS[persona_name]
+        env = make("chat", persona=persona_name, **{**env_kwargs_for(cfg, "chat", "eval"), "max_turns": 1})
+        episodes = []
+        for i in range(args.n):
+            _obs, info = env.reset(seed=i, options={"item": i})
+            episodes.append((info["messages"], dict(env.context)))  # type: ignore[attr-defined]
+        plain = greedy_replies(client, [m for m, _ in episodes], args.max_tokens)
+
+        for draw in range(2):
+            rng = random.Random(draw)
+            now = [complaint_hint(rng, persona, r, c) for r, (_, c) in zip(plain, episodes, strict=True)]
+            # what the store would hold: hints from complaints about other problems' replies
+            pool = []
+            for _ in range(4 * max(counts)):
+                i = rng.randrange(args.n)
+                if hint := complaint_hint(rng, persona, plain[i], episodes[i][1]):
+                    pool.append(hint)
+            row = []
+            for k in counts:
+                prompts = []
+                for (messages, _), hint, reply in zip(episodes, now, plain, strict=True):
+                    if not hint:
+                        prompts.append(messages)
+                        continue
+                    earlier = list(dict.fromkeys(h for h in rng.sample(pool, len(pool)) if h != hint))[:k]
+                    seen = seen_text(messages, reply)
+                    prompts.append(hinted_messages(messages, with_earlier_hints(hint, earlier, seen)))
+                row.append(mean_score(persona, greedy_replies(client, prompts, args.max_tokens), episodes))
+            print(
+                f"{persona_name:<10}{draw:>5}"
+                + "".join(f"{v:>8.3f}" for v in row)
+                + f"{mean_score(persona, plain, episodes):>8.3f}"
+            )
+    print(
+        f"\n(the persona's score of the teacher's greedy replies, n={args.n} held-out problems, "
+        f"{args.max_tokens} tokens; K: how many of the user's earlier hints it read before this turn's "
+        f"(hint_memory); plain: no hint; draw: which draw of the complaints)"
     )
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from openclaw_rl.config import Config, PrmServiceConfig, TrainingConfig
 from openclaw_rl.judge import make_judge
-from openclaw_rl.judge.hindsight import figures, mask_unseen_figures, seen_text
+from openclaw_rl.judge.hindsight import figures, mask_unseen_figures, seen_text, with_earlier_hints
 from openclaw_rl.types import NextState, Turn
 
 PROBLEM = "Lily buys 12 apples at $1.50 each and 3 pears. How much does she spend?"
@@ -32,6 +32,18 @@ def test_a_figure_the_policy_never_saw_becomes_a_placeholder_and_the_rest_of_the
         mask_unseen_figures('End with "Answer: 42" like that.', seen) == 'End with "Answer: ..." like that.'
     )
     assert mask_unseen_figures("No numbers here.", seen) == "No numbers here."
+
+
+def test_earlier_hints_come_first_oldest_first_with_their_own_problems_figures_masked():
+    seen = seen_text([{"role": "user", "content": PROBLEM}], "i got 21 dollars")
+    earlier = ["End with the answer, like 'so the answer is 800'.", "No bold please.", "  "]  # newest first
+    assert with_earlier_hints("Say it like I would, 12 apples and all.", earlier, seen) == (
+        "- No bold please.\n- End with the answer, like 'so the answer is ...'.\n"
+        "- Say it like I would, 12 apples and all."
+    )
+    # this turn's hint is never masked here (that is hint_facts' job) nor listed twice
+    assert with_earlier_hints("no bold  PLEASE.", ["No bold please."], seen) == "no bold  PLEASE."
+    assert with_earlier_hints("Mention 800.", [], seen) == "Mention 800."
 
 
 def test_seen_text_reads_content_parts_as_the_teacher_does():
