@@ -12,6 +12,7 @@ on), the base model in the same invocation:
 * shared: the one policy's gain on each user.
 
     .venv/bin/python bench/per_user_learning.py [--updates 16] [--batch 4] [--chat-n 32] [--seeds 42,7] [--no-shared]
+        [--set [SECTION.]KEY=VALUE ...]
 
 ``--updates`` is per user: the per_user run makes ``2 x updates`` updates in all, the shared run
 the same number, so both see the same traffic. The trainer gives the turn to the user with more
@@ -36,7 +37,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from learning import chat_run_sections, final_policy, score, toml_text, train  # noqa: E402
+from learning import (  # noqa: E402
+    chat_run_sections,
+    final_policy,
+    score,
+    setting_override,
+    toml_text,
+    train,
+    with_overrides,
+)
 
 from openclaw_rl.config import EMBEDDED_MODEL, load_config  # noqa: E402
 from openclaw_rl.runtime.metrics import read_metrics  # noqa: E402
@@ -65,7 +74,7 @@ def write_config(work: Path, mode: str, seed: int, args: argparse.Namespace) -> 
         },
         "users": {"mode": mode},
     }
-    path.write_text(toml_text(sections))
+    path.write_text(toml_text(with_overrides(sections, args.set)))
     return path
 
 
@@ -172,6 +181,14 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--seeds", type=seed_list, default=[42, 7], help="comma-separated; one run per seed")
     ap.add_argument("--keep", help="keep run directories here")
+    ap.add_argument(
+        "--set",
+        type=setting_override,
+        action="append",
+        default=[],
+        metavar="[SECTION.]KEY=VALUE",
+        help="a setting of every run, as bench/learning.py takes it, e.g. --set prm_service.hint_memory=4",
+    )
     ap.add_argument(
         "--no-shared",
         action="store_true",

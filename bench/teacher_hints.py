@@ -104,18 +104,26 @@ def main() -> int:
     return 0
 
 
+def held_out(
+    client: PolicyClient, cfg: Config, persona_name: str, args: argparse.Namespace
+) -> tuple[list[tuple[list[dict[str, Any]], dict[str, Any]]], list[str]]:
+    """The persona's first ``args.n`` held-out problems as ``(messages, context)``, and the plain
+    model's greedy reply to each."""
+    env = make("chat", persona=persona_name, **{**env_kwargs_for(cfg, "chat", "eval"), "max_turns": 1})
+    episodes = []
+    for i in range(args.n):
+        _obs, info = env.reset(seed=i, options={"item": i})
+        episodes.append((info["messages"], dict(env.context)))  # type: ignore[attr-defined]
+    return episodes, greedy_replies(client, [m for m, _ in episodes], args.max_tokens)
+
+
 def report_hints(client: PolicyClient, cfg: Config, args: argparse.Namespace) -> None:
     """Print, per preference of each persona, its rate without and with the judge's hint."""
     print(f"{'persona / preference':<34}{'plain':>7}{'hinted':>8}{'lift':>7}   hint (the first problem's)")
     for persona_name in args.personas.split(","):
         persona = PERSONAS[persona_name]
         lifts: list[float] = []
-        env = make("chat", persona=persona_name, **{**env_kwargs_for(cfg, "chat", "eval"), "max_turns": 1})
-        episodes = []
-        for i in range(args.n):
-            _obs, info = env.reset(seed=i, options={"item": i})
-            episodes.append((info["messages"], dict(env.context)))  # type: ignore[attr-defined]
-        plain = greedy_replies(client, [m for m, _ in episodes], args.max_tokens)
+        episodes, plain = held_out(client, cfg, persona_name, args)
         for pref in persona.preferences:
             # the problems take the complaints and leads in turn, as a user's complaints vary; each is
             # filled in with its own problem (the student's name, the answer), as the user writes it
@@ -184,12 +192,7 @@ def report_memory(client: PolicyClient, cfg: Config, args: argparse.Namespace, c
     print(f"{'persona':<10}{'draw':>5}" + "".join(f"{'K=' + str(k):>8}" for k in counts) + f"{'plain':>8}")
     for persona_name in args.personas.split(","):
         persona = PERSONAS[persona_name]
-        env = make("chat", persona=persona_name, **{**env_kwargs_for(cfg, "chat", "eval"), "max_turns": 1})
-        episodes = []
-        for i in range(args.n):
-            _obs, info = env.reset(seed=i, options={"item": i})
-            episodes.append((info["messages"], dict(env.context)))  # type: ignore[attr-defined]
-        plain = greedy_replies(client, [m for m, _ in episodes], args.max_tokens)
+        episodes, plain = held_out(client, cfg, persona_name, args)
 
         for draw in range(2):
             rng = random.Random(draw)
