@@ -207,6 +207,19 @@ def write_config(work: Path, run: str, args: argparse.Namespace) -> Path:
     return path
 
 
+def add_set_option(ap: argparse.ArgumentParser, help_text: str) -> None:
+    """``--set [SECTION.]KEY=VALUE`` (repeatable) on ``ap``: config overrides of every run, parsed by
+    :func:`setting_override` into ``args.set``."""
+    ap.add_argument(
+        "--set",
+        type=setting_override,
+        action="append",
+        default=[],
+        metavar="[SECTION.]KEY=VALUE",
+        help=help_text,
+    )
+
+
 def setting_override(text: str) -> tuple[str, str, Any]:
     """``--set [SECTION.]KEY=VALUE`` -> (section, key, value); the section is ``training`` unless
     named. Integers, numbers and true / false are taken as such, anything else as a string."""
@@ -520,13 +533,9 @@ def main() -> int:
         help="stop a run's training after this long (it is scored with the updates it made); a Binary "
         "RL run on a persona the base never satisfies may get no sample at all and needs the cap",
     )
-    ap.add_argument(
-        "--set",
-        type=setting_override,
-        action="append",
-        default=[],
-        metavar="[SECTION.]KEY=VALUE",
-        help="a setting of every run, over what the options set: a [training] key, e.g. --set opd_reference=proximal, "
+    add_set_option(
+        ap,
+        "a setting of every run, over what the options set: a [training] key, e.g. --set opd_reference=proximal, "
         "or SECTION.KEY, e.g. --set prm_service.teacher_topk=8 (repeatable)",
     )
     ap.add_argument(

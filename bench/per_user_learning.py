@@ -38,10 +38,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from learning import (  # noqa: E402
+    add_set_option,
     chat_run_sections,
     final_policy,
     score,
-    setting_override,
     toml_text,
     train,
     with_overrides,
@@ -181,13 +181,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--seeds", type=seed_list, default=[42, 7], help="comma-separated; one run per seed")
     ap.add_argument("--keep", help="keep run directories here")
-    ap.add_argument(
-        "--set",
-        type=setting_override,
-        action="append",
-        default=[],
-        metavar="[SECTION.]KEY=VALUE",
-        help="a setting of every run, as bench/learning.py takes it, e.g. --set prm_service.hint_memory=4",
+    add_set_option(
+        ap, "a setting of every run, as bench/learning.py takes it, e.g. --set prm_service.hint_memory=4"
     )
     ap.add_argument(
         "--no-shared",
