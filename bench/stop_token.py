@@ -97,12 +97,9 @@ class Readiness:
     """The base model once, and each run's final policy swapped onto it in turn."""
 
     def __init__(self, model_name: str, stop_ids: frozenset[int]):
-        import torch
-
         self.model_name, self.stop_ids = model_name, stop_ids
         self.model, _tok = load_model(model_name)
         self.base_state = {k: v.clone() for k, v in self.model.state_dict().items()}
-        self.dtype = torch.float32
 
     def measure(self, samples: list[Sample], policy: Path) -> tuple[float, float, int]:
         """``(base, final, n)``: over the version-0 responses that ended by themselves, the mean
@@ -118,7 +115,7 @@ class Readiness:
             return float("nan"), float("nan"), 0
         # A LoRA adapter comes back as just the matrices it changes (merged): start from the base.
         self.model.load_state_dict(self.base_state)
-        state = load_policy_state(policy, resolve_model_dir(self.model_name), self.dtype)
+        state = load_policy_state(policy, resolve_model_dir(self.model_name), torch.float32)
         if unexpected := self.model.load_state_dict(state, strict=False).unexpected_keys:
             raise ValueError(f"{policy}: weights the model does not have: {unexpected[:3]}")
         with torch.no_grad():

@@ -87,6 +87,12 @@ class Vote(BaseModel):
     hint: str | None = None
 
 
+def hint_words(text: str) -> str:
+    """A hint's words, lower-cased and single-spaced: two hints with the same words are one wish
+    said twice (the store's recent hints and the teacher's list both drop such repeats)."""
+    return " ".join(text.lower().split())
+
+
 class JudgeResult(BaseModel):
     """The judge's verdict on one turn.
 

@@ -81,7 +81,8 @@ class Judge(ABC):
     async def judge(self, turn: Turn, earlier_hints: Sequence[str] = ()) -> JudgeResult:
         """Judge a stored turn: score, hint, and teacher log-probs when a hint was kept and
         ``training.opd_enabled``. ``earlier_hints``: what the turn's user asked for before (newest
-        first); the teacher reads them before this turn's hint (:func:`with_earlier_hints`). Never
+        first; the judge loop reads them for user replies when ``hint_memory`` is on); the teacher
+        reads them before this turn's hint (:func:`with_earlier_hints`). Never
         raises for an outage; returns ``JudgeResult(error=...)``."""
         start = time.perf_counter()
         if turn.next_state is None:
@@ -92,12 +93,8 @@ class Judge(ABC):
             if result.hint and self.prm.hint_facts == "mask" and turn.next_state.role == "user":
                 result.hint = mask_unseen_figures(result.hint, seen_text(turn.messages, response))
             if result.hint and self.cfg.training.opd_enabled and turn.response_ids:
-                teacher_hint = result.hint
-                if earlier_hints and turn.next_state.role == "user":
-                    teacher_hint = with_earlier_hints(
-                        result.hint, earlier_hints, seen_text(turn.messages, response)
-                    )
-                await self._add_teacher(turn, result, teacher_hint)
+                seen = seen_text(turn.messages, response)
+                await self._add_teacher(turn, result, with_earlier_hints(result.hint, earlier_hints, seen))
         except JudgeUnavailable as exc:
             return JudgeResult(error=str(exc), elapsed_s=time.perf_counter() - start)
         result.elapsed_s = time.perf_counter() - start

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from openclaw_rl.judge.teacher import message_text
+from openclaw_rl.types import hint_words
 
 #: A figure as people write it: "800", "1,250", "3.5", "-4"; "$800" keeps its sign outside the match.
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?!\w)")
@@ -72,12 +73,8 @@ def with_earlier_hints(hint: str, earlier: Sequence[str], seen: str) -> str:
     >>> with_earlier_hints("No bold please.", ["End with the answer, e.g. 800."], "Lily has 12")
     '- End with the answer, e.g. ...\\n- No bold please.'
     """
-
-    def norm(text: str) -> str:
-        return " ".join(text.lower().split())
-
-    now = norm(hint)
-    kept = [mask_unseen_figures(h, seen) for h in reversed(earlier) if norm(h) != now and h.strip()]
+    now = hint_words(hint)
+    kept = [mask_unseen_figures(h, seen) for h in reversed(earlier) if hint_words(h) not in (now, "")]
     if not kept:
         return hint
     return "\n".join(f"- {h.strip()}" for h in [*kept, hint])

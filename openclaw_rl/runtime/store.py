@@ -60,7 +60,7 @@ from openclaw_rl.runtime.users import (
     UserStats,
     adapter_meta,
 )
-from openclaw_rl.types import DEFAULT_USER, EpisodeTag, JudgeResult, NextState, Sample, Turn
+from openclaw_rl.types import DEFAULT_USER, EpisodeTag, JudgeResult, NextState, Sample, Turn, hint_words
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -763,24 +763,28 @@ class Store:
         """Up to ``limit`` distinct hints the judge drew from ``name``'s own replies, newest first.
 
         Only hints from a next state the user wrote count — a reply, or a feedback comment (a tool's
-        output is about its turn, not about what the user wants); repeats of a hint (same words, any case) count once. They are
-        what the user has asked for so far, read back from the judgements, so a restart keeps them
-        and ``users delete`` removes them with the turns.
+        output is about its turn, not about what the user wants); repeats (:func:`hint_words`) count
+        once. They are read back from the judgements, so a restart keeps them and ``users delete``
+        removes them with the turns. Only the user's latest ``8 * limit`` sessions are read: the
+        judgements hold the teacher's log-probs, too large to parse for a user's whole history on
+        every judged turn.
         """
         if limit <= 0:
             return []
         rows = self._all(
             "SELECT json_extract(t.judge, '$.hint') FROM turns t "
             "JOIN sessions s ON s.session_id=t.session_id "
-            "WHERE s.user=? AND t.status='judged' AND json_extract(t.judge, '$.hint') IS NOT NULL "
+            "WHERE s.session_id IN (SELECT session_id FROM sessions WHERE user=? "
+            "                       ORDER BY created_at DESC LIMIT ?) "
+            "AND t.status='judged' AND json_extract(t.judge, '$.hint') IS NOT NULL "
             "AND json_extract(t.data, '$.next_state.role')='user' "
             "ORDER BY t.updated_at DESC LIMIT ?",
-            (name, limit * 4),
+            (name, 8 * limit, 4 * limit),
         )
         hints: list[str] = []
         seen: set[str] = set()
         for (hint,) in rows:
-            norm = " ".join(str(hint).lower().split())
+            norm = hint_words(str(hint))
             if norm and norm not in seen:
                 seen.add(norm)
                 hints.append(str(hint))
