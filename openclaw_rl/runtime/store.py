@@ -681,6 +681,15 @@ class Store:
             self._set_meta(db, "trainer_step", step)
             self._set_meta(db, "checkpoint_version", policy_version)
 
+    def release_sample_claims(self, step: int) -> int:
+        """An update of ``step`` was abandoned before it applied anything: its claimed samples go
+        back to ready (their order is kept: it is by version and creation). Returns how many."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE samples SET status='ready', step=NULL WHERE status='claimed' AND step=?", (step,)
+            )
+            return cur.rowcount
+
     def recover_claims(self, checkpoint_step: int) -> int:
         """On trainer start: claims newer than the checkpoint go back to ready; older ones were
         trained into it. Returns how many samples were released."""

@@ -190,8 +190,12 @@ class FSDPTrainer(Trainer):
                 out[i] = torch.tensor(row, dtype=torch.float32)
         return out
 
-    def train_update(self, samples: list[Sample]) -> dict[str, float]:
-        """One PPO update, :meth:`Trainer.train_update`'s loop over all processes (same metrics)."""
+    def train_update(
+        self, samples: list[Sample], interrupted: Callable[[], bool] | None = None
+    ) -> dict[str, float]:
+        """One PPO update, :meth:`Trainer.train_update`'s loop over all processes (same metrics).
+        ``interrupted`` is not asked: every process must run the same steps, so an update started
+        is finished."""
         with self._collective("train_update", samples):
             return super().train_update(samples)
 

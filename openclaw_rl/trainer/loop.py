@@ -48,7 +48,7 @@ from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
 from openclaw_rl.runtime.metrics import MetricsWriter, repeat_share
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import SIGNAL_META, Store
-from openclaw_rl.trainer.ppo import Trainer, last_user_step
+from openclaw_rl.trainer.ppo import Trainer, UpdateInterrupted, last_user_step
 from openclaw_rl.types import Sample
 
 #: per_user mode: a user with waiting samples who was passed over this many updates in a row trains
@@ -346,7 +346,16 @@ class TrainingLoop:
                     self._passed_over[other] = self._passed_over.get(other, 0) + 1
             self._passed_over[user] = 0
             self._user_updates[user] = self._user_updates.get(user, 0) + 1
-        metrics = trainer.train_update(batch)
+        try:
+            metrics = trainer.train_update(batch, interrupted=self._stop.is_set)
+        except UpdateInterrupted as stopped:
+            # Ctrl-C mid-update: nothing of it was applied, so its samples wait for the next run.
+            released = self.store.release_sample_claims(step)
+            print(
+                f"[training] update {step} abandoned ({stopped}); {released} sample(s) back in the queue",
+                flush=True,
+            )
+            return {}
         if self.cores is not None:
             metrics["wide_pass_frac"] = self.cores.take_share_of_wide()
         rewards = [s.reward for s in batch if s.reward is not None]

@@ -12,6 +12,10 @@ One :meth:`Trainer.train_update` call is one PPO update:
    ``micro_batch_tokens``; gradients accumulate with the mini-batch's token count as the common
    denominator, so a step sees exactly one token mean (losses.py) however it was split.
 
+A stop request (Ctrl-C) need not wait for an update to finish: given ``interrupted``, the update
+checks it before every micro-batch and, when it is set, undoes what it applied and raises
+:class:`UpdateInterrupted`; the caller returns the batch to the queue (docs/training.md "Stopping").
+
 Off-policy correction (``[training] off_policy_correction``). Samples may come from a policy several
 versions old (up to ``max_staleness``). With ``"decoupled"`` (the default; decoupled PPO as in AReaL)
 the ratio is taken against the *proximal* policy — the weights this update starts from, scored in
@@ -38,6 +42,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +63,21 @@ from openclaw_rl.trainer.checkpoint import (
 from openclaw_rl.trainer.logprobs import batch_token_stats
 from openclaw_rl.trainer.losses import balanced_rl_scale, compute_advantages, opd_advantage, ppo_loss
 from openclaw_rl.types import Sample
+
+
+class UpdateInterrupted(Exception):
+    """A stop request ended :meth:`Trainer.train_update` part-way; the weights and the optimiser
+    state are as they were before the update, and no step was counted."""
+
+
+@dataclass
+class _Undo:
+    """What an update changes, kept before its first optimiser step so an interrupted update can be
+    taken back: the trainable tensors and the optimiser state (a LoRA adapter's worth)."""
+
+    params: list[Tensor]
+    optimizer_state: dict[str, Any]
+
 
 log = logging.getLogger("openclaw_rl.trainer")
 
@@ -445,8 +465,17 @@ class Trainer:
         out.metrics["logprob_gap"] = float((gap * mask).sum() / mask.sum().clamp(min=1))
         return out.loss, out.metrics, out.num_tokens
 
-    def train_update(self, samples: list[Sample]) -> dict[str, float]:
+    def train_update(
+        self, samples: list[Sample], interrupted: Callable[[], bool] | None = None
+    ) -> dict[str, float]:
         """One PPO update on ``samples`` (normally ``batch_size`` of them); returns its metrics.
+
+        ``interrupted``: asked before each micro-batch; once it says True the update stops there,
+        takes back the optimiser steps it applied and raises :class:`UpdateInterrupted`. Taking back
+        needs a copy of the trainable weights and optimiser state, made before the first step only
+        when more steps follow: with LoRA that is the adapter's size; with full weights (``lora =
+        false``) it would double the trainer's memory, so an update that has stepped is finished
+        instead. One process only: across processes (FSDP) every rank must run the same steps.
 
         Metrics: loss, pg_loss, kl, clip_frac, ppo_kl, entropy, topk_kl, stop_kl, grad_norm, tokens_per_s,
         logprob_gap (mean |trainer log-prob before the update - rollout log-prob| over trained
@@ -468,8 +497,13 @@ class Trainer:
         totals = torch.zeros(len(keys) + 1, dtype=torch.float64)
         skipped = 0
         grad_norms: list[float] = []
+        stop = interrupted if self.world == 1 else None
+        undo: _Undo | None = None
+        applied = 0  # optimiser steps of this update so far
         if active:
             mb = self.tc.mini_batch_size
+            if stop is not None and stop():
+                raise UpdateInterrupted("stopped before the update began")
             self._take_threads()
             old_lp, ref_lp = self._score_old_and_ref(active, first_mini_batch=min(mb, len(active)))
             lengths = [s.num_tokens for s in active]
@@ -483,6 +517,11 @@ class Trainer:
                 step = torch.zeros_like(totals)
                 finite = True
                 for micro in micros:
+                    if stop is not None and (applied == 0 or undo is not None) and stop():
+                        self._take_back(undo)
+                        raise UpdateInterrupted(
+                            f"stopped in mini-batch {start // mb}; {applied} step(s) taken back"
+                        )
                     rows = [mine[j] for j in micro]
                     self._take_threads()
                     loss, m, n_tok = self._micro_step(
@@ -517,7 +556,10 @@ class Trainer:
                     skipped += 1
                     continue
                 grad_norms.append(norm)
+                if stop is not None and applied == 0 and self.tc.lora and start + mb < len(active):
+                    undo = self._undo_point()
                 self.optimizer.step()
+                applied += 1
                 totals += step
             self.optimizer.zero_grad(set_to_none=True)
             if grad_norms:
@@ -525,6 +567,23 @@ class Trainer:
         totals = self._sum_over_processes(totals)
         sums = {key: float(totals[k]) for k, key in enumerate(keys)}
         return self._end_update(samples, active, t0, sums, float(totals[-1]), grad_norms, skipped)
+
+    def _undo_point(self) -> _Undo:
+        """A copy of what the coming optimiser steps change (see :meth:`train_update`)."""
+        return _Undo(
+            params=[p.detach().clone() for p in self.params],
+            optimizer_state=copy.deepcopy(self.optimizer.state_dict()),
+        )
+
+    def _take_back(self, undo: _Undo | None) -> None:
+        """Restore the weights and optimiser state of ``undo`` (None: nothing was applied)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if undo is None:
+            return
+        with torch.no_grad():
+            for p, saved in zip(self.params, undo.params, strict=True):
+                p.copy_(saved)
+        self.optimizer.load_state_dict(undo.optimizer_state)
 
     def _take_threads(self) -> None:
         """Use as many torch threads for the next pass as :attr:`thread_budget` allows now."""

@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import torch
 
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
@@ -57,6 +58,47 @@ def test_loop_trains_publishes_and_checkpoints(make_cfg):
     rows = (cfg.log_dir / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 2 and '"reward_mean"' in rows[0]
     assert any((cfg.log_dir / "tensorboard").iterdir())
+
+
+def test_a_stop_mid_update_returns_its_batch_to_the_queue_and_checkpoints_the_weights_before_it(
+    make_cfg, capsys
+):
+    """Ctrl-C while an update runs: the loop does not wait for it. The update is taken back, its
+    samples are ready again (none lost, none counted as trained), and the final checkpoint holds the
+    weights of the last finished update."""
+    cfg = make_cfg(max_steps=5, batch_size=4, mini_batch_size=2, checkpoint_interval=100)
+    store = Store(cfg.log_dir / "store.sqlite")
+    store.add_samples(_samples(8))
+    loop = TrainingLoop(cfg, policy_url=None, store=store)
+    loop.start()
+    trainer = loop.started_trainer
+    micro_steps = 0
+    real_micro_step = trainer._micro_step
+
+    def micro_step(*args, **kw):  # the stop arrives while the second update's first step computes
+        nonlocal micro_steps
+        micro_steps += 1
+        if micro_steps == 3:
+            loop.stop()
+        return real_micro_step(*args, **kw)
+
+    trainer._micro_step = micro_step
+    after_first: list[torch.Tensor] = []
+    real_update = trainer.train_update
+
+    def train_update(batch, interrupted=None):
+        if trainer.step == 1:
+            after_first.extend(p.detach().clone() for p in trainer.params)
+        return real_update(batch, interrupted=interrupted)
+
+    trainer.train_update = train_update
+    assert loop.run() == 0
+    out = capsys.readouterr().out
+    assert "update 2 abandoned" in out and "4 sample(s) back in the queue" in out
+    c = store.counters()
+    assert (c.samples_trained, c.samples_ready, c.samples_claimed, c.trainer_step) == (4, 4, 0, 1)
+    assert all(torch.equal(a, p) for a, p in zip(after_first, trainer.params, strict=True))
+    assert trainer.latest_checkpoint().name == "step_00000001"
 
 
 def _write_config(cfg, path: Path, max_steps: int) -> None:

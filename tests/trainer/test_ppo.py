@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from openclaw_rl.trainer.logprobs import sequence_logprobs
-from openclaw_rl.trainer.ppo import Trainer, micro_batches
+from openclaw_rl.trainer.ppo import Trainer, UpdateInterrupted, micro_batches
 from openclaw_rl.types import Sample
 from tests.helpers import tiny_model
 
@@ -427,3 +427,68 @@ def test_the_first_mini_batch_takes_its_proximal_logprobs_from_its_own_forward(m
     moved = max(float((a - b).abs().max()) for a, b in zip(_weights(fast), start, strict=True))
     apart = max(float((a - b).abs().max()) for a, b in zip(_weights(fast), _weights(full), strict=True))
     assert moved > 1e-3 and apart < moved / 100, (moved, apart)  # float noise through AdamW, no more
+
+
+def _batch(trainer: Trainer) -> list[Sample]:
+    responses = [RESPONSE, RESPONSE[:4], RESPONSE[1:], RESPONSE[::-1]]
+    return [
+        _sample(trainer, f"s{i}", response=r, reward=1.0 if i % 2 else -1.0) for i, r in enumerate(responses)
+    ]
+
+
+def _asked(answers: list[bool]):
+    """An ``interrupted`` callable that gives ``answers`` in turn (then True) and counts its calls."""
+    calls: list[bool] = []
+
+    def interrupted() -> bool:
+        calls.append(answers[len(calls)] if len(calls) < len(answers) else True)
+        return calls[-1]
+
+    return interrupted, calls
+
+
+def test_an_update_interrupted_after_its_first_step_takes_it_back(make_cfg):
+    """Ctrl-C between the two optimiser steps of an update: the weights and AdamW moments are as
+    before it, no step is counted, and the next update is exactly the one an uninterrupted trainer
+    makes (the moments were restored, not left half-advanced)."""
+    cfg = make_cfg(kl_coef=0.0, batch_size=4, mini_batch_size=2)
+    stopped, clean = Trainer(cfg, cfg.policy_service.model), Trainer(cfg, cfg.policy_service.model)
+    warm_up = _batch(stopped)
+    for t in (stopped, clean):  # AdamW moments that are not empty, so restoring them means something
+        t.train_update(warm_up)
+    before = _weights(stopped)
+    interrupted, calls = _asked([False, False])  # before scoring, before mini-batch 0, then stop
+    with pytest.raises(UpdateInterrupted, match="1 step"):
+        stopped.train_update(_batch(stopped), interrupted=interrupted)
+    assert len(calls) == 3 and stopped.step == 1 and stopped.policy_version == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, _weights(stopped), strict=True))
+    for t in (stopped, clean):
+        t.train_update(_batch(t))
+    apart = max(float((a - b).abs().max()) for a, b in zip(_weights(stopped), _weights(clean), strict=True))
+    assert apart < 1e-6 and stopped.step == clean.step == 2
+
+
+def test_an_update_stopped_before_it_began_changes_nothing_and_one_not_asked_to_stop_finishes(make_cfg):
+    t = Trainer(make_cfg(batch_size=4, mini_batch_size=2), make_cfg().policy_service.model)
+    w0 = _weights(t)
+    with pytest.raises(UpdateInterrupted, match="before the update began"):
+        t.train_update(_batch(t), interrupted=lambda: True)
+    assert t.step == 0 and all(torch.equal(a, b) for a, b in zip(w0, _weights(t), strict=True))
+    interrupted, calls = _asked([False] * 10)
+    assert t.train_update(_batch(t), interrupted=interrupted)["optimizer_steps"] == 2.0
+    assert t.step == 1 and len(calls) == 3  # before scoring and before each mini-batch's micro-batch
+
+
+def test_full_weights_finish_an_update_that_has_stepped_rather_than_copy_the_model(make_cfg):
+    """Without LoRA there is no copy to go back to: a stop after the first step lets the update
+    finish (and be counted); a stop before it still abandons it."""
+    cfg = make_cfg(lora=False, lr=1e-4, batch_size=4, mini_batch_size=2)
+    t = Trainer(cfg, cfg.policy_service.model)
+    interrupted, calls = _asked([False, False])
+    metrics = t.train_update(_batch(t), interrupted=interrupted)
+    assert metrics["optimizer_steps"] == 2.0 and t.step == 1 and len(calls) == 2
+    w1 = _weights(t)
+    interrupted, _ = _asked([False])
+    with pytest.raises(UpdateInterrupted):
+        t.train_update(_batch(t), interrupted=interrupted)
+    assert t.step == 1 and all(torch.equal(a, b) for a, b in zip(w1, _weights(t), strict=True))
