@@ -43,6 +43,7 @@ from openclaw_rl.envs.chat import (  # noqa: E402
     Persona,
     personalization_score,
     preference_report,
+    redo_complaint,
     redo_request,
 )
 from openclaw_rl.envs.evaluate import private_service_config  # noqa: E402
@@ -176,8 +177,7 @@ def complaint_hint(rng: random.Random, persona: Persona, reply: str, ctx: dict[s
     wishes it missed (any two if it missed none), as ``ChatEnv`` complains."""
     report = preference_report(persona, reply, ctx)
     missed = [p for p in persona.preferences if not report[p.name]] or list(persona.preferences)
-    points = [rng.choice(p.complaints).format(**ctx) for p in rng.sample(missed, k=min(2, len(missed)))]
-    return extract_hint("user", redo_request(rng.choice(persona.redo_leads), points))
+    return extract_hint("user", redo_complaint(rng, persona, missed, ctx)[1])
 
 
 def mean_score(persona: Persona, replies: list[str], episodes: list[tuple[Any, dict[str, Any]]]) -> float:

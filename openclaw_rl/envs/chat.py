@@ -446,6 +446,17 @@ ANALYST = Persona(
 )
 
 
+def redo_complaint(
+    rng: random.Random, persona: Persona, missed: list[Preference], context: dict[str, Any]
+) -> tuple[list[Preference], str]:
+    """How a scripted persona asks for another attempt: two of the ``missed`` wishes (fewer if it
+    missed fewer), each in one of its complaint's wordings, after a redo lead. Returns the picked
+    wishes and the message."""
+    picks = rng.sample(missed, k=min(2, len(missed)))
+    points = [rng.choice(p.complaints).format(**context) for p in picks]
+    return picks, redo_request(rng.choice(persona.redo_leads), points)
+
+
 def redo_request(lead: str, points: list[str]) -> str:
     """A scripted persona's request for another attempt: a redo lead and its complaints, joined."""
     body = " and ".join(points)
@@ -683,9 +694,7 @@ class ChatEnv(Env):
             scripted = self.rng.choice(self.persona.loop_complaints).format(**self.context)
             message, err = self._say("redo", ["stop repeating the same sentence, answer properly"], scripted)
         elif violated:
-            picks = self.rng.sample(violated, k=min(2, len(violated)))
-            points = [self.rng.choice(p.complaints).format(**self.context) for p in picks]
-            scripted = redo_request(self.rng.choice(self.persona.redo_leads), points)
+            picks, scripted = redo_complaint(self.rng, self.persona, violated, self.context)
             message, err = self._say("redo", [p.description.format(**self.context) for p in picks], scripted)
         elif wrong_number:
             scripted = self.rng.choice(self.persona.corrections).format(**self.context)
