@@ -10,6 +10,9 @@ prints, per run:
 * over the responses that did, the OPD part's push on the stop token (teacher − rollout log-prob)
   beside the mean push on the same responses' other tokens: a stop token pushed down harder than
   the rest is the hint teaching "go on" wherever the policy stopped;
+* over the hinted responses, the OPD part's push on the tokens that repeat an earlier run of the same
+  response (``REPEAT_WINDOW`` tokens) beside its push on the others: a teacher that copies what it
+  has just read agrees with a loop more than with new text (``[training] opd_repeats``);
 * with ``--readiness``: where the base model's own rollouts (policy version 0) stopped, its
   probability of stopping there (recorded at sampling) against the run's final policy's (one
   scoring pass per response): a policy that lost its readiness to stop where the base would.
@@ -32,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from openclaw_rl.runtime.metrics import REPEAT_WINDOW, repeated_items  # noqa: E402
 from openclaw_rl.runtime.models import (  # noqa: E402
     load_generation_config,
     load_model,
@@ -60,7 +64,9 @@ class StopReport:
     """One run's stop token: ``stopped`` / ``n`` per policy version (the share of sampled responses
     that ended with a stop token, and how many there were); over the hinted responses that stopped,
     the mean teacher − rollout on the stop token (``push_on_stop``) and on their other tokens
-    (``push_on_rest``), and the share of them whose stop token was pushed down harder."""
+    (``push_on_rest``), and the share of them whose stop token was pushed down harder; over every
+    hinted response, the mean teacher − rollout on tokens in a repeated run (``push_on_repeats``)
+    and on the rest (``push_on_new``), and the share of tokens that repeat."""
 
     stopped: dict[int, float]
     n: dict[int, int]
@@ -68,6 +74,9 @@ class StopReport:
     push_on_rest: float | None
     stop_pushed_down: float | None
     n_hinted_stops: int
+    push_on_repeats: float | None = None
+    push_on_new: float | None = None
+    repeated_share: float = 0.0  # of the hinted responses' tokens
 
 
 def stop_report(samples: list[Sample], stop_ids: frozenset[int]) -> StopReport:
@@ -75,9 +84,15 @@ def stop_report(samples: list[Sample], stop_ids: frozenset[int]) -> StopReport:
     by_version: dict[int, list[bool]] = defaultdict(list)
     on_stop: list[float] = []
     on_rest: list[float] = []
+    on_repeats: list[float] = []
+    on_new: list[float] = []
     for s in samples:
         stopped = s.ended_by_itself(stop_ids)
         by_version[s.policy_version].append(stopped)
+        if s.teacher_logprobs is not None:
+            again = repeated_items(s.response_ids, REPEAT_WINDOW)
+            for t, r, rep in zip(s.teacher_logprobs, s.rollout_logprobs, again, strict=True):
+                (on_repeats if rep else on_new).append(t - r)
         if stopped and s.teacher_logprobs is not None and len(s.response_ids) > 1:
             gaps = [t - r for t, r in zip(s.teacher_logprobs, s.rollout_logprobs, strict=True)]
             on_stop.append(gaps[-1])
@@ -90,6 +105,9 @@ def stop_report(samples: list[Sample], stop_ids: frozenset[int]) -> StopReport:
         push_on_rest=statistics.fmean(on_rest) if on_rest else None,
         stop_pushed_down=sum(harder) / len(harder) if harder else None,
         n_hinted_stops=len(on_stop),
+        push_on_repeats=statistics.fmean(on_repeats) if on_repeats else None,
+        push_on_new=statistics.fmean(on_new) if on_new else None,
+        repeated_share=len(on_repeats) / max(1, len(on_repeats) + len(on_new)),
     )
 
 
@@ -161,6 +179,11 @@ def main() -> int:
                 f"  OPD push (teacher - rollout) on the stop token {rep.push_on_stop:+.3f}, on the same "
                 f"responses' other tokens {rep.push_on_rest:+.3f}; stop token pushed down harder in "
                 f"{rep.stop_pushed_down:.2f} of {rep.n_hinted_stops} hinted responses that stopped"
+            )
+        if rep.push_on_repeats is not None and rep.push_on_new is not None:
+            print(
+                f"  OPD push on tokens that repeat an earlier run {rep.push_on_repeats:+.3f} "
+                f"({rep.repeated_share:.2f} of hinted tokens), on the others {rep.push_on_new:+.3f}"
             )
         if scorer is not None and (published := RunDir(d).read_published_policy()) is not None:
             base, final, n = scorer.measure(samples, published.path)

@@ -361,6 +361,14 @@ class TrainingConfig(_Section):
         "OPD part pushes the stop token down and the policy learns to not stop, then loops under greedy "
         'decoding (docs/training.md, "The stop token")',
     )
+    opd_repeats: Literal["keep", "skip"] = Field(
+        "keep",
+        description="keep (default): tokens that repeat an earlier run of 8 tokens of the same response get "
+        "an OPD advantage like any other; skip: they get none (and count for no later token's "
+        "baseline). A teacher reading a response copies what it has just read, so it agrees with a "
+        "repetition more than with new text: kept, the OPD part favours the tokens of a loop "
+        '(docs/training.md, "Repeated tokens")',
+    )
     stop_kl_coef: float = Field(
         0.0,
         ge=0,

@@ -21,6 +21,24 @@ METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "training_curves.png"
 
 
+#: Tokens per run of a repetition (``repeat_frac``, ``[training] opd_repeats``): eight tokens come
+#: back in prose only in set phrases.
+REPEAT_WINDOW = 8
+
+
+def _repeat_starts(items: Sequence[Hashable], window: int) -> list[bool]:
+    """For each run of ``window`` consecutive items, whether the same run occurred earlier."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    seen: set[tuple[Hashable, ...]] = set()
+    starts = []
+    for i in range(len(items) - window + 1):
+        run = tuple(items[i : i + window])
+        starts.append(run in seen)
+        seen.add(run)
+    return starts
+
+
 def repeat_share(items: Sequence[Hashable], window: int) -> float:
     """The share of ``items``' runs of ``window`` consecutive items that repeat an earlier run.
 
@@ -28,17 +46,21 @@ def repeat_share(items: Sequence[Hashable], window: int) -> float:
     available." eight times). 0 for fewer than ``2 * window`` items. One measure for two readers:
     the trainer over a response's token ids, the chat persona over its words.
     """
-    if window < 1:
-        raise ValueError(f"window must be >= 1, got {window}")
+    starts = _repeat_starts(items, window)
     if len(items) < 2 * window:
         return 0.0
-    seen: set[tuple[Hashable, ...]] = set()
-    repeats = 0
-    for i in range(len(items) - window + 1):
-        run = tuple(items[i : i + window])
-        repeats += run in seen
-        seen.add(run)
-    return repeats / (len(items) - window + 1)
+    return sum(starts) / len(starts)
+
+
+def repeated_items(items: Sequence[Hashable], window: int) -> list[bool]:
+    """Per item, whether it lies in a run of ``window`` items that repeats an earlier run of the
+    same sequence: in "A B C D, A B C D" (window 4) the second "A B C D", its first item included
+    (where the repetition was chosen)."""
+    out = [False] * len(items)
+    for i, repeats in enumerate(_repeat_starts(items, window)):
+        if repeats:
+            out[i : i + window] = [True] * window
+    return out
 
 
 class MetricsWriter:

@@ -45,7 +45,7 @@ import torch
 from openclaw_rl.config import Config, is_loopback
 from openclaw_rl.policy.admin import request_pause, request_swap, serving_generating
 from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
-from openclaw_rl.runtime.metrics import MetricsWriter, repeat_share
+from openclaw_rl.runtime.metrics import REPEAT_WINDOW, MetricsWriter, repeat_share
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import SIGNAL_META, Store
 from openclaw_rl.trainer.ppo import Trainer, UpdateInterrupted, last_user_step
@@ -109,11 +109,6 @@ class CoreBudget:
         share = self.wide_passes / self.passes if self.passes else 0.0
         self.passes = self.wide_passes = 0
         return share
-
-
-#: Tokens per run of :func:`~openclaw_rl.runtime.metrics.repeat_share` in ``repeat_frac``: eight
-#: tokens come back in prose only in set phrases.
-REPEAT_WINDOW = 8
 
 
 def signal_health(

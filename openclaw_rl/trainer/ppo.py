@@ -50,6 +50,7 @@ import torch
 from torch import Tensor
 
 from openclaw_rl.config import Config
+from openclaw_rl.runtime.metrics import REPEAT_WINDOW, repeated_items
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.trainer.checkpoint import (
     POINTER_FILE,
@@ -393,9 +394,7 @@ class Trainer:
             mask,
             opd_adv_clip=self.tc.opd_adv_clip,
             baseline=self.tc.opd_baseline,
-            skip=pad([[float(t in self.stop_ids) for t in s.response_ids] for s in batch])
-            if self.tc.opd_stop_token == "skip"
-            else None,
+            skip=self._opd_skipped(batch, pad),
         )
         rl_scale = 1.0
         if self.tc.term_balance == "balanced":
@@ -567,6 +566,27 @@ class Trainer:
         totals = self._sum_over_processes(totals)
         sums = {key: float(totals[k]) for k, key in enumerate(keys)}
         return self._end_update(samples, active, t0, sums, float(totals[-1]), grad_norms, skipped)
+
+    def _opd_skipped(
+        self, batch: Sequence[Sample], pad: Callable[[list[list[float]]], Tensor]
+    ) -> Tensor | None:
+        """``[B, R]``: 1 where a token gets no OPD advantage (``opd_stop_token`` / ``opd_repeats`` =
+        ``"skip"``), else 0; None when neither skips anything."""
+        stops, repeats = self.tc.opd_stop_token == "skip", self.tc.opd_repeats == "skip"
+        if not (stops or repeats):
+            return None
+        rows = []
+        for s in batch:
+            again = (
+                repeated_items(s.response_ids, REPEAT_WINDOW) if repeats else [False] * len(s.response_ids)
+            )
+            rows.append(
+                [
+                    float((stops and t in self.stop_ids) or r)
+                    for t, r in zip(s.response_ids, again, strict=True)
+                ]
+            )
+        return pad(rows)
 
     def _undo_point(self) -> _Undo:
         """A copy of what the coming optimiser steps change (see :meth:`train_update`)."""

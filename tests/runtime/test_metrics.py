@@ -31,3 +31,16 @@ def test_repeat_share_tells_a_reply_that_loops_from_prose():
     assert repeat_share(words, 5) == pytest.approx(11 / 16)  # 16 runs; the first 5 are new
     with pytest.raises(ValueError, match="window"):
         repeat_share(prose, 0)
+
+
+def test_repeated_items_mark_the_second_saying_from_its_first_token_and_nothing_of_prose():
+    from openclaw_rl.runtime.metrics import repeat_share, repeated_items
+
+    said = ["so", "the", "answer", "is", "five"]
+    assert repeated_items([*said, "and", *said], 5) == [False] * 6 + [True] * 5
+    loop = said * 3
+    marks = repeated_items(loop, 5)
+    assert marks == [False] * 5 + [True] * 10  # every token from where the repetition began
+    assert repeat_share(loop, 5) > 0
+    prose = "each of these words comes once in this short line of prose".split()
+    assert not any(repeated_items(prose, 3)) and repeated_items([], 3) == []

@@ -179,6 +179,34 @@ def test_opd_stop_token_skip_leaves_where_a_response_stopped_to_the_policy(make_
     assert frac_kept == frac_skipped == 1.0
 
 
+def test_opd_repeats_skip_leaves_a_loops_tokens_unpushed_and_keeps_pushing_new_ones(make_cfg):
+    """A response that says one thing twice, and a teacher that finds the second saying far more
+    likely (it copies what it has just read): with ``opd_repeats = "keep"`` the update pushes the
+    repetition up; with ``"skip"`` it barely moves, while a new token's push is kept."""
+    phrase = RESPONSE + [17, 42]  # 8 tokens: one run of the repetition window
+    looped = phrase + phrase
+
+    def moved(mode: str) -> tuple[float, float]:
+        cfg = make_cfg(
+            kl_coef=0.0, entropy_coef=0.0, opd_baseline="none", opd_stop_token="keep", opd_repeats=mode
+        )
+        trainer = Trainer(cfg, cfg.policy_service.model)
+        sample = _sample(trainer, response=looped)
+        teacher = list(sample.rollout_logprobs)
+        for t in range(8, 16):
+            teacher[t] += 2.0
+        teacher[3] += 2.0  # a token of the first saying: new text
+        start = sequence_logprobs(trainer.model, PROMPT, looped)[0]
+        trainer.train_update([sample.model_copy(update={"teacher_logprobs": teacher})])
+        after = sequence_logprobs(trainer.model, PROMPT, looped)[0]
+        return float(after[8:].sum() - start[8:].sum()), float(after[3] - start[3])
+
+    (rep_kept, new_kept), (rep_skipped, new_skipped) = moved("keep"), moved("skip")
+    assert rep_kept > 1e-2
+    assert rep_skipped < 0.25 * rep_kept
+    assert new_skipped > 1e-3 and new_kept > 1e-3
+
+
 def test_stop_kl_pulls_a_drifted_readiness_to_stop_back_towards_the_base(make_cfg):
     """A policy taught not to stop (the OPD part kept on a stop token the teacher dislikes) is
     pulled back by ``stop_kl_coef`` alone: trained on a response with no signal at all (teacher =
