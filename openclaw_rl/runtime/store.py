@@ -682,8 +682,8 @@ class Store:
             self._set_meta(db, "checkpoint_version", policy_version)
 
     def release_sample_claims(self, step: int) -> int:
-        """An update of ``step`` was abandoned before it applied anything: its claimed samples go
-        back to ready (their order is kept: it is by version and creation). Returns how many."""
+        """The update of ``step`` was abandoned and taken back (Ctrl-C mid-update): its claimed
+        samples go back to ready, in their old order (by version and creation). Returns how many."""
         with self._tx() as db:
             cur = db.execute(
                 "UPDATE samples SET status='ready', step=NULL WHERE status='claimed' AND step=?", (step,)
