@@ -74,9 +74,9 @@ def test_an_update_trains_one_users_adapter_on_their_samples_only(make_cfg):
     claimed: list[list[str]] = []
     real_train = loop.started_trainer.train_update
 
-    def spy(batch: list[Sample]) -> dict[str, float]:
+    def spy(batch: list[Sample], interrupted=None) -> dict[str, float]:
         claimed.append(sorted({s.user for s in batch}))
-        return real_train(batch)
+        return real_train(batch, interrupted=interrupted)
 
     loop.started_trainer.train_update = spy  # type: ignore[method-assign]
     loop.update_once()  # alice: the most waiting (4 against 2)
