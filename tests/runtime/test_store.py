@@ -114,6 +114,17 @@ def test_claims_survive_a_crash_without_loss_or_double_training(store):
     assert {s.sample_id for s in again} == {f"x{i}" for i in range(2, 6)}
 
 
+def test_an_abandoned_updates_claims_return_in_their_order_and_no_other_steps_do(store):
+    store.add_samples([_sample(i) for i in range(6)])
+    store.claim_samples(2, step=1, current_version=0)  # trained, not yet checkpointed
+    abandoned = store.claim_samples(2, step=2, current_version=0)
+    assert store.release_sample_claims(step=2) == 2
+    c = store.counters()
+    assert (c.samples_claimed, c.samples_ready) == (2, 4)  # step 1's claims are untouched
+    again = store.claim_samples(2, step=2, current_version=0)
+    assert [s.sample_id for s in again] == [s.sample_id for s in abandoned]
+
+
 def test_stale_samples_dropped_and_counted(store):
     store.add_samples([_sample(0, version=0), _sample(1, version=5)])
     batch = store.claim_samples(10, step=1, current_version=6, max_staleness=2)
