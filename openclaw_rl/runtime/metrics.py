@@ -46,9 +46,11 @@ def repeat_share(items: Sequence[Hashable], window: int) -> float:
     available." eight times). 0 for fewer than ``2 * window`` items. One measure for two readers:
     the trainer over a response's token ids, the chat persona over its words.
     """
-    starts = _repeat_starts(items, window)
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
     if len(items) < 2 * window:
         return 0.0
+    starts = _repeat_starts(items, window)
     return sum(starts) / len(starts)
 
 
