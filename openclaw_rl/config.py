@@ -369,6 +369,13 @@ class TrainingConfig(_Section):
         "repetition more than with new text: kept, the OPD part favours the tokens of a loop "
         '(docs/training.md, "Repeated tokens")',
     )
+    repeat_penalty: float = Field(
+        0.0,
+        ge=0,
+        description="advantage taken off every trained token that repeats an earlier run of 8 tokens of its "
+        "own response, whatever its method (an unlikelihood term against loops; 0 = off; "
+        'docs/training.md, "Repeated tokens")',
+    )
     stop_kl_coef: float = Field(
         0.0,
         ge=0,

@@ -412,6 +412,11 @@ class Trainer:
             opd_weight=self.tc.opd_weight,
             rl_scale=rl_scale,
         )
+        if self.tc.repeat_penalty > 0:
+            # Unlikelihood of loops: a token that says again what its response already said is
+            # pushed down whatever the other parts say (docs/training.md, "Repeated tokens").
+            again = pad([[float(r) for r in row] for row in self._repeated(batch)])
+            adv = adv - self.tc.repeat_penalty * again * mask
         teacher_topk = topk_mask = None
         if gather is not None:
             k = stats.gathered.shape[-1] if stats.gathered is not None else 0
@@ -575,18 +580,19 @@ class Trainer:
         stops, repeats = self.tc.opd_stop_token == "skip", self.tc.opd_repeats == "skip"
         if not (stops or repeats):
             return None
-        rows = []
-        for s in batch:
-            again = (
-                repeated_items(s.response_ids, REPEAT_WINDOW) if repeats else [False] * len(s.response_ids)
-            )
-            rows.append(
-                [
-                    float((stops and t in self.stop_ids) or r)
-                    for t, r in zip(s.response_ids, again, strict=True)
-                ]
-            )
-        return pad(rows)
+        again = self._repeated(batch) if repeats else [[False] * len(s.response_ids) for s in batch]
+        return pad(
+            [
+                [float((stops and t in self.stop_ids) or r) for t, r in zip(s.response_ids, a, strict=True)]
+                for s, a in zip(batch, again, strict=True)
+            ]
+        )
+
+    @staticmethod
+    def _repeated(batch: Sequence[Sample]) -> list[list[bool]]:
+        """Per sample and response token: whether it repeats an earlier run of ``REPEAT_WINDOW``
+        tokens of the same response (:func:`~openclaw_rl.runtime.metrics.repeated_items`)."""
+        return [repeated_items(s.response_ids, REPEAT_WINDOW) for s in batch]
 
     def _undo_point(self) -> _Undo:
         """A copy of what the coming optimiser steps change (see :meth:`train_update`)."""

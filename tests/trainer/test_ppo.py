@@ -207,6 +207,27 @@ def test_opd_repeats_skip_leaves_a_loops_tokens_unpushed_and_keeps_pushing_new_o
     assert new_skipped > 1e-3 and new_kept > 1e-3
 
 
+def test_repeat_penalty_pushes_a_loop_down_and_leaves_a_response_that_does_not_repeat_alone(make_cfg):
+    """No signal but the penalty (teacher = rollout, no reward): with ``repeat_penalty`` an update on
+    a response that says one thing twice makes its second saying less likely, while an update on a
+    response that repeats nothing moves nothing; without the penalty neither moves."""
+    phrase = RESPONSE + [17, 42]  # 8 tokens: one run of the repetition window
+    looped = phrase + phrase
+
+    def moved(penalty: float, response: list[int]) -> float:
+        cfg = make_cfg(kl_coef=0.0, entropy_coef=0.0, opd_baseline="none", repeat_penalty=penalty)
+        trainer = Trainer(cfg, cfg.policy_service.model)
+        sample = _sample(trainer, response=response)
+        sample = sample.model_copy(update={"teacher_logprobs": list(sample.rollout_logprobs)})
+        start = sequence_logprobs(trainer.model, PROMPT, looped)[0]
+        trainer.train_update([sample])
+        return float(sequence_logprobs(trainer.model, PROMPT, looped)[0][8:].sum() - start[8:].sum())
+
+    assert moved(0.5, looped) < -1e-2
+    assert abs(moved(0.5, phrase)) < 1e-4
+    assert abs(moved(0.0, looped)) < 1e-4
+
+
 def test_stop_kl_pulls_a_drifted_readiness_to_stop_back_towards_the_base(make_cfg):
     """A policy taught not to stop (the OPD part kept on a stop token the teacher dislikes) is
     pulled back by ``stop_kl_coef`` alone: trained on a response with no signal at all (teacher =
