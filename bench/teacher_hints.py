@@ -9,6 +9,7 @@ teacher's greedy reply to held-out problems with that preference's own check, ag
 model's reply without a hint:
 
     .venv/bin/python bench/teacher_hints.py [--personas student,analyst,teacher] [--n 16] [--max-tokens 64]
+        [--placement user|system]
 
 A preference whose hinted rate is no higher than its plain rate is one OPD cannot teach on this
 model (docs/training.md, "What the student learns"); Binary RL still can, if some attempts meet it.
@@ -80,6 +81,12 @@ def main() -> int:
         "--hint-facts", choices=("keep", "mask"), default="keep", help="as [prm_service] hint_facts"
     )
     ap.add_argument(
+        "--placement",
+        choices=("user", "system"),
+        default="user",
+        help="where the teacher reads the hint, as [prm_service] hint_placement",
+    )
+    ap.add_argument(
         "--earlier",
         default="",
         help="comma-separated counts of the user's earlier hints the teacher reads (hint_memory), e.g. 0,2,4",
@@ -148,7 +155,10 @@ def report_hints(client: PolicyClient, cfg: Config, args: argparse.Namespace) ->
                     mask_unseen_figures(h, seen_text(m, r)) if h else h
                     for h, (m, _), r in zip(hints, episodes, plain, strict=True)
                 ]
-            prompts = [hinted_messages(m, h) if h else m for (m, _), h in zip(episodes, hints, strict=True)]
+            prompts = [
+                hinted_messages(m, h, args.placement) if h else m
+                for (m, _), h in zip(episodes, hints, strict=True)
+            ]
             hinted = greedy_replies(client, prompts, args.max_tokens)
             before = sum(bool(pref.check(r, c)) for r, (_, c) in zip(plain, episodes, strict=True)) / args.n
             after = sum(bool(pref.check(r, c)) for r, (_, c) in zip(hinted, episodes, strict=True)) / args.n
@@ -168,7 +178,7 @@ def report_hints(client: PolicyClient, cfg: Config, args: argparse.Namespace) ->
     print(
         f"(n={args.n} held-out problems per persona, greedy, {args.max_tokens} tokens, model {args.model}; "
         f"plain: the rate without a hint; hinted: with the hint the embedded judge extracts from each "
-        f"complaint about the preference, hint_facts = {args.hint_facts}; served by the embedded engine)"
+        f"complaint about the preference, hint_facts = {args.hint_facts}, hint_placement = {args.placement}; served by the embedded engine)"
     )
 
 
@@ -212,7 +222,9 @@ def report_memory(client: PolicyClient, cfg: Config, args: argparse.Namespace, c
                         continue
                     earlier = list(dict.fromkeys(h for h in rng.sample(pool, len(pool)) if h != hint))[:k]
                     seen = seen_text(messages, reply)
-                    prompts.append(hinted_messages(messages, with_earlier_hints(hint, earlier, seen)))
+                    prompts.append(
+                        hinted_messages(messages, with_earlier_hints(hint, earlier, seen), args.placement)
+                    )
                 row.append(mean_score(persona, greedy_replies(client, prompts, args.max_tokens), episodes))
             print(
                 f"{persona_name:<10}{draw:>5}"

@@ -281,6 +281,11 @@ class PrmServiceConfig(_Section):
         description="keep | mask: mask turns each number in a hint from a user's reply that the policy "
         "neither saw nor wrote into '...', so the teacher teaches how to answer, not this problem's answer",
     )
+    hint_placement: Literal["user", "system"] = Field(
+        "user",
+        description="where the OPD teacher reads the hint: user (appended to the last user message) or "
+        "system (in the system message, in place of the chat template's default assistant persona)",
+    )
     hint_memory: int = Field(
         0,
         ge=0,

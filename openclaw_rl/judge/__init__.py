@@ -66,7 +66,9 @@ def make_teacher(cfg: Config) -> LocalTeacher | ApiTeacher:
             tok = load_tokenizer(pol.model)
         except (ModelNotFoundError, OSError) as exc:
             raise TeacherUnavailable(f"the API teacher needs the policy's tokenizer locally: {exc}") from None
-        return ApiTeacher(make_client(cfg), prm.model, tok, topk=prm.teacher_topk)
+        return ApiTeacher(
+            make_client(cfg), prm.model, tok, topk=prm.teacher_topk, placement=prm.hint_placement
+        )
     from openclaw_rl.judge.teacher import shared_model
 
     name = pol.model if prm.teacher == "policy_base" else prm.teacher
@@ -77,4 +79,10 @@ def make_teacher(cfg: Config) -> LocalTeacher | ApiTeacher:
             f"the OPD teacher model {name!r} cannot be loaded in this process ({exc}); OPD needs a local "
             'teacher or a log-prob-capable API ([prm_service] teacher = "api")'
         ) from None
-    return LocalTeacher(model, tok, topk=prm.teacher_topk, chunk_size=cfg.training.logprob_chunk_size)
+    return LocalTeacher(
+        model,
+        tok,
+        topk=prm.teacher_topk,
+        chunk_size=cfg.training.logprob_chunk_size,
+        placement=prm.hint_placement,
+    )

@@ -1,6 +1,7 @@
 """Teacher log-probs for hindsight-guided on-policy distillation.
 
-The hint is appended to the last user message of the turn's prompt under :data:`HINT_HEADING`;
+The hint is appended to the last user message of the turn's prompt under :data:`HINT_HEADING`
+(or to its system message, ``[prm_service] hint_placement = "system"``);
 the tokenizer's chat template is re-applied to the *prompt only* (``add_generation_prompt``), and
 the ORIGINAL ``turn.response_ids`` — the tokens the policy actually sampled — are scored under
 that enhanced prompt. The response is never re-tokenised from text: re-tokenising would shift the
@@ -23,7 +24,7 @@ import asyncio
 import copy
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from openclaw_rl.judge.errors import JudgeUnavailable, TeacherUnavailable
 from openclaw_rl.judge.prompts import HINT_HEADING
@@ -68,19 +69,33 @@ def message_text(content: Any) -> str:
     raise TypeError(f"message content must be a string or a list of parts, got {type(content).__name__}")
 
 
-def hinted_messages(messages: list[dict[str, Any]], hint: str) -> list[dict[str, Any]]:
-    """A copy of ``messages`` with ``hint`` appended to the last user message under the heading.
+HintPlacement = Literal["user", "system"]
 
-    A prompt with no user message gets a new user message holding only the hint (the teacher still
-    sees the hint right before the response it scores).
+
+def hinted_messages(
+    messages: list[dict[str, Any]], hint: str, placement: HintPlacement = "user"
+) -> list[dict[str, Any]]:
+    """A copy of ``messages`` with ``hint`` under the heading, where ``placement`` says.
+
+    ``"user"``: appended to the last user message; a prompt with no user message gets a new user
+    message holding only the hint (the teacher still sees the hint right before the response it
+    scores). ``"system"``: appended to the leading system message, or made the system message when
+    there is none, in place of the default a chat template would add ("You are a helpful AI
+    assistant ..."; docs/judge.md, "Where the teacher reads the hint").
     """
     out = copy.deepcopy(messages)
-    block = f"\n\n{HINT_HEADING}\n{hint.strip()}"
+    block = f"{HINT_HEADING}\n{hint.strip()}"
+    if placement == "system":
+        if out and out[0].get("role") == "system":
+            out[0]["content"] = message_text(out[0].get("content")) + "\n\n" + block
+        else:
+            out.insert(0, {"role": "system", "content": block})
+        return out
     for msg in reversed(out):
         if msg.get("role") == "user":
-            msg["content"] = message_text(msg.get("content")) + block
+            msg["content"] = message_text(msg.get("content")) + "\n\n" + block
             return out
-    out.append({"role": "user", "content": block.lstrip()})
+    out.append({"role": "user", "content": block})
     return out
 
 
@@ -103,18 +118,28 @@ def template_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
     return [int(i) for i in ids]
 
 
-def hinted_prompt(tokenizer: Any, turn: Turn, hint: str) -> tuple[list[int], int]:
+def hinted_prompt(
+    tokenizer: Any, turn: Turn, hint: str, placement: HintPlacement = "user"
+) -> tuple[list[int], int]:
     """``(enhanced prompt ids, tokens added by the hint)`` for ``turn``."""
     base = template_ids(tokenizer, turn.messages)
-    enhanced = template_ids(tokenizer, hinted_messages(turn.messages, hint))
+    enhanced = template_ids(tokenizer, hinted_messages(turn.messages, hint, placement))
     return enhanced, max(0, len(enhanced) - len(base))
 
 
 class LocalTeacher:
     """Scores response tokens with a causal LM in this process."""
 
-    def __init__(self, model: Any, tokenizer: Any, topk: int = 0, chunk_size: int = 256):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        topk: int = 0,
+        chunk_size: int = 256,
+        placement: HintPlacement = "user",
+    ):
         self.model, self.tokenizer, self.topk, self.chunk_size = model, tokenizer, topk, chunk_size
+        self.placement = placement
 
     def score_sync(self, turn: Turn, hint: str) -> TeacherOutput:
         """Blocking: one chunked forward pass over enhanced prompt + original response ids."""
@@ -122,7 +147,7 @@ class LocalTeacher:
 
         if not turn.response_ids:
             raise ValueError(f"turn {turn.key} has no response tokens to score")
-        prompt, added = hinted_prompt(self.tokenizer, turn, hint)
+        prompt, added = hinted_prompt(self.tokenizer, turn, hint, self.placement)
         with model_lock:
             lp, top_ids, top_lp = sequence_logprobs(
                 self.model, prompt, turn.response_ids, topk=self.topk, chunk_size=self.chunk_size
@@ -147,13 +172,16 @@ class ApiTeacher:
     tokenizer.
     """
 
-    def __init__(self, client: Any, model: str, tokenizer: Any, topk: int = 0):
+    def __init__(
+        self, client: Any, model: str, tokenizer: Any, topk: int = 0, placement: HintPlacement = "user"
+    ):
         self.client, self.model, self.tokenizer, self.topk = client, model, tokenizer, topk
+        self.placement = placement
 
     async def score(self, turn: Turn, hint: str) -> TeacherOutput:
         import openai
 
-        prompt, added = hinted_prompt(self.tokenizer, turn, hint)
+        prompt, added = hinted_prompt(self.tokenizer, turn, hint, self.placement)
         n_p, n_r = len(prompt), len(turn.response_ids)
         try:
             resp = await self.client.completions.create(

@@ -56,6 +56,29 @@ def test_hint_goes_to_last_user_message_under_heading():
     assert no_user[-1] == {"role": "user", "content": f"{HINT_HEADING}\n{HINT}"}
 
 
+def test_hint_placed_in_the_system_message_joins_it_or_stands_in_for_the_default():
+    out = hinted_messages(MESSAGES, HINT, "system")
+    assert out[0] == {"role": "system", "content": f"You are a helpful tutor.\n\n{HINT_HEADING}\n{HINT}"}
+    assert out[1:] == MESSAGES[1:]  # every user message as the policy saw it
+    bare = hinted_messages(MESSAGES[1:4], HINT, "system")
+    assert bare[0] == {"role": "system", "content": f"{HINT_HEADING}\n{HINT}"}
+    assert bare[1:] == MESSAGES[1:4]
+
+
+def test_a_system_placed_hint_replaces_the_templates_default_persona_in_the_teachers_prompt(tiny):
+    """SmolLM2's template adds "You are a helpful AI assistant ..." when a prompt has no system
+    message; the system placement puts the hint there instead, before the whole conversation."""
+    _, tok = tiny
+    turn = make_turn(tok, MESSAGES[1:4])
+    plain = tok.decode(turn.prompt_ids)
+    ids, added = hinted_prompt(tok, turn, HINT, "system")
+    text = tok.decode(ids)
+    assert text.index(HINT) < text.index("What is 3 + 4?")
+    assert added == len(ids) - len(turn.prompt_ids)
+    assert "You are a helpful AI assistant" in plain
+    assert "You are a helpful AI assistant" not in text
+
+
 def test_enhanced_prompt_renders_hint_and_counts_added_tokens(tiny):
     _, tok = tiny
     turn = make_turn(tok, MESSAGES[:4])
