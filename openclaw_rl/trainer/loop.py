@@ -335,12 +335,6 @@ class TrainingLoop:
         batch = self.store.claim_samples(tc.batch_size, step, self.version, tc.max_staleness, user=user)
         if not batch:
             return {}
-        if user is not None:
-            for other, n in self.store.ready_by_user().items():
-                if other != user and n > 0:
-                    self._passed_over[other] = self._passed_over.get(other, 0) + 1
-            self._passed_over[user] = 0
-            self._user_updates[user] = self._user_updates.get(user, 0) + 1
         try:
             metrics = trainer.train_update(batch, interrupted=self._stop.is_set)
         except UpdateInterrupted as stopped:
@@ -351,6 +345,12 @@ class TrainingLoop:
                 flush=True,
             )
             return {}
+        if user is not None:  # counted once the update is done: an abandoned one trained nobody
+            for other, n in self.store.ready_by_user().items():
+                if other != user and n > 0:
+                    self._passed_over[other] = self._passed_over.get(other, 0) + 1
+            self._passed_over[user] = 0
+            self._user_updates[user] = self._user_updates.get(user, 0) + 1
         if self.cores is not None:
             metrics["wide_pass_frac"] = self.cores.take_share_of_wide()
         rewards = [s.reward for s in batch if s.reward is not None]

@@ -100,6 +100,24 @@ def test_an_update_trains_one_users_adapter_on_their_samples_only(make_cfg):
     assert store.user_stats("alice", "x").updates == 2 and store.user_stats("bob", "x").updates == 1
 
 
+def test_an_abandoned_update_is_not_counted_as_the_users(make_cfg, capsys):
+    """A stop before alice's update began: her samples go back and the update is not hers; the next
+    one, after the stop is lifted, is her first (its metrics and publish count say so)."""
+    cfg = _per_user_cfg(make_cfg, batch_size=2, mini_batch_size=1)
+    store = Store(cfg.log_dir / "store.sqlite")
+    store.add_samples(_samples("alice", 2))
+    loop = TrainingLoop(cfg, policy_url=None, store=store)
+    loop.start()
+    loop._stop.set()
+    assert loop.update_once() == {}
+    assert "abandoned" in capsys.readouterr().out
+    assert store.counters().samples_ready == 2
+    loop._stop.clear()
+    metrics = loop.update_once()
+    assert metrics["user_updates"] == 1.0
+    assert store.user_stats("alice", "x").updates == 1
+
+
 def test_a_users_adapter_version_counts_publishes_so_max_staleness_means_what_it_does_in_shared_mode(
     make_cfg,
 ):
