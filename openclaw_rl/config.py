@@ -378,8 +378,8 @@ class TrainingConfig(_Section):
         0.0,
         ge=0,
         description="advantage taken off every trained token that repeats an earlier run of 8 tokens of its "
-        "own response, whatever its method (an unlikelihood term against loops; 0 = off; "
-        'docs/training.md, "Repeated tokens")',
+        "own response, whatever its method (an unlikelihood term against loops; tried at 0.5, no gain; "
+        '0 = off; docs/training.md, "Pushing a loop\'s tokens down")',
     )
     stop_kl_coef: float = Field(
         0.0,
