@@ -32,12 +32,12 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from openclaw_rl.config import Config, build_config  # noqa: E402
+from openclaw_rl.config import Config, HintPlacement, build_config  # noqa: E402
 from openclaw_rl.envs.base import make  # noqa: E402
 from openclaw_rl.envs.chat import (  # noqa: E402
     PERSONAS,
@@ -82,7 +82,7 @@ def main() -> int:
     )
     ap.add_argument(
         "--placement",
-        choices=("user", "system"),
+        choices=get_args(HintPlacement),
         default="user",
         help="where the teacher reads the hint, as [prm_service] hint_placement",
     )

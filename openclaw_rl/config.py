@@ -63,6 +63,8 @@ ClientRule = Literal["openclaw"]
 InteractionType = Literal["chat", "terminal", "gui", "tool_call"]
 #: ``[env_service] personas``: the chat environment's simulated users.
 Persona = Literal["student", "teacher", "analyst"]
+#: Where the OPD teacher reads the hint (``[prm_service] hint_placement``, docs/judge.md).
+HintPlacement = Literal["user", "system"]
 
 
 # Named default factories, not lambdas: a lambda's list literal is inferred as list[str], which
@@ -281,7 +283,7 @@ class PrmServiceConfig(_Section):
         description="keep | mask: mask turns each number in a hint from a user's reply that the policy "
         "neither saw nor wrote into '...', so the teacher teaches how to answer, not this problem's answer",
     )
-    hint_placement: Literal["user", "system"] = Field(
+    hint_placement: HintPlacement = Field(
         "user",
         description="where the OPD teacher reads the hint: user (appended to the last user message) or "
         "system (in the system message, in place of the chat template's default assistant persona)",

@@ -24,8 +24,9 @@ import asyncio
 import copy
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from openclaw_rl.config import HintPlacement
 from openclaw_rl.judge.errors import JudgeUnavailable, TeacherUnavailable
 from openclaw_rl.judge.prompts import HINT_HEADING
 from openclaw_rl.types import Turn
@@ -67,9 +68,6 @@ def message_text(content: Any) -> str:
     if isinstance(content, list):
         return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
     raise TypeError(f"message content must be a string or a list of parts, got {type(content).__name__}")
-
-
-HintPlacement = Literal["user", "system"]
 
 
 def hinted_messages(

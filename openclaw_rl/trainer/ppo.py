@@ -387,6 +387,8 @@ class Trainer:
         # opd_reference; on a stale sample the first counts again what later updates already moved).
         prox = pad(proximal)
         student = prox if self.tc.opd_reference == "proximal" else rollout
+        # which tokens repeat an earlier run of their response: found once, for both readers below
+        again = self._repeated(batch) if self.tc.opd_repeats == "skip" or self.tc.repeat_penalty > 0 else None
         opd = opd_advantage(
             teacher,
             student,
@@ -394,7 +396,7 @@ class Trainer:
             mask,
             opd_adv_clip=self.tc.opd_adv_clip,
             baseline=self.tc.opd_baseline,
-            skip=self._opd_skipped(batch, pad),
+            skip=self._opd_skipped(batch, pad, again),
         )
         rl_scale = 1.0
         if self.tc.term_balance == "balanced":
@@ -412,11 +414,10 @@ class Trainer:
             opd_weight=self.tc.opd_weight,
             rl_scale=rl_scale,
         )
-        if self.tc.repeat_penalty > 0:
+        if self.tc.repeat_penalty > 0 and again is not None:
             # Unlikelihood of loops: a token that says again what its response already said is
-            # pushed down whatever the other parts say (docs/training.md, "Repeated tokens").
-            again = pad([[float(r) for r in row] for row in self._repeated(batch)])
-            adv = adv - self.tc.repeat_penalty * again * mask
+            # pushed down whatever the other parts say (docs/training.md, "Pushing a loop's tokens down").
+            adv = adv - self.tc.repeat_penalty * pad([[float(r) for r in row] for row in again]) * mask
         teacher_topk = topk_mask = None
         if gather is not None:
             k = stats.gathered.shape[-1] if stats.gathered is not None else 0
@@ -573,14 +574,20 @@ class Trainer:
         return self._end_update(samples, active, t0, sums, float(totals[-1]), grad_norms, skipped)
 
     def _opd_skipped(
-        self, batch: Sequence[Sample], pad: Callable[[list[list[float]]], Tensor]
+        self,
+        batch: Sequence[Sample],
+        pad: Callable[[list[list[float]]], Tensor],
+        repeated: list[list[bool]] | None,
     ) -> Tensor | None:
         """``[B, R]``: 1 where a token gets no OPD advantage (``opd_stop_token`` / ``opd_repeats`` =
-        ``"skip"``), else 0; None when neither skips anything."""
+        ``"skip"``), else 0; None when neither skips anything. ``repeated``: :meth:`_repeated` of
+        ``batch``, found by the caller whenever ``opd_repeats = "skip"``."""
         stops, repeats = self.tc.opd_stop_token == "skip", self.tc.opd_repeats == "skip"
         if not (stops or repeats):
             return None
-        again = self._repeated(batch) if repeats else [[False] * len(s.response_ids) for s in batch]
+        again = (
+            repeated if repeats and repeated is not None else [[False] * len(s.response_ids) for s in batch]
+        )
         return pad(
             [
                 [float((stops and t in self.stop_ids) or r) for t, r in zip(s.response_ids, a, strict=True)]
