@@ -255,12 +255,15 @@ class EnvServiceConfig(_Section):
         "(default 2 x [training] batch_size; 0 = no limit): rollouts "
         "far ahead of training only go stale, and on a shared CPU they slow the trainer down",
     )
-    reward: Literal["judge", "outcome", "both"] = Field(
+    reward: Literal["judge", "outcome", "both", "truth"] = Field(
         "judge",
         description="what terminal / tool_call / gui episodes train on: the judge's per-turn "
         "scores, the environment's verified outcome (every turn of the episode), or both (judge per turn, "
         "outcome added at the last turn). Chat personas are always judged: in real use the user's reply is "
-        "the only signal",
+        "the only signal. truth: a diagnostic for simulated runs, any episode kind: each turn's reward is "
+        "the environment's own score of it (a persona's share of wishes met, 0..1, as -1..+1), which the "
+        "judge never sees: how far a perfect graded judge would take the run; real users' turns carry no "
+        'truth and keep the judge\'s score; docs/training.md "An oracle reward"',
     )
 
 
@@ -751,10 +754,20 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
             "[env_service] state_capture = false: the judge gets no next state, every reward "
             "is 0 and nothing is learned"
         )
-    if env.reward != "judge" and env.enabled and env.num_envs and set(env.interaction_types) <= {"chat"}:
+    if (
+        env.reward in ("outcome", "both")
+        and env.enabled
+        and env.num_envs
+        and set(env.interaction_types) <= {"chat"}
+    ):
         warnings.append(
             f'[env_service] reward = "{env.reward}" has no effect: only chat episodes are played, '
             "and chat has no verified outcome (it is always judged)"
+        )
+    if env.reward == "truth" and env.enabled and env.num_envs:
+        warnings.append(
+            '[env_service] reward = "truth": the simulated episodes train on their own score of each '
+            "turn, not on the judge's (a diagnostic; real users' turns are judged as always)"
         )
     if env.greedy_member and env.group_size == 1:
         warnings.append(

@@ -654,7 +654,7 @@ def truth_header(info: dict[str, Any]) -> dict[str, str]:
 
 def reports_outcome(cfg: Config, itype: str) -> bool:
     """Whether episodes of ``itype`` send their verified outcome (chat never has one)."""
-    return itype != "chat" and cfg.env_service.reward != "judge" and cfg.env_service.state_capture
+    return itype != "chat" and cfg.env_service.reward in ("outcome", "both") and cfg.env_service.state_capture
 
 
 def group_headers(cfg: Config, itype: str, worker: int, size: int) -> dict[str, str] | None:

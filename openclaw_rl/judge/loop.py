@@ -140,7 +140,9 @@ class JudgeLoop:
         grouped = await asyncio.to_thread(self.store.session_group, turn.session_id) is not None
         samples = []
         if result.ok and not grouped:  # a group's samples are made when the whole group is judged
-            samples = build_samples(turn, result, self.cfg.training, self.baseline)
+            samples = build_samples(
+                turn, result, self.cfg.training, self.baseline, self.cfg.env_service.reward
+            )
         applied = await asyncio.to_thread(
             self.store.save_judgement,
             turn,

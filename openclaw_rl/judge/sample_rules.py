@@ -26,7 +26,9 @@ What a group trains on (``[env_service] reward``) when its environment reports o
 
 * ``judge``: each turn's score, relative to the scores of the group's turns at the same position;
 * ``outcome``: the episode's verified outcome, relative to the group's outcomes, on every turn;
-* ``both``: the judge's per-turn advantage, plus the outcome's at the episode's last turn.
+* ``both``: the judge's per-turn advantage, plus the outcome's at the episode's last turn;
+* ``truth``: each turn's own truth (the simulated environment's score of it, 0..1, as -1..+1) in
+  place of the judge's score, where the turn has one (:func:`turn_score`): an oracle for diagnosis.
 
 Chat episodes have no verified outcome, so they are always judged.
 """
@@ -96,16 +98,31 @@ def turn_kind(turn: Turn) -> str:
     return turn.next_state.role if turn.next_state is not None else "none"
 
 
+def turn_score(turn: Turn, result: JudgeResult, reward_mode: str) -> float:
+    """The score a judged turn trains on: the judge's, or with ``reward_mode = "truth"`` the turn's
+    truth mapped onto the judge's range (0 -> -1, 1 -> +1) when its next state carries one."""
+    truth = turn.next_state.truth if turn.next_state is not None else None
+    if reward_mode == "truth" and truth is not None:
+        return 2.0 * truth - 1.0
+    return float(result.score)
+
+
 def build_samples(
-    turn: Turn, result: JudgeResult, training: TrainingConfig, baseline: RunningBaseline | None = None
+    turn: Turn,
+    result: JudgeResult,
+    training: TrainingConfig,
+    baseline: RunningBaseline | None = None,
+    reward_mode: str = "judge",
 ) -> list[Sample]:
     """Samples for one successfully judged main turn (empty when it carries no signal).
 
     With ``baseline`` (and ``advantage_baseline = "mean"``) the RL part's advantage is the score
-    minus the running mean of its turn kind, and the score is folded into that mean."""
+    minus the running mean of its turn kind, and the score is folded into that mean. ``reward_mode``
+    is ``[env_service] reward`` (:func:`turn_score`)."""
     if not result.ok or not turn.response_ids:
         return []
-    reward = float(result.score) if result.score != 0 and training.binary_rl_weight > 0 else None
+    score = turn_score(turn, result, reward_mode)
+    reward = score if abs(score) > ZERO and training.binary_rl_weight > 0 else None
     advantage = None
     if reward is not None and baseline is not None and training.advantage_baseline == "mean":
         advantage = baseline.advantage(turn_kind(turn), reward)
@@ -162,7 +179,7 @@ def group_samples(
     use_judge = reward_mode in ("judge", "both") or not use_outcome
     turns = [[t for t in e.turns if t.turn_index in e.results and t.response_ids] for e in episodes]
     score = {
-        (i, p): float(e.results[t.turn_index].score)
+        (i, p): turn_score(t, e.results[t.turn_index], reward_mode)
         for i, e in enumerate(episodes)
         for p, t in enumerate(turns[i])
     }

@@ -170,3 +170,26 @@ def test_group_truth_is_relative_to_the_groups_other_attempts():
         [_with_truth(episode("a", [-1]), [0.5]), _with_truth(episode("b", [-1]), [0.5])]
     )
     assert same["truth_pairs"] == 0  # equal scores and equal truths: no push, no pair
+
+
+def test_truth_mode_trains_a_group_on_the_simulated_users_own_score():
+    # every attempt drew a complaint (-1), but they met 3, 1, 2 and 2 of four wishes
+    eps = [
+        _with_truth(episode(sid, [-1]), [t]) for sid, t in zip("abcd", [0.75, 0.25, 0.5, 0.5], strict=True)
+    ]
+    judged, stats = group_samples("g", eps, TrainingConfig(), "judge")
+    assert judged == [] and stats.zero_advantage  # the judge alone says nothing here
+    samples, stats = group_samples("g", eps, TrainingConfig(), "truth")
+    got = by_turn(samples)
+    # truth as -1..+1: 0.5, -0.5, 0, 0 (mean 0): a and b pushed, c and d at the mean give no push
+    assert got[("a", 0)].advantage == pytest.approx(0.5) and got[("a", 0)].reward == pytest.approx(0.5)
+    assert got[("b", 0)].advantage == pytest.approx(-0.5)
+    assert set(got) == {("a", 0), ("b", 0)} and not stats.zero_advantage
+    # a turn without a truth (a real user's) keeps the judge's score
+    real = build_samples(turn("r", 0), JudgeResult(score=-1), TrainingConfig(), None, "truth")
+    assert real[0].reward == -1.0
+    simulated = _with_truth(episode("s", [-1]), [1.0])
+    assert (
+        build_samples(simulated.turns[0], simulated.results[0], TrainingConfig(), None, "truth")[0].reward
+        == 1.0
+    )
