@@ -20,8 +20,10 @@ Routes::
     POST /v1/chat/completions        OpenAI chat completions (JSON or SSE)
     POST /v1/responses               OpenAI Responses API (JSON or typed SSE events), see responses_api.py
     POST /v1/messages                Anthropic Messages API (JSON or SSE; x-api-key too), see messages_api.py
+    POST /v1/messages/count_tokens   Anthropic's token count of a Messages request's prompt
     POST /v1/feedback                {"response_id": ID, "rating": 1|-1, "comment": TEXT}: rate a response
     GET  /v1/models                  the served model and its policy_version
+    GET  /v1/models/{id}             that model's card (404 for a model not served)
     GET  /healthz                    liveness + policy_version (no auth)
     POST /v1/admin/load_weights      {"path": DIR, "version": N[, "user": NAME]}: swap weights (the
                                      trainer's route); with "user", only that user's adapter
@@ -49,7 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from openclaw_rl.policy.identity import Caller, is_loopback
-from openclaw_rl.policy.messages_api import MessagesCall, error_body
+from openclaw_rl.policy.messages_api import CountTokensRequest, MessagesCall, conversation_body, error_body
 from openclaw_rl.policy.protocol import (
     APIError,
     CloseSessionRequest,
@@ -209,6 +211,10 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
     async def models() -> dict[str, Any]:
         return serving.models()
 
+    @app.get("/v1/models/{model_id:path}", dependencies=[Depends(caller)])
+    async def model(model_id: str) -> dict[str, Any]:
+        return serving.model(model_id)
+
     @app.post("/v1/chat/completions")
     async def chat(request: Request, who: Caller = Depends(caller)):
         body = await request.body()
@@ -247,6 +253,14 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
     async def messages(request: Request, who: Caller = Depends(caller)):
         headers = {k.lower(): v for k, v in request.headers.items()}
         return await _other_protocol(MessagesCall(serving, await request.body(), headers, who))
+
+    @app.post("/v1/messages/count_tokens")
+    async def count_tokens(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
+        # Anthropic's token count: the prompt the model would read, tools included; nothing recorded
+        req: CountTokensRequest = await _parse(request, CountTokensRequest)
+        body = json.dumps(conversation_body(req)).encode()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        return {"input_tokens": await run_in_threadpool(serving.count_tokens, body, headers)}
 
     @app.post("/v1/feedback")
     async def feedback(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:

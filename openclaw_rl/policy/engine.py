@@ -125,18 +125,11 @@ class Engine(ABC):
         """Backend-specific fields for ``/healthz`` (none by default)."""
         return {}
 
-    def prepare(self, req: GenRequest) -> None:
-        """Tokenise the prompt with the chat template (when a tokenizer is available) and fit the
-        output into the window.
-
-        A prompt that leaves no room gets OpenAI's ``context_length_exceeded`` error (agent clients
-        recognise it and compact their history). A ``max_tokens`` above what the window leaves is
-        clamped to what is left — the answer then ends with ``finish_reason = "length"`` if it runs
-        that long, as OpenAI does — or, with ``max_tokens_overflow = "reject"``, refused with 400.
-        Agents ask for large output budgets by default (OpenClaw: 8,192) without knowing the window."""
+    def prompt_ids(self, req: GenRequest) -> list[int] | None:
+        """The token ids of ``req``'s prompt as the model reads it (chat template, tools included);
+        None without a local tokenizer."""
         if self.tokenizer is None:
-            return
-        limit = self.cfg.policy_service.max_model_len
+            return None
         with self._prep_lock:
             if self._prep_tokenizer is None:
                 # Requests are tokenised on worker threads while the engine thread decodes; a Rust fast
@@ -147,7 +140,21 @@ class Engine(ABC):
                 add_generation_prompt=True,
                 tokenize=False,
             )
-            ids = self._prep_tokenizer(text, add_special_tokens=False)["input_ids"]
+            return list(self._prep_tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def prepare(self, req: GenRequest) -> None:
+        """Tokenise the prompt with the chat template (when a tokenizer is available) and fit the
+        output into the window.
+
+        A prompt that leaves no room gets OpenAI's ``context_length_exceeded`` error (agent clients
+        recognise it and compact their history). A ``max_tokens`` above what the window leaves is
+        clamped to what is left — the answer then ends with ``finish_reason = "length"`` if it runs
+        that long, as OpenAI does — or, with ``max_tokens_overflow = "reject"``, refused with 400.
+        Agents ask for large output budgets by default (OpenClaw: 8,192) without knowing the window."""
+        ids = self.prompt_ids(req)
+        if ids is None:
+            return
+        limit = self.cfg.policy_service.max_model_len
         if len(ids) >= limit:
             raise context_length_exceeded(limit, len(ids))
         room = limit - len(ids)

@@ -68,15 +68,20 @@ class MessageParam(LenientModel):
     content: str | list[dict[str, Any]]
 
 
-class MessagesRequest(LenientModel):
-    """The fields of ``POST /v1/messages`` this service acts on (others are accepted and ignored)."""
+class CountTokensRequest(LenientModel):
+    """``POST /v1/messages/count_tokens``: the conversation part of a Messages request."""
 
     model: str = Field(min_length=1)
-    max_tokens: int = Field(ge=1)
     messages: list[MessageParam] = Field(min_length=1)
     system: str | list[dict[str, Any]] | None = None
     tools: list[ToolSpec] | None = None
     tool_choice: ToolChoice | None = None
+
+
+class MessagesRequest(CountTokensRequest):
+    """The fields of ``POST /v1/messages`` this service acts on (others are accepted and ignored)."""
+
+    max_tokens: int = Field(ge=1)
     stop_sequences: list[str] | None = None
     temperature: float = Field(1.0, ge=0, le=1)
     top_p: float = Field(1.0, gt=0, le=1)
@@ -106,7 +111,7 @@ def _blocks_text(blocks: list[dict[str, Any]], where: str) -> str:
     return "".join(out)
 
 
-def to_messages(req: MessagesRequest) -> list[dict[str, Any]]:
+def to_messages(req: CountTokensRequest) -> list[dict[str, Any]]:
     """``system`` + ``messages`` as chat messages (see the module docstring)."""
     out: list[dict[str, Any]] = []
     if req.system:
@@ -164,19 +169,19 @@ def to_messages(req: MessagesRequest) -> list[dict[str, Any]]:
 
 def chat_body(req: MessagesRequest) -> dict[str, Any]:
     """The chat-completions request that serves ``req``."""
-    body: dict[str, Any] = {
-        "model": req.model,
-        "messages": to_messages(req),
-        "max_tokens": req.max_tokens,
-        "temperature": req.temperature,
-        "top_p": req.top_p,
-        "stream": req.stream,
-    }
+    body = conversation_body(req)
+    body.update(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stream=req.stream)
     if req.stop_sequences:
         body["stop"] = req.stop_sequences
     user = (req.metadata or {}).get("user_id")
     if isinstance(user, str) and user:
         body["user"] = user
+    return body
+
+
+def conversation_body(req: CountTokensRequest) -> dict[str, Any]:
+    """The chat-completions request's model, messages and tools for ``req`` (what its prompt is)."""
+    body: dict[str, Any] = {"model": req.model, "messages": to_messages(req)}
     if req.tools:
         body["tools"] = [
             {

@@ -31,6 +31,7 @@ import math
 import threading
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +224,12 @@ class Serving:
                     "object": "model",
                     "created": int(self.started_at),
                     "owned_by": "openclaw-rl",
+                    # Anthropic's model object, for its SDK's models.list / retrieve
+                    "type": "model",
+                    "display_name": self.model_name,
+                    "created_at": datetime.fromtimestamp(self.started_at, UTC)
+                    .isoformat()
+                    .replace("+00:00", "Z"),
                     "policy_version": self.engine.policy_version,
                     # The window under each name clients read: vLLM's, OpenRouter's / LiteLLM's, and others'.
                     "max_model_len": self.pcfg.max_model_len,
@@ -231,6 +238,34 @@ class Serving:
                 }
             ],
         }
+
+    def model(self, model_id: str) -> dict[str, Any]:
+        """The card of the served model named ``model_id`` (``GET /v1/models/{id}``); 404 otherwise."""
+        card = next((m for m in self.models()["data"] if m["id"] == model_id), None)
+        if card is None:
+            raise APIError(
+                404,
+                f"The model {escape_for_log(model_id, 80)!r} does not exist; this service serves "
+                f"{self.model_name!r}",
+                type_="invalid_request_error",
+                param="model",
+                code="model_not_found",
+            )
+        return card
+
+    def count_tokens(self, body: bytes, headers: dict[str, str]) -> int:
+        """How many tokens the prompt of a chat request ``body`` takes (nothing is generated or
+        recorded); 501 when no local tokenizer knows the model."""
+        _, gen = self.parse(body, headers)
+        ids = self.engine.prompt_ids(gen)
+        if ids is None:
+            raise APIError(
+                501,
+                f"counting tokens needs the tokenizer of {self.model_name!r} on this machine, and "
+                "none is there",
+                type_="server_error",
+            )
+        return len(ids)
 
     def swap_weights(self, path: str | Path, version: int, user: str | None = None) -> int:
         """Replace the policy weights (blocking; in-flight requests complete) and record the version;

@@ -274,3 +274,38 @@ def test_messages_errors_have_anthropics_shape_and_x_api_key_works(tiny_service)
     )
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
     assert "messages[0].content[0]" in r.json()["error"]["message"]
+
+
+def test_count_tokens_is_the_prompt_the_reply_reads_and_records_nothing(tiny_service):
+    svc, url = tiny_service
+    client = _anthropic(url)
+    tools = [{"name": "get_weather", "description": "weather", "input_schema": WEATHER["parameters"]}]
+    convo = [{"role": "user", "content": "Weather in Oslo, please?"}]
+    before = svc.store.counters().turns
+    counted = client.messages.count_tokens(model="policy", system="Be brief.", messages=convo, tools=tools)
+    assert svc.store.counters().turns == before  # a count is no turn
+    msg = client.messages.create(
+        model="policy", max_tokens=2, system="Be brief.", messages=convo, tools=tools
+    )
+    assert counted.input_tokens == msg.usage.input_tokens > 0
+    bare = client.messages.count_tokens(model="policy", messages=convo)
+    assert 0 < bare.input_tokens < counted.input_tokens  # the tools and the system prompt take tokens
+    from anthropic import BadRequestError
+
+    with pytest.raises(BadRequestError) as bad:
+        client.messages.count_tokens(model="policy", messages=[])
+    assert bad.value.body["type"] == "error" and "messages" in bad.value.body["error"]["message"]
+
+
+def test_the_served_model_can_be_looked_up_by_name_with_either_sdk(tiny_service):
+    from openai import NotFoundError
+
+    _, url = tiny_service
+    name = _openai(url).models.list().data[0].id
+    assert _openai(url).models.retrieve(name).id == name
+    card = _anthropic(url).models.retrieve(name)
+    assert card.id == name and card.type == "model" and card.display_name and card.created_at.year >= 2024
+    assert [m.id for m in _anthropic(url).models.list()] == [name]
+    with pytest.raises(NotFoundError) as missing:
+        _openai(url).models.retrieve("gpt-4o")
+    assert missing.value.code == "model_not_found" and "gpt-4o" in str(missing.value.message)
