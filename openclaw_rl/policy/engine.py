@@ -34,6 +34,14 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     top_logprobs: int = 0
+    #: OpenAI's: a token's logit is lowered by ``frequency_penalty`` per time the reply has already
+    #: generated it, and by ``presence_penalty`` once if it has at all (before temperature).
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+
+    @property
+    def penalised(self) -> bool:
+        return self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
 
 
 @dataclass

@@ -129,6 +129,8 @@ class ForwardEngine(Engine):
             body["stop"] = p.stop
         if p.seed is not None:
             body["seed"] = p.seed
+        if p.penalised:
+            body.update(frequency_penalty=p.frequency_penalty, presence_penalty=p.presence_penalty)
         if req.tools:
             body["tools"] = [t.model_dump(exclude_none=True) for t in req.tools]
             if req.tool_choice is not None:

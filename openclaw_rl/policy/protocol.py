@@ -130,6 +130,9 @@ class ChatCompletionRequest(_Lenient):
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     n: int = Field(1, ge=1)
+    # OpenAI's repetition penalties, on the tokens this reply has generated so far
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
     stop: str | list[str] | None = None
     seed: int | None = None
     stream: bool = False

@@ -341,6 +341,8 @@ class Serving:
             stop=req.stops,
             seed=req.seed,
             top_logprobs=(req.top_logprobs or 0) if req.logprobs else 0,
+            frequency_penalty=req.frequency_penalty,
+            presence_penalty=req.presence_penalty,
         )
         gen = GenRequest(
             messages=req.messages,

@@ -576,6 +576,14 @@ class TransformersEngine(Engine):
             [r.req.params.temperature if r.req.params.temperature > 0 else 1.0 for r in rows]
         )
         model_logp = torch.log_softmax(logits, dim=-1)  # what is recorded (see the module docstring)
+        penalised = [i for i, r in enumerate(rows) if r.req.params.penalised and r.ids]
+        if penalised:  # the penalties shape what is drawn; the recorded log-prob stays the model's
+            logits = logits.clone()
+            for i in penalised:
+                p = rows[i].req.params
+                counts = torch.bincount(torch.tensor(rows[i].ids), minlength=logits.shape[-1])
+                counts = counts[: logits.shape[-1]].to(logits.dtype)
+                logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(logits.dtype)
         logp = torch.log_softmax(logits / temps[:, None], dim=-1)  # what is sampled from
         toks: list[int | None] = [None] * len(rows)
         plain: list[int] = []  # rows sampled with the shared generator, in one multinomial call

@@ -118,6 +118,29 @@ def test_stop_sequence_and_greedy(client):
     assert r["choices"][0]["message"]["content"] == text[: text.find(stop)]
 
 
+def test_repetition_penalties_change_what_is_drawn_not_what_is_recorded(tiny_service, client):
+    svc, _ = tiny_service
+
+    def greedy(**penalties):
+        body = {"messages": USER, "max_tokens": 24, "temperature": 0, "return_token_ids": True, **penalties}
+        r = client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        out = r.json()
+        turn = svc.store.turn_by_response(out["id"])[0]
+        return out["choices"][0]["token_ids"], turn
+
+    plain, _ = greedy()
+    assert len(set(plain)) < len(plain)  # the tiny random model repeats itself when greedy
+    fresh, turn = greedy(presence_penalty=2.0)
+    assert len(set(fresh)) > len(set(plain))  # a token already said is drawn less
+    assert turn.response_ids == fresh and len(turn.response_logprobs) == len(fresh)
+    # the recorded log-probs are the model's own: the same as for an unpenalised reply's shared prefix
+    same = next((k for k, (a, b) in enumerate(zip(plain, fresh, strict=False)) if a != b), len(fresh))
+    _, unpenalised = greedy()
+    assert turn.response_logprobs[:same] == pytest.approx(unpenalised.response_logprobs[:same], abs=1e-4)
+    assert greedy(frequency_penalty=-2.0)[0]  # negative values are OpenAI's too: accepted
+
+
 def test_explicit_sessions_next_state_side_turns_and_done(tiny_service, client):
     svc, _ = tiny_service
     h = {"X-Session-Id": "sess-A"}
@@ -226,6 +249,7 @@ BAD = [
         "type 'object'",
     ),
     (b'{"messages": [{"role": "user", "content": "x"}], "tools": {"name": "f"}}', "tools"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 2.5}', "frequency_penalty"),
 ]
 
 
