@@ -44,6 +44,45 @@ def test_a_child_stops_when_its_launcher_is_killed():
         time.sleep(0.1)
 
 
+STOPPING_LOOP = """
+import signal, sys, time
+from pathlib import Path
+log = Path(sys.argv[1])
+def stop(*_):
+    with log.open("a") as f:
+        f.write(f"asked {sys.argv[2]}\\n")
+    time.sleep(1.0)  # finishing what it was doing
+    with log.open("a") as f:
+        f.write(f"gone {sys.argv[2]}\\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_stopping_run_asks_every_loop_at_once_and_the_server_last(tmp_path):
+    from openclaw_rl.launcher.wiring import STOP_ORDER, Child, _stop_all
+
+    log = tmp_path / "stops.log"
+    script = tmp_path / "loop.py"
+    script.write_text(STOPPING_LOOP)
+    children = {name: Child(name, [sys.executable, str(script), str(log), name]) for name in STOP_ORDER}
+    for child in children.values():
+        child.start()
+    time.sleep(2.0)  # every child has its handler installed
+    _stop_all(children)
+    events = log.read_text().split()
+    said = list(zip(events[::2], events[1::2], strict=True))
+    loops = [n for n in STOP_ORDER if n != "policy_service"]
+    # every loop was asked before any of them had gone: they stop side by side ...
+    assert sorted(said[: len(loops)]) == sorted(("asked", n) for n in loops)
+    # ... and the server only once they all had: it drains the turns still in flight
+    assert said[-2:] == [("asked", "policy_service"), ("gone", "policy_service")]
+    assert {n for kind, n in said if kind == "gone"} == set(STOP_ORDER)
+    assert all(not c.alive() for c in children.values())
+
+
 def test_a_restarted_run_serves_its_newest_published_policy(tmp_path, tiny_model_dir):
     """Both launchers start serving through start_serving: a run with a published policy resumes it."""
     import httpx
