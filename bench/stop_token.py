@@ -15,9 +15,12 @@ prints, per run:
   has just read agrees with a loop more than with new text (``[training] opd_repeats``);
 * with ``--readiness``: where the base model's own rollouts (policy version 0) stopped, its
   probability of stopping there (recorded at sampling) against the run's final policy's (one
-  scoring pass per response): a policy that lost its readiness to stop where the base would.
+  scoring pass per response): a policy that lost its readiness to stop where the base would;
+* with ``--tokens``: over every run given, the tokens the OPD part pushes hardest (``|teacher −
+  rollout| > BIG_PUSH``), down and up, with how often and how hard, and its mean push by position in
+  the response: which words the hinted teacher teaches the policy to avoid.
 
-    .venv/bin/python bench/stop_token.py [--readiness] RUN_DIR [RUN_DIR ...]
+    .venv/bin/python bench/stop_token.py [--readiness] [--tokens] RUN_DIR [RUN_DIR ...]
 
 ``RUN_DIR``: a run's ``log_dir`` (it holds ``store.sqlite``), or a folder of them.
 """
@@ -29,6 +32,7 @@ import math
 import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,6 +115,54 @@ def stop_report(samples: list[Sample], stop_ids: frozenset[int]) -> StopReport:
     )
 
 
+#: A per-token OPD push this large counts as one of the hard ones (``--tokens``).
+BIG_PUSH = 0.5
+#: Tokens per position bucket in ``--tokens``' push-by-position line.
+POSITION_BUCKET = 8
+
+
+@dataclass
+class TokenPushes:
+    """The OPD part's pushes by token and by position over hinted responses: per token text, how
+    often and how hard (summed) it was pushed beyond ``±BIG_PUSH``; the mean push per bucket of
+    ``POSITION_BUCKET`` positions (the last bucket holds every later position)."""
+
+    down: dict[str, tuple[int, float]]
+    up: dict[str, tuple[int, float]]
+    by_position: list[float]
+    tokens: int
+
+
+def token_pushes(samples: list[Sample], decode: Callable[[int], str], buckets: int = 8) -> TokenPushes:
+    """:class:`TokenPushes` of the hinted ``samples``; ``decode`` turns a token id into its text."""
+    down: dict[str, list[float]] = defaultdict(list)
+    up: dict[str, list[float]] = defaultdict(list)
+    at: dict[int, list[float]] = defaultdict(list)
+    n = 0
+    for s in samples:
+        if s.teacher_logprobs is None:
+            continue
+        for k, (t, r, tok) in enumerate(
+            zip(s.teacher_logprobs, s.rollout_logprobs, s.response_ids, strict=True)
+        ):
+            push = t - r
+            n += 1
+            at[min(k // POSITION_BUCKET, buckets - 1)].append(push)
+            if abs(push) > BIG_PUSH:
+                (up if push > 0 else down)[decode(tok)].append(push)
+    return TokenPushes(
+        down={w: (len(v), sum(v)) for w, v in down.items()},
+        up={w: (len(v), sum(v)) for w, v in up.items()},
+        by_position=[statistics.fmean(at[b]) if at[b] else float("nan") for b in range(buckets)],
+        tokens=n,
+    )
+
+
+def _hardest(pushes: dict[str, tuple[int, float]], k: int = 12) -> str:
+    ranked = sorted(pushes.items(), key=lambda kv: -abs(kv[1][1]))[:k]
+    return ", ".join(f"{w!r} {c}x {total:+.1f}" for w, (c, total) in ranked)
+
+
 class Readiness:
     """The base model once, and each run's final policy swapped onto it in turn."""
 
@@ -158,6 +210,11 @@ def main() -> int:
         action="store_true",
         help="also score, where the base's rollouts stopped, the final policy's probability of stopping",
     )
+    ap.add_argument(
+        "--tokens",
+        action="store_true",
+        help="also the tokens the OPD part pushes hardest, over all runs given",
+    )
     args = ap.parse_args()
     stop_ids = stop_token_ids(load_tokenizer(args.model), load_generation_config(args.model))
     dirs = run_dirs(args.runs)
@@ -165,12 +222,14 @@ def main() -> int:
         print(f"no store.sqlite under {', '.join(args.runs)}", file=sys.stderr)
         return 2
     scorer = Readiness(args.model, stop_ids) if args.readiness else None
+    every: list[Sample] = []
     for d in dirs:
         store = Store(d / "store.sqlite")
         try:
             samples = store.samples()
         finally:
             store.close()
+        every.extend(samples)
         rep = stop_report(samples, stop_ids)
         line = ", ".join(f"v{v} {share:.2f} (n={rep.n[v]})" for v, share in rep.stopped.items())
         print(f"{d.parent.name}/{d.name}: responses that ended by themselves, by policy version: {line}")
@@ -191,6 +250,14 @@ def main() -> int:
                 f"  readiness to stop where the base's rollouts stopped (n={n}): base {base:.3f}, "
                 f"final policy (v{published.version}) {final:.3f}"
             )
+    if args.tokens:
+        tok = load_tokenizer(args.model)
+        rep_t = token_pushes(every, lambda i: tok.decode([i]))
+        cells = " ".join(f"{p:+.3f}" for p in rep_t.by_position)
+        print(f"OPD push by position ({POSITION_BUCKET}-token buckets, the last holds the rest): {cells}")
+        print(f"pushed down hardest (< -{BIG_PUSH}), token count total: {_hardest(rep_t.down)}")
+        print(f"pushed up hardest (> +{BIG_PUSH}): {_hardest(rep_t.up)}")
+        print(f"({rep_t.tokens} hinted tokens over {len(dirs)} run(s))")
     print(f"(stop tokens of {args.model}: {sorted(stop_ids)}; samples of every status)")
     return 0
 
