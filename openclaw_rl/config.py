@@ -65,6 +65,10 @@ InteractionType = Literal["chat", "terminal", "gui", "tool_call"]
 Persona = Literal["student", "teacher", "analyst"]
 #: Where the OPD teacher reads the hint (``[prm_service] hint_placement``, docs/judge.md).
 HintPlacement = Literal["user", "system"]
+#: What environment groups train on (``[env_service] reward``, docs/training.md "Advantages").
+RewardMode = Literal["judge", "outcome", "both", "truth"]
+#: The reward modes that use an environment's verified outcome.
+OUTCOME_REWARDS: tuple[RewardMode, ...] = ("outcome", "both")
 
 
 # Named default factories, not lambdas: a lambda's list literal is inferred as list[str], which
@@ -255,7 +259,7 @@ class EnvServiceConfig(_Section):
         "(default 2 x [training] batch_size; 0 = no limit): rollouts "
         "far ahead of training only go stale, and on a shared CPU they slow the trainer down",
     )
-    reward: Literal["judge", "outcome", "both", "truth"] = Field(
+    reward: RewardMode = Field(
         "judge",
         description="what terminal / tool_call / gui episodes train on: the judge's per-turn "
         "scores, the environment's verified outcome (every turn of the episode), or both (judge per turn, "
@@ -755,7 +759,7 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
             "is 0 and nothing is learned"
         )
     if (
-        env.reward in ("outcome", "both")
+        env.reward in OUTCOME_REWARDS
         and env.enabled
         and env.num_envs
         and set(env.interaction_types) <= {"chat"}

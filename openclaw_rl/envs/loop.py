@@ -61,7 +61,7 @@ from typing import Any, Literal
 
 import httpx
 
-from openclaw_rl.config import Config, Persona
+from openclaw_rl.config import OUTCOME_REWARDS, Config, Persona
 from openclaw_rl.envs.base import Env, make
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
@@ -654,7 +654,7 @@ def truth_header(info: dict[str, Any]) -> dict[str, str]:
 
 def reports_outcome(cfg: Config, itype: str) -> bool:
     """Whether episodes of ``itype`` send their verified outcome (chat never has one)."""
-    return itype != "chat" and cfg.env_service.reward in ("outcome", "both") and cfg.env_service.state_capture
+    return itype != "chat" and cfg.env_service.reward in OUTCOME_REWARDS and cfg.env_service.state_capture
 
 
 def group_headers(cfg: Config, itype: str, worker: int, size: int) -> dict[str, str] | None:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from openclaw_rl.config import TrainingConfig
+from openclaw_rl.config import OUTCOME_REWARDS, RewardMode, TrainingConfig
 from openclaw_rl.types import JudgeResult, Sample, Turn
 
 #: Advantages smaller than this are zero: no policy-gradient part.
@@ -98,7 +98,7 @@ def turn_kind(turn: Turn) -> str:
     return turn.next_state.role if turn.next_state is not None else "none"
 
 
-def turn_score(turn: Turn, result: JudgeResult, reward_mode: str) -> float:
+def turn_score(turn: Turn, result: JudgeResult, reward_mode: RewardMode) -> float:
     """The score a judged turn trains on: the judge's, or with ``reward_mode = "truth"`` the turn's
     truth mapped onto the judge's range (0 -> -1, 1 -> +1) when its next state carries one."""
     truth = turn.next_state.truth if turn.next_state is not None else None
@@ -112,7 +112,7 @@ def build_samples(
     result: JudgeResult,
     training: TrainingConfig,
     baseline: RunningBaseline | None = None,
-    reward_mode: str = "judge",
+    reward_mode: RewardMode = "judge",
 ) -> list[Sample]:
     """Samples for one successfully judged main turn (empty when it carries no signal).
 
@@ -167,7 +167,7 @@ def group_samples(
     group_id: str,
     episodes: list[Episode],
     training: TrainingConfig,
-    reward_mode: str,
+    reward_mode: RewardMode,
     baseline: RunningBaseline | None = None,
 ) -> tuple[list[Sample], GroupStats]:
     """The samples of one finished group, with group-relative advantages (see the module docstring).
@@ -175,7 +175,7 @@ def group_samples(
     ``reward_mode`` is ``[env_service] reward``; an episode without an outcome is judged whatever it
     says. A group of one episode has nobody to compare with and falls back to ``baseline``."""
     rl = training.binary_rl_weight > 0
-    use_outcome = reward_mode in ("outcome", "both") and all(e.outcome is not None for e in episodes)
+    use_outcome = reward_mode in OUTCOME_REWARDS and all(e.outcome is not None for e in episodes)
     use_judge = reward_mode in ("judge", "both") or not use_outcome
     turns = [[t for t in e.turns if t.turn_index in e.results and t.response_ids] for e in episodes]
     score = {

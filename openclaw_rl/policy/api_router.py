@@ -254,8 +254,8 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
         headers = {k.lower(): v for k, v in request.headers.items()}
         return await _other_protocol(MessagesCall(serving, await request.body(), headers, who))
 
-    @app.post("/v1/messages/count_tokens")
-    async def count_tokens(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
+    @app.post("/v1/messages/count_tokens", dependencies=[Depends(caller)])
+    async def count_tokens(request: Request) -> dict[str, Any]:
         # Anthropic's token count: the prompt the model would read, tools included; nothing recorded
         req: CountTokensRequest = await _parse(request, CountTokensRequest)
         body = json.dumps(conversation_body(req)).encode()
