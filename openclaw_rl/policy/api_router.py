@@ -19,6 +19,9 @@ Routes::
 
     POST /v1/chat/completions        OpenAI chat completions (JSON or SSE)
     POST /v1/responses               OpenAI Responses API (JSON or typed SSE events), see responses_api.py
+    GET  /v1/responses/{id}          a stored response, as its client saw it
+    GET  /v1/responses/{id}/input_items  the conversation it read, as items (limit, order, after)
+    DELETE /v1/responses/{id}        forget a stored response (it can no longer be read or continued)
     POST /v1/messages                Anthropic Messages API (JSON or SSE; x-api-key too), see messages_api.py
     POST /v1/messages/count_tokens   Anthropic's token count of a Messages request's prompt
     POST /v1/feedback                {"response_id": ID, "rating": 1|-1, "comment": TEXT}: rate a response
@@ -61,12 +64,22 @@ from openclaw_rl.policy.protocol import (
     PauseRequest,
     parse_body,
 )
-from openclaw_rl.policy.responses_api import ResponsesCall
+from openclaw_rl.policy.responses_api import (
+    ResponsesCall,
+    delete_response,
+    input_items,
+    retrieve_response,
+)
 from openclaw_rl.policy.serving import Serving, escape_for_log
 from openclaw_rl.policy.weights import WeightLoadError
 from openclaw_rl.runtime.users import UserError, check_user_name, key_matches, split_key
 
 log = logging.getLogger("openclaw_rl.policy")
+
+
+def _headers(request: Request) -> dict[str, str]:
+    """A request's headers under lower-case names, as the serving layer reads them."""
+    return {k.lower(): v for k, v in request.headers.items()}
 
 
 class _SglangLoad(BaseModel):
@@ -218,7 +231,7 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
     @app.post("/v1/chat/completions")
     async def chat(request: Request, who: Caller = Depends(caller)):
         body = await request.body()
-        headers = {k.lower(): v for k, v in request.headers.items()}
+        headers = _headers(request)
         job = await serving.start_job(body, headers, who)
         session_headers = {"X-Session-Id": job.assign.session_id, "X-Turn-Index": str(job.assign.turn_index)}
         if job.req.stream:
@@ -246,12 +259,34 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
 
     @app.post("/v1/responses")
     async def responses(request: Request, who: Caller = Depends(caller)):
-        headers = {k.lower(): v for k, v in request.headers.items()}
+        headers = _headers(request)
         return await _other_protocol(ResponsesCall(serving, await request.body(), headers, who))
+
+    @app.get("/v1/responses/{response_id}")
+    async def response(response_id: str, request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
+        if request.query_params.get("stream", "").lower() == "true":
+            raise APIError(400, "stream: a stored response is read whole, not streamed again", param="stream")
+        headers = _headers(request)
+        return await run_in_threadpool(retrieve_response, serving, response_id, who, headers)
+
+    @app.get("/v1/responses/{response_id}/input_items")
+    async def response_items(
+        response_id: str, request: Request, who: Caller = Depends(caller)
+    ) -> dict[str, Any]:
+        headers = _headers(request)
+        query = dict(request.query_params)
+        return await run_in_threadpool(input_items, serving, response_id, who, headers, query)
+
+    @app.delete("/v1/responses/{response_id}")
+    async def forget_response(
+        response_id: str, request: Request, who: Caller = Depends(caller)
+    ) -> dict[str, Any]:
+        headers = _headers(request)
+        return await run_in_threadpool(delete_response, serving, response_id, who, headers)
 
     @app.post("/v1/messages")
     async def messages(request: Request, who: Caller = Depends(caller)):
-        headers = {k.lower(): v for k, v in request.headers.items()}
+        headers = _headers(request)
         return await _other_protocol(MessagesCall(serving, await request.body(), headers, who))
 
     @app.post("/v1/messages/count_tokens", dependencies=[Depends(caller)])
@@ -259,13 +294,13 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
         # Anthropic's token count: the prompt the model would read, tools included; nothing recorded
         req: CountTokensRequest = await _parse(request, CountTokensRequest)
         body = json.dumps(conversation_body(req)).encode()
-        headers = {k.lower(): v for k, v in request.headers.items()}
+        headers = _headers(request)
         return {"input_tokens": await run_in_threadpool(serving.count_tokens, body, headers)}
 
     @app.post("/v1/feedback")
     async def feedback(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
         req: FeedbackRequest = await _parse(request, FeedbackRequest)
-        headers = {k.lower(): v for k, v in request.headers.items()}
+        headers = _headers(request)
         return await run_in_threadpool(serving.feedback, req, headers, who)
 
     async def _parse(request: Request, model: type[BaseModel]) -> Any:

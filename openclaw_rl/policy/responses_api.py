@@ -13,6 +13,12 @@ kept in the run's store; a request naming it continues that conversation and tha
 headers, no prefix stitching needed). Only the user a response was served to may continue it (404
 for anyone else, as for an unknown id). With ``store: false`` the turn is still recorded for
 training, but the response cannot be continued.
+
+A stored response can also be read back (``GET /v1/responses/{id}``, the object its client saw;
+``GET /v1/responses/{id}/input_items``, the conversation it read, as items) and deleted
+(``DELETE /v1/responses/{id}``: it can no longer be read or continued; the turn stays in the training
+record, as every turn does until ``openclaw-rl users delete``). Its user may do so, and a trusted
+gateway, which may act for any of its users anyway; anyone else gets the 404 of an unknown id.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from openclaw_rl.policy.protocol import APIError, LenientModel, parse_body
 if TYPE_CHECKING:
     from openclaw_rl.policy.identity import Caller
     from openclaw_rl.policy.serving import Serving, _Job
+    from openclaw_rl.runtime.store import StoredResponse
 
 
 class ResponsesRequest(LenientModel):
@@ -127,6 +134,146 @@ def to_messages(req: ResponsesRequest) -> list[dict[str, Any]]:
     return messages
 
 
+def _not_found(response_id: str, param: str) -> APIError:
+    return APIError(
+        404,
+        f"{param}: no stored response {response_id[:128]!r}",
+        type_="not_found_error",
+        param=param,
+        code="response_not_found",
+    )
+
+
+def stored_response(
+    serving: Serving, response_id: str, caller: Caller, headers: dict[str, str]
+) -> StoredResponse:
+    """The stored response ``response_id`` if the caller may see it (module docstring), else 404."""
+    chain = serving.store.chain(response_id)
+    gateway = caller.trusted and caller.key_user is None
+    if chain is None or not (gateway or chain.user == serving.user_of(caller, None, headers)):
+        raise _not_found(response_id, "response_id")
+    return chain
+
+
+def retrieve_response(
+    serving: Serving, response_id: str, caller: Caller, headers: dict[str, str]
+) -> dict[str, Any]:
+    """``GET /v1/responses/{id}``: the response object as its client saw it when it finished."""
+    found = stored_response(serving, response_id, caller, headers)
+    if found.response is None:  # kept by a version that stored only the conversation
+        raise APIError(
+            404,
+            "response_id: this response was stored before responses could be read back; it can "
+            "still be continued with previous_response_id",
+            type_="not_found_error",
+            param="response_id",
+            code="response_not_found",
+        )
+    return found.response
+
+
+def delete_response(
+    serving: Serving, response_id: str, caller: Caller, headers: dict[str, str]
+) -> dict[str, Any]:
+    """``DELETE /v1/responses/{id}``: it can no longer be read or continued."""
+    stored_response(serving, response_id, caller, headers)
+    if not serving.store.delete_chain(response_id):
+        raise _not_found(response_id, "response_id")
+    return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+
+def _items_of(response_id: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages as Responses API items, oldest first, with ids stable for this response."""
+    items: list[dict[str, Any]] = []
+
+    def item_id(prefix: str) -> str:
+        return f"{prefix}_{response_id[5:25]}{len(items):04d}"
+
+    for m in messages:
+        role, text = m.get("role"), m.get("content") or ""
+        if role == "tool":
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "id": item_id("fco"),
+                    "call_id": m.get("tool_call_id", ""),
+                    "output": text,
+                    "status": "completed",
+                }
+            )
+            continue
+        if role not in ("user", "assistant"):
+            continue  # instructions are the response's own field, not an input item
+        if text or role == "user":
+            kind = "input_text" if role == "user" else "output_text"
+            part: dict[str, Any] = {"type": kind, "text": text}
+            if kind == "output_text":
+                part["annotations"] = []
+            items.append(
+                {
+                    "type": "message",
+                    "id": item_id("msg"),
+                    "role": role,
+                    "status": "completed",
+                    "content": [part],
+                }
+            )
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function", {})
+            items.append(
+                {
+                    "type": "function_call",
+                    "id": item_id("fc"),
+                    "call_id": call.get("id", ""),
+                    "name": fn.get("name", ""),
+                    "arguments": fn.get("arguments", ""),
+                    "status": "completed",
+                }
+            )
+    return items
+
+
+def input_items(
+    serving: Serving,
+    response_id: str,
+    caller: Caller,
+    headers: dict[str, str],
+    query: dict[str, str],
+) -> dict[str, Any]:
+    """``GET /v1/responses/{id}/input_items``: the conversation the response read (its reply left out),
+    one page of it: ``limit`` (1-100, default 20), ``order`` (``desc``, the default, or ``asc``),
+    ``after`` (the last item id of the page before)."""
+    found = stored_response(serving, response_id, caller, headers)
+    try:
+        limit = int(query.get("limit", "20"))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= 100:
+        raise APIError(
+            400, f"limit: expected an integer from 1 to 100, got {query.get('limit')!r}", param="limit"
+        )
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise APIError(400, f"order: expected asc or desc, got {order!r}", param="order")
+    items = _items_of(response_id, found.messages[:-1])  # the last message is the response's own reply
+    if order == "desc":
+        items.reverse()
+    after = query.get("after")
+    if after is not None:
+        ids = [it["id"] for it in items]
+        if after not in ids:
+            raise APIError(400, f"after: {after[:64]!r} is no item of this response", param="after")
+        items = items[ids.index(after) + 1 :]
+    page = items[:limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(items) > limit,
+    }
+
+
 def _tool_choice(choice: Any) -> Any:
     if isinstance(choice, dict) and choice.get("type") == "function":
         return {"type": "function", "function": {"name": choice.get("name")}}
@@ -182,18 +329,11 @@ class ResponsesCall:
         new = to_messages(req)
         if req.previous_response_id is not None:
             chain = self.serving.store.chain(req.previous_response_id)
-            if chain is None or chain[0] != user:
-                raise APIError(
-                    404,
-                    f"previous_response_id: no stored response {req.previous_response_id!r}",
-                    type_="not_found_error",
-                    param="previous_response_id",
-                    code="response_not_found",
-                )
-            _, session_id, before = chain
-            self.headers.setdefault("x-session-id", session_id)
+            if chain is None or chain.user != user:
+                raise _not_found(req.previous_response_id, "previous_response_id")
+            self.headers.setdefault("x-session-id", chain.session_id)
             # as OpenAI does: the previous response's instructions are not carried over, this one's apply
-            kept = [m for m in before if m["role"] != "system"]
+            kept = [m for m in chain.messages if m["role"] != "system"]
             system = [m for m in new if m["role"] == "system"]
             self.messages = [*system, *kept, *[m for m in new if m["role"] != "system"]]
         else:
@@ -276,15 +416,16 @@ class ResponsesCall:
             "turn_index": self.job.assign.turn_index,
         }
 
-    def _keep(self, text: str, calls: list[dict[str, Any]] | None) -> None:
-        """Store the conversation so far for ``previous_response_id`` (``store`` true only)."""
+    def _keep(self, text: str, calls: list[dict[str, Any]] | None, response: dict[str, Any]) -> None:
+        """Store the conversation so far for ``previous_response_id`` and the finished ``response``
+        for ``GET /v1/responses/{id}`` (``store`` true only)."""
         if not self.req.store:
             return
         reply: dict[str, Any] = {"role": "assistant", "content": text}
         if calls:
             reply["tool_calls"] = [{k: c[k] for k in ("id", "type", "function")} for c in calls]
         self.serving.store.save_chain(
-            self.id, self.job.assign.user, self.job.assign.session_id, [*self.messages, reply]
+            self.id, self.job.assign.user, self.job.assign.session_id, [*self.messages, reply], response
         )
 
     async def complete(self) -> dict[str, Any]:
@@ -292,9 +433,10 @@ class ResponsesCall:
         message = done["choices"][0]["message"]
         text, calls = message.get("content") or "", message.get("tool_calls")
         finish = done["choices"][0]["finish_reason"]
-        self._keep(text, calls)
         status = "incomplete" if finish == "length" else "completed"
-        return self.response(status, self._output(text, calls), finish)
+        response = self.response(status, self._output(text, calls), finish)
+        self._keep(text, calls, response)
+        return response
 
     async def stream(self) -> AsyncIterator[str]:
         """The typed SSE events of a streamed response, ending with ``response.completed``."""
@@ -384,7 +526,8 @@ class ResponsesCall:
             yield event(
                 "response.output_item.done", output_index=index, item=self._call_item(call, "completed")
             )
-        self._keep(text, calls)
         status = "incomplete" if finish == "length" else "completed"
+        response = self.response(status, self._output(text, calls), finish)
+        self._keep(text, calls, response)
         kind = "response.incomplete" if status == "incomplete" else "response.completed"
-        yield event(kind, response=self.response(status, self._output(text, calls), finish))
+        yield event(kind, response=response)

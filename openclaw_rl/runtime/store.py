@@ -152,6 +152,7 @@ COLUMNS_ADDED = {
         "user": f"TEXT NOT NULL DEFAULT '{DEFAULT_USER}'",
     },
     "samples": {"user": f"TEXT NOT NULL DEFAULT '{DEFAULT_USER}'"},
+    "chains": {"response": "TEXT"},
 }
 
 #: The lease holder a feedback puts on a turn it reopens: already expired, so any judge may claim the
@@ -176,6 +177,18 @@ _DUE_TURNS = (
     "WHERE (status='ready' OR (status='failed' AND retry_at<=?)) "
     "AND (claimed_by IS NULL OR lease_until<=?) ORDER BY updated_at, session_id, turn_index LIMIT ?"
 )
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """A Responses API response kept with ``store`` true: whose it is, its session, the conversation
+    it read and wrote (chat messages), and the ``response`` object its client saw (None for one kept
+    by a version before responses could be retrieved)."""
+
+    user: str
+    session_id: str
+    messages: list[dict[str, Any]]
+    response: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -844,21 +857,46 @@ class Store:
         return counts
 
     def save_chain(
-        self, response_id: str, user: str, session_id: str, messages: list[dict[str, object]]
+        self,
+        response_id: str,
+        user: str,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        response: dict[str, Any] | None = None,
     ) -> None:
-        """Keep a stored response's whole conversation (its input and its output, as chat messages),
-        so a request naming it as ``previous_response_id`` continues it (Responses API)."""
+        """Keep a stored response's whole conversation (its input and its output, as chat messages)
+        and the response object itself, so a request naming it as ``previous_response_id`` continues
+        it and ``GET /v1/responses/{id}`` returns it (Responses API)."""
         with self._tx() as db:
             db.execute(
-                "INSERT OR REPLACE INTO chains(response_id, user, session_id, messages, created_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (response_id, user, session_id, json.dumps(messages, ensure_ascii=False), time.time()),
+                "INSERT OR REPLACE INTO chains(response_id, user, session_id, messages, created_at, response) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    response_id,
+                    user,
+                    session_id,
+                    json.dumps(messages, ensure_ascii=False),
+                    time.time(),
+                    None if response is None else json.dumps(response, ensure_ascii=False),
+                ),
             )
 
-    def chain(self, response_id: str) -> tuple[str, str, list[dict[str, object]]] | None:
-        """(user, session id, conversation) of a stored response, or None."""
-        row = self._one("SELECT user, session_id, messages FROM chains WHERE response_id=?", (response_id,))
-        return None if row is None else (row[0], row[1], json.loads(row[2]))
+    def chain(self, response_id: str) -> StoredResponse | None:
+        """A stored response, or None."""
+        row = self._one(
+            "SELECT user, session_id, messages, response FROM chains WHERE response_id=?", (response_id,)
+        )
+        if row is None:
+            return None
+        return StoredResponse(
+            row[0], row[1], json.loads(row[2]), None if row[3] is None else json.loads(row[3])
+        )
+
+    def delete_chain(self, response_id: str) -> bool:
+        """Forget a stored response (it can no longer be retrieved or continued); False if unknown.
+        The turn it served stays in the training record, as every turn does until its user is deleted."""
+        with self._tx() as db:
+            return db.execute("DELETE FROM chains WHERE response_id=?", (response_id,)).rowcount > 0
 
     def turn_by_response(self, response_id: str) -> tuple[Turn, str] | None:
         """(turn, owner) of the main turn the client saw as completion ``response_id``."""

@@ -103,6 +103,61 @@ def test_previous_response_id_continues_the_session_without_headers(tiny_service
         )
 
 
+def test_a_stored_response_can_be_read_back_listed_and_deleted(tiny_service):
+    from openai import NotFoundError
+
+    svc, url = tiny_service
+    client = _openai(url)
+    first = client.responses.create(
+        model="policy", input="Name a colour.", instructions="Be brief.", max_output_tokens=4
+    )
+    second = client.responses.create(
+        model="policy", input="no, a darker one", previous_response_id=first.id, max_output_tokens=4
+    )
+    got = client.responses.retrieve(second.id)
+    assert (got.id, got.output_text, got.status) == (second.id, second.output_text, second.status)
+    assert got.usage is not None and second.usage is not None
+    assert got.usage.output_tokens == second.usage.output_tokens
+    assert got.previous_response_id == first.id
+
+    # the conversation it read, as items: oldest first with order=asc, newest first by default
+    items = client.responses.input_items.list(second.id, order="asc").data
+    said = [(i.type, i.role, i.content[0].text) for i in items if i.type == "message" and i.content]
+    assert said[0] == ("message", "user", "Name a colour.")
+    assert said[-1] == ("message", "user", "no, a darker one")
+    if first.output_text:
+        assert ("message", "assistant", first.output_text) in said
+    newest_first = client.responses.input_items.list(second.id).data
+    assert [i.id for i in newest_first] == [i.id for i in reversed(items)]
+    one = client.responses.input_items.list(second.id, order="asc", limit=1)
+    assert [i.id for i in one.data] == [items[0].id] and one.has_more
+    rest = client.responses.input_items.list(second.id, order="asc", after=items[0].id).data
+    assert [i.id for i in rest] == [i.id for i in items[1:]]
+    with pytest.raises(Exception, match="limit"):
+        client.responses.input_items.list(second.id, limit=500)
+
+    # a streamed response is kept as its final event showed it
+    events = list(client.responses.create(model="policy", input="Say hi.", max_output_tokens=4, stream=True))
+    final = events[-1].response
+    assert client.responses.retrieve(final.id).output_text == final.output_text
+
+    client.responses.delete(second.id)
+    with pytest.raises(NotFoundError):
+        client.responses.retrieve(second.id)
+    with pytest.raises(NotFoundError):
+        client.responses.create(
+            model="policy", input="x", previous_response_id=second.id, max_output_tokens=2
+        )
+    assert _turn(svc, second.id).response_text == second.output_text  # still a recorded turn
+    with pytest.raises(NotFoundError):
+        client.responses.delete(second.id)
+    unstored = client.responses.create(model="policy", input="x", store=False, max_output_tokens=2)
+    with pytest.raises(NotFoundError):
+        client.responses.retrieve(unstored.id)
+    with pytest.raises(NotFoundError):
+        client.responses.retrieve("resp_nope")
+
+
 def test_a_tool_round_trip_is_translated_and_recorded(tiny_service):
     svc, url = tiny_service
     client = _openai(url)

@@ -200,3 +200,23 @@ def test_feedback_errors_name_the_problem_and_record_nothing(users_run):
     assert _feedback_rows(svc) == before
     turn = svc.store.turn_by_response(reply.id)[0]
     assert svc.store.turn_status(turn.session_id, turn.turn_index) == status and turn.next_state is None
+
+
+def test_a_stored_response_is_read_and_deleted_only_by_its_user_or_the_gateway(users_run):
+    from openai import NotFoundError
+
+    svc, url, _, keys = users_run
+    alice, bob, gateway = _sdk(url, keys["alice"]), _sdk(url, keys["bob"]), _sdk(url, KEY)
+    mine = alice.responses.create(model="m", input="hi", max_output_tokens=2)
+    assert alice.responses.retrieve(mine.id).id == mine.id
+    for call in (
+        lambda: bob.responses.retrieve(mine.id),
+        lambda: bob.responses.input_items.list(mine.id),
+        lambda: bob.responses.delete(mine.id),
+    ):
+        with pytest.raises(NotFoundError):  # the same answer as for an id that does not exist
+            call()
+    assert gateway.responses.retrieve(mine.id).output_text == mine.output_text  # it acts for alice anyway
+    alice.responses.delete(mine.id)
+    with pytest.raises(NotFoundError):
+        alice.responses.retrieve(mine.id)

@@ -315,6 +315,7 @@ def test_store_file_from_an_older_version_is_migrated_on_open(tmp_path):
     cols = {r[1] for r in s._db.execute("PRAGMA table_info(sessions)").fetchall()}
     assert {"group_id", "group_size", "outcome", "grouped", "user"} <= cols
     assert "user" in {r[1] for r in s._db.execute("PRAGMA table_info(samples)").fetchall()}
+    assert "response" in {r[1] for r in s._db.execute("PRAGMA table_info(chains)").fetchall()}
     assert s.session_group("old") is None and s.groups_ready() == []
     [claimed] = s.claim_turns("judge-0", limit=5, lease_s=600)  # the old ready turn is judged as before
     assert claimed.key == "old:0" and claimed.next_state.content == "thanks"
