@@ -83,6 +83,9 @@ class Final:
     tool_calls: list[dict[str, Any]] | None = None
     ids_exact: bool = True
     error: str | None = None
+    #: the request's stop string that ended the reply (``finish_reason`` "stop"), None if another
+    #: reason did: Anthropic's ``stop_sequence``
+    stop_string: str | None = None
 
 
 class Engine(ABC):

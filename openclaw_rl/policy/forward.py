@@ -154,6 +154,7 @@ class ForwardEngine(Engine):
         text: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         finish = "stop"
+        stop_string: str | None = None
         ids_ok = True
         async with self._sem:
             self.active_count += 1
@@ -234,6 +235,10 @@ class ForwardEngine(Engine):
                                 )
                             if choice.get("finish_reason"):
                                 finish = choice["finish_reason"]
+                            # vLLM names the stop string that ended the reply (a token id for a stop token)
+                            said = choice.get("stop_reason") or choice.get("matched_stop")
+                            if isinstance(said, str) and said in req.params.stop:
+                                stop_string = said
             except httpx.HTTPError as exc:
                 raise APIError(
                     502,
@@ -265,6 +270,7 @@ class ForwardEngine(Engine):
             version,
             tool_calls=tool_calls,
             ids_exact=exact_prompt and ids_ok,
+            stop_string=stop_string if finish == "stop" else None,
         )
 
     # -------------------------------------------------------------- weight sync

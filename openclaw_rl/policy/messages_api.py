@@ -242,6 +242,13 @@ class MessagesCall:
             "usage": usage,
         }
 
+    def _stop(self, finish: str | None) -> tuple[str, str | None]:
+        """Anthropic's ``stop_reason`` and ``stop_sequence`` for the chat path's finish reason."""
+        final = self.job.final
+        if finish == "stop" and final is not None and final.stop_string is not None:
+            return "stop_sequence", final.stop_string
+        return STOP_REASONS.get(finish or "stop", "end_turn"), None
+
     def _usage(self) -> dict[str, int]:
         prompt, generated = token_counts(self.job)
         return {"input_tokens": prompt, "output_tokens": generated}
@@ -253,8 +260,9 @@ class MessagesCall:
         content = ([{"type": "text", "text": text}] if text or not calls else []) + [
             _tool_block(c) for c in calls
         ]
-        stop = STOP_REASONS.get(done["choices"][0]["finish_reason"], "end_turn")
+        stop, sequence = self._stop(done["choices"][0]["finish_reason"])
         out = self._message(content, stop, self._usage())
+        out["stop_sequence"] = sequence
         out["policy_version"] = done.get("policy_version")
         return out
 
@@ -306,12 +314,12 @@ class MessagesCall:
                 {"index": index + k, "delta": {"type": "input_json_delta", "partial_json": partial}},
             )
             yield event("content_block_stop", {"index": index + k})
-        stop = STOP_REASONS.get(finish or "stop", "end_turn")
+        stop, sequence = self._stop(finish)
         usage = self._usage()
         yield event(
             "message_delta",
             {
-                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "delta": {"stop_reason": stop, "stop_sequence": sequence},
                 "usage": {"output_tokens": usage["output_tokens"]},
             },
         )

@@ -99,6 +99,7 @@ class _Row:
         self.scope: tuple[int, str | None, int] = (0, None, 0)
         self.deferred = False  # sent back once to wait for a shared prefix another row is prefilling
         self.finish: str | None = None
+        self.stop_string: str | None = None  # the request's stop string that ended the reply
 
     def send(self, event: Delta | Final) -> None:
         try:
@@ -641,7 +642,7 @@ class TransformersEngine(Engine):
                 at = row.text.find(s, max(0, row.emitted - len(s)))
                 if at >= 0:
                     row.text = row.text[:at]
-                    row.finish = "stop"
+                    row.finish, row.stop_string = "stop", s
                     break
         if row.finish is None and (len(row.ids) >= p.max_tokens or len(row.prompt) + len(row.ids) >= limit):
             row.finish = "length"
@@ -655,7 +656,17 @@ class TransformersEngine(Engine):
         row.emitted = max(row.emitted, safe)
         row.send(Delta(chunk, [tok], [lp], [self.tokenizer.decode([tok])], top))
         if row.finish is not None:
-            row.send(Final(row.finish, row.prompt, list(row.ids), list(row.logprobs), row.text, row.version))
+            row.send(
+                Final(
+                    row.finish,
+                    row.prompt,
+                    list(row.ids),
+                    list(row.logprobs),
+                    row.text,
+                    row.version,
+                    stop_string=row.stop_string,
+                )
+            )
 
 
 def _compact(mask: torch.Tensor, cache: Any) -> torch.Tensor:

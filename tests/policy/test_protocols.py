@@ -304,6 +304,25 @@ def test_streamed_messages_and_a_tool_result(tiny_service):
     assert turn.response_text == text
 
 
+def test_a_stop_sequence_that_ends_the_reply_is_named_as_anthropic_does(tiny_service):
+    _, url = tiny_service
+    client = _anthropic(url)
+    ask = {"model": "policy", "max_tokens": 10, "messages": [{"role": "user", "content": "Count."}]}
+    greedy = {"temperature": 0}
+    plain = client.messages.create(**ask, extra_body=greedy)
+    text = plain.content[0].text
+    assert len(text) > 4 and plain.stop_reason == "max_tokens" and plain.stop_sequence is None
+    stop = text[2:4]
+    hit = client.messages.create(**ask, stop_sequences=["never-said", stop], extra_body=greedy)
+    assert (hit.stop_reason, hit.stop_sequence) == ("stop_sequence", stop)
+    assert hit.content[0].text == text[: text.find(stop)]
+    with client.messages.stream(**ask, stop_sequences=[stop], extra_body=greedy) as stream:
+        streamed = stream.get_final_message()
+    assert (streamed.stop_reason, streamed.stop_sequence) == ("stop_sequence", stop)
+    missed = client.messages.create(**ask, stop_sequences=["never-said"], extra_body=greedy)
+    assert (missed.stop_reason, missed.stop_sequence) == ("max_tokens", None)
+
+
 def test_messages_errors_have_anthropics_shape_and_x_api_key_works(tiny_service):
     from anthropic import AuthenticationError, BadRequestError
 
