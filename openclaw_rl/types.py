@@ -52,6 +52,9 @@ class Turn(BaseModel):
     turn_index: int = Field(ge=0)
     turn_type: TurnType = "main"
     messages: list[dict[str, Any]] = Field(description="the chat messages of the prompt, as received")
+    tools: list[dict[str, Any]] | None = Field(
+        None, description="the function tools the prompt described, as received (the teacher reads them too)"
+    )
     prompt_ids: list[int]
     response_ids: list[int]
     response_logprobs: list[float]

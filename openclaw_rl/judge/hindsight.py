@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from openclaw_rl.judge.teacher import message_text
+from openclaw_rl.runtime.chat_format import message_text
 from openclaw_rl.types import hint_words
 
 #: A figure as people write it: "800", "1,250", "3.5", "-4"; "$800" keeps its sign outside the match.

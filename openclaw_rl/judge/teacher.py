@@ -2,7 +2,8 @@
 
 The hint is appended to the last user message of the turn's prompt under :data:`HINT_HEADING`
 (or to its system message, ``[prm_service] hint_placement = "system"``);
-the tokenizer's chat template is re-applied to the *prompt only* (``add_generation_prompt``), and
+the prompt is rendered as the serving engine renders it (:mod:`openclaw_rl.runtime.chat_format`: the
+same chat template, the turn's tools, earlier tool calls as the policy read them), and
 the ORIGINAL ``turn.response_ids`` — the tokens the policy actually sampled — are scored under
 that enhanced prompt. The response is never re-tokenised from text: re-tokenising would shift the
 teacher's log-probs out of alignment with the student's ``response_logprobs``.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +31,10 @@ from typing import Any
 from openclaw_rl.config import HintPlacement
 from openclaw_rl.judge.errors import JudgeUnavailable, TeacherUnavailable
 from openclaw_rl.judge.prompts import HINT_HEADING
+from openclaw_rl.runtime.chat_format import message_text, prompt_ids
 from openclaw_rl.types import Turn
+
+log = logging.getLogger("openclaw_rl.judge")
 
 _models: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 _models_lock = threading.Lock()
@@ -59,17 +64,6 @@ class TeacherOutput:
     context_len: int  # prompt tokens added by the hint
 
 
-def message_text(content: Any) -> str:
-    """Message content as text: OpenAI content-part lists are joined by their text parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-    raise TypeError(f"message content must be a string or a list of parts, got {type(content).__name__}")
-
-
 def hinted_messages(
     messages: list[dict[str, Any]], hint: str, placement: HintPlacement = "user"
 ) -> list[dict[str, Any]]:
@@ -97,31 +91,38 @@ def hinted_messages(
     return out
 
 
-def _plain(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages with content as text, which every chat template accepts."""
-    out = []
-    for m in messages:
-        m = dict(m)
-        if "content" in m:
-            m["content"] = message_text(m["content"])
-        out.append(m)
-    return out
+def template_ids(
+    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+) -> list[int]:
+    """Token ids of ``messages`` (and ``tools``) rendered as a prompt awaiting the assistant's reply,
+    exactly as the serving engine renders a request (:mod:`openclaw_rl.runtime.chat_format`)."""
+    return prompt_ids(tokenizer, messages, tools)
 
 
-def template_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
-    """Token ids of ``messages`` rendered as a prompt awaiting the assistant's reply."""
-    ids = tokenizer.apply_chat_template(_plain(messages), add_generation_prompt=True, tokenize=True)
-    if hasattr(ids, "keys") and "input_ids" in ids:  # transformers 5 may return a BatchEncoding
-        ids = ids["input_ids"]
-    return [int(i) for i in ids]
+_mismatch_warned = False
 
 
 def hinted_prompt(
     tokenizer: Any, turn: Turn, hint: str, placement: HintPlacement = "user"
 ) -> tuple[list[int], int]:
-    """``(enhanced prompt ids, tokens added by the hint)`` for ``turn``."""
-    base = template_ids(tokenizer, turn.messages)
-    enhanced = template_ids(tokenizer, hinted_messages(turn.messages, hint, placement))
+    """``(enhanced prompt ids, tokens added by the hint)`` for ``turn``.
+
+    Without the hint the teacher's prompt is the policy's own (``turn.prompt_ids``) when the turn was
+    served by the embedded engine; a difference (a forwarding engine renders with the model's own
+    template) is said once, since every OPD advantage then carries it."""
+    global _mismatch_warned
+    base = template_ids(tokenizer, turn.messages, turn.tools)
+    if base != turn.prompt_ids and turn.prompt_ids and not _mismatch_warned:
+        _mismatch_warned = True
+        log.warning(
+            "[opd] the teacher's prompt for turn %s (%d tokens) is not the one the policy read (%d tokens): "
+            "the policy was served by an engine that renders chats its own way, so the OPD part also "
+            'carries that difference (docs/training.md, "The teacher reads what the policy read")',
+            turn.key,
+            len(base),
+            len(turn.prompt_ids),
+        )
+    enhanced = template_ids(tokenizer, hinted_messages(turn.messages, hint, placement), turn.tools)
     return enhanced, max(0, len(enhanced) - len(base))
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from openclaw_rl.config import Config
 from openclaw_rl.policy.protocol import APIError, ChatMessage, ToolDef
-from openclaw_rl.policy.tools import template_messages
+from openclaw_rl.runtime import chat_format
 
 
 @dataclass
@@ -56,6 +56,18 @@ class GenRequest:
     tool_choice: Any = None
     session_id: str | None = None  # set by serving once the session is known (replicas route by it)
     adapter: str | None = None  # per_user mode: the user whose adapter decodes this request
+
+    @property
+    def wire_messages(self) -> list[dict[str, Any]]:
+        """The messages as the request sent them (what a :class:`~openclaw_rl.types.Turn` records)."""
+        return [m.model_dump(exclude_none=True) for m in self.messages]
+
+    @property
+    def prompt_tools(self) -> list[dict[str, Any]] | None:
+        """The tools the prompt describes: none under ``tool_choice = "none"``."""
+        if not self.tools or self.tool_choice == "none":
+            return None
+        return [t.model_dump(exclude_none=True) for t in self.tools]
 
 
 @dataclass
@@ -146,12 +158,7 @@ class Engine(ABC):
                 # Requests are tokenised on worker threads while the engine thread decodes; a Rust fast
                 # tokenizer must not be used from two threads at once, so preparation has its own copy.
                 self._prep_tokenizer = copy.deepcopy(self.tokenizer)
-            text = self._prep_tokenizer.apply_chat_template(
-                template_messages(req.messages, req.tools if req.tool_choice != "none" else None),
-                add_generation_prompt=True,
-                tokenize=False,
-            )
-            return list(self._prep_tokenizer(text, add_special_tokens=False)["input_ids"])
+            return chat_format.prompt_ids(self._prep_tokenizer, req.wire_messages, req.prompt_tools)
 
     def prepare(self, req: GenRequest) -> None:
         """Tokenise the prompt with the chat template (when a tokenizer is available) and fit the

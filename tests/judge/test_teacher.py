@@ -154,3 +154,90 @@ def test_api_without_prompt_logprobs_says_opd_needs_a_capable_teacher(remote, ti
     # The RL part is still judged; only the OPD part is missing, and the log says why.
     assert result.ok and result.score == -1 and result.teacher_logprobs is None
     assert "OPD needs a local teacher" in caplog.text
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+#: Conversations as agent clients send them: a system prompt or a developer message, content parts,
+#: tools, an assistant turn that was only a tool call (content null), the tool's result.
+CLIENT_CONVERSATIONS = {
+    "plain chat": ({"messages": [{"role": "user", "content": "What is 12 * 7?"}]}),
+    "developer message and content parts": {
+        "messages": [
+            {"role": "developer", "content": "Answer in one word."},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "Capital of "}, {"type": "text", "text": "France?"}],
+            },
+        ]
+    },
+    "tools, first turn": {
+        "messages": [{"role": "user", "content": "Weather in Oslo?"}],
+        "tools": [WEATHER_TOOL],
+    },
+    "tools, after a call and its result": {
+        "messages": [
+            {"role": "system", "content": "You are an agent."},
+            {"role": "user", "content": "Weather in Oslo?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "4C, light snow"},
+        ],
+        "tools": [WEATHER_TOOL],
+    },
+    "tools turned off by tool_choice none": {
+        "messages": [{"role": "user", "content": "Weather in Oslo?"}],
+        "tools": [WEATHER_TOOL],
+        "tool_choice": "none",
+    },
+}
+
+
+def test_the_teacher_reads_what_the_policy_read_plus_the_hint(tiny_model_dir, tmp_path, tiny):
+    """Without the hint, the teacher's prompt is the served prompt token for token, whatever the
+    client sent; so teacher - student measures the hint and nothing else."""
+    import httpx
+
+    from openclaw_rl.config import build_config
+    from openclaw_rl.policy.server import PolicyService
+
+    _, tok = tiny
+    cfg = build_config(
+        {
+            "global": {"log_dir": str(tmp_path / "logs")},
+            "policy_service": {"model": str(tiny_model_dir), "port": 0, "max_tokens_default": 4},
+            "env_service": {"enabled": False},
+        },
+        environ={},
+    )
+    svc = PolicyService(cfg)
+    url = svc.start()
+    try:
+        for name, body in CLIENT_CONVERSATIONS.items():
+            r = httpx.post(f"{url}/v1/chat/completions", json={**body, "session_id": name}, timeout=60)
+            assert r.status_code == 200, (name, r.text)
+            (turn,) = svc.store.session_turns(name)
+            assert template_ids(tok, turn.messages, turn.tools) == turn.prompt_ids, name
+            enhanced, added = hinted_prompt(tok, turn, HINT)
+            assert added > 0 and len(enhanced) == len(turn.prompt_ids) + added, name
+            text = tok.decode(enhanced)
+            assert HINT in text and (
+                ("get_weather" in text) == ("get_weather" in tok.decode(turn.prompt_ids))
+            ), name
+    finally:
+        svc.stop()

@@ -9,7 +9,7 @@ import threading
 import httpx
 import pytest
 
-from openclaw_rl.policy.tools import template_messages
+from openclaw_rl.runtime.chat_format import template_messages
 from openclaw_rl.runtime.models import load_tokenizer
 from openclaw_rl.runtime.rundir import RunDir
 
@@ -53,11 +53,7 @@ def test_chat_records_exact_ids_and_logprobs(tiny_service, client, tiny_model_di
     assert (sid, idx) == (body["session_id"], body["turn_index"])
     turn = _turns(svc, sid)[idx]
     tok = load_tokenizer(str(tiny_model_dir))
-    from openclaw_rl.policy.protocol import ChatMessage
-
-    text = tok.apply_chat_template(
-        template_messages([ChatMessage(**m) for m in USER], None), add_generation_prompt=True, tokenize=False
-    )
+    text = tok.apply_chat_template(template_messages(USER, None), add_generation_prompt=True, tokenize=False)
     assert turn.prompt_ids == tok(text, add_special_tokens=False)["input_ids"] == body["prompt_token_ids"]
     assert turn.response_ids == choice["token_ids"]
     assert len(turn.response_ids) == len(turn.response_logprobs) == body["usage"]["completion_tokens"] == 6

@@ -10,7 +10,8 @@ from pydantic import ValidationError
 from openclaw_rl.policy.protocol import ChatCompletionRequest, ChatMessage, ToolDef, validation_message
 from openclaw_rl.policy.serving import escape_for_log
 from openclaw_rl.policy.sessions import SessionManager, next_state_of
-from openclaw_rl.policy.tools import parse_tool_calls, template_messages
+from openclaw_rl.policy.tools import parse_tool_calls
+from openclaw_rl.runtime.chat_format import template_messages
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.types import Turn
 
@@ -43,11 +44,11 @@ def test_tool_calls_round_trip_through_the_prompt():
     )
     rendered = template_messages(
         [
-            ChatMessage(role="user", content="hi"),
-            echoed,
-            ChatMessage(role="tool", content="18C", tool_call_id=calls[0]["id"]),
+            {"role": "user", "content": "hi"},
+            echoed.model_dump(exclude_none=True),
+            {"role": "tool", "content": "18C", "tool_call_id": calls[0]["id"]},
         ],
-        [WEATHER],
+        [WEATHER.model_dump(exclude_none=True)],
     )
     assert rendered[0]["role"] == "system" and '"get_weather"' in rendered[0]["content"]
     assert (
