@@ -39,9 +39,12 @@ Routes::
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import json
 import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -49,7 +52,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -70,7 +73,7 @@ from openclaw_rl.policy.responses_api import (
     input_items,
     retrieve_response,
 )
-from openclaw_rl.policy.serving import Serving, escape_for_log
+from openclaw_rl.policy.serving import Job, Serving, escape_for_log
 from openclaw_rl.policy.weights import WeightLoadError
 from openclaw_rl.runtime.users import UserError, check_user_name, key_matches, split_key
 
@@ -80,6 +83,37 @@ log = logging.getLogger("openclaw_rl.policy")
 def _headers(request: Request) -> dict[str, str]:
     """A request's headers under lower-case names, as the serving layer reads them."""
     return {k.lower(): v for k, v in request.headers.items()}
+
+
+#: How often a JSON (non-streamed) answer checks that its client is still connected.
+DISCONNECT_POLL_S = 0.25
+
+
+async def _stream_while_connected(job: Job, events: AsyncGenerator[str, None]) -> AsyncIterator[str]:
+    """Relay a streamed answer; when the client goes away (the server stops iterating this), stop its
+    generation (a no-op once the reply is complete)."""
+    try:
+        async with contextlib.aclosing(events) as relayed:
+            async for chunk in relayed:
+                yield chunk
+    finally:
+        job.cancel()
+
+
+async def _answer_while_connected(
+    request: Request, job: Job, answer: Awaitable[dict[str, Any]], headers: dict[str, str]
+) -> Response:
+    """Wait for a JSON answer; stop its generation if the client hangs up first (timed out, closed)."""
+    task = asyncio.ensure_future(answer)
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if not task.done() and await request.is_disconnected():
+                job.cancel()
+                return Response(status_code=499)  # nobody reads it; nginx's "client closed request"
+        return JSONResponse(task.result(), headers=headers)
+    finally:
+        task.cancel()  # a no-op once it is done
 
 
 class _SglangLoad(BaseModel):
@@ -236,13 +270,13 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
         session_headers = {"X-Session-Id": job.assign.session_id, "X-Turn-Index": str(job.assign.turn_index)}
         if job.req.stream:
             return StreamingResponse(
-                serving.stream(job),
+                _stream_while_connected(job, serving.stream(job)),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", **session_headers},
             )
-        return JSONResponse(await serving.complete(job), headers=session_headers)
+        return await _answer_while_connected(request, job, serving.complete(job), session_headers)
 
-    async def _other_protocol(call: ResponsesCall | MessagesCall):
+    async def _other_protocol(request: Request, call: ResponsesCall | MessagesCall):
         """Start a Responses / Messages call on the chat path and answer in its protocol."""
         await call.start()
         session = {
@@ -251,16 +285,16 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
         }
         if call.req.stream:
             return StreamingResponse(
-                call.stream(),
+                _stream_while_connected(call.job, call.stream()),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", **session},
             )
-        return JSONResponse(await call.complete(), headers=session)
+        return await _answer_while_connected(request, call.job, call.complete(), session)
 
     @app.post("/v1/responses")
     async def responses(request: Request, who: Caller = Depends(caller)):
         headers = _headers(request)
-        return await _other_protocol(ResponsesCall(serving, await request.body(), headers, who))
+        return await _other_protocol(request, ResponsesCall(serving, await request.body(), headers, who))
 
     @app.get("/v1/responses/{response_id}")
     async def response(response_id: str, request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
@@ -287,7 +321,7 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
     @app.post("/v1/messages")
     async def messages(request: Request, who: Caller = Depends(caller)):
         headers = _headers(request)
-        return await _other_protocol(MessagesCall(serving, await request.body(), headers, who))
+        return await _other_protocol(request, MessagesCall(serving, await request.body(), headers, who))
 
     @app.post("/v1/messages/count_tokens", dependencies=[Depends(caller)])
     async def count_tokens(request: Request) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from openclaw_rl.policy.serving import Serving, _Job
+    from openclaw_rl.policy.serving import Job, Serving
 
 
 @dataclass
@@ -30,7 +30,7 @@ class ChatEvent:
     error: dict[str, Any] | None = None
 
 
-async def chat_events(serving: Serving, job: _Job) -> AsyncIterator[ChatEvent]:
+async def chat_events(serving: Serving, job: Job) -> AsyncIterator[ChatEvent]:
     """The job's stream as :class:`ChatEvent` s."""
     async for chunk in serving.stream(job):
         for line in chunk.splitlines():
@@ -56,7 +56,7 @@ async def chat_events(serving: Serving, job: _Job) -> AsyncIterator[ChatEvent]:
                 yield ChatEvent(text=text, tool_calls=calls, finish=finish)
 
 
-def token_counts(job: _Job) -> tuple[int, int]:
+def token_counts(job: Job) -> tuple[int, int]:
     """(prompt tokens, generated tokens) of a finished job."""
     final = job.final
     prompt = len(final.prompt_ids) if final is not None else len(job.gen.prompt_ids or [])

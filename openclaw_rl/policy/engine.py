@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,7 +124,7 @@ class Engine(ABC):
     def stop(self) -> None: ...
 
     @abstractmethod
-    def generate(self, req: GenRequest) -> AsyncIterator[Delta | Final]: ...
+    def generate(self, req: GenRequest) -> AsyncGenerator[Delta | Final, None]: ...
 
     @abstractmethod
     def swap_weights(self, path: str | Path, version: int) -> None: ...

@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +141,7 @@ class ForwardEngine(Engine):
                 body["return_tokens_as_token_ids"] = True
         return body
 
-    async def generate(self, req: GenRequest) -> AsyncIterator[Delta | Final]:
+    async def generate(self, req: GenRequest) -> AsyncGenerator[Delta | Final, None]:
         from openclaw_rl.policy.protocol import APIError
 
         client = self._http()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
@@ -27,7 +27,7 @@ from openclaw_rl.policy.protocol import MAX_STOP, APIError, LenientModel, parse_
 
 if TYPE_CHECKING:
     from openclaw_rl.policy.identity import Caller
-    from openclaw_rl.policy.serving import Serving, _Job
+    from openclaw_rl.policy.serving import Job, Serving
 
 #: HTTP status -> Anthropic's error type.
 ERROR_TYPES = {
@@ -223,7 +223,7 @@ class MessagesCall:
         self.caller = caller
         self.id = f"msg_{uuid.uuid4().hex[:24]}"
 
-    async def start(self) -> _Job:
+    async def start(self) -> Job:
         body = json.dumps(chat_body(self.req)).encode()
         self.job = await self.serving.start_job(body, self.headers, self.caller, response_id=self.id)
         return self.job
@@ -266,7 +266,7 @@ class MessagesCall:
         out["policy_version"] = done.get("policy_version")
         return out
 
-    async def stream(self) -> AsyncIterator[str]:
+    async def stream(self) -> AsyncGenerator[str, None]:
         """Anthropic's SSE events for a streamed message."""
 
         def event(kind: str, payload: dict[str, Any]) -> str:

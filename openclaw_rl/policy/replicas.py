@@ -37,7 +37,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +87,7 @@ class EngineReplica:
             "requests": self.requests,
         }
 
-    async def generate(self, req: GenRequest) -> AsyncIterator[Delta | Final]:
+    async def generate(self, req: GenRequest) -> AsyncGenerator[Delta | Final, None]:
         """Stream one generation's events (``req.prompt_ids`` already set by the router)."""
         self.requests += 1
         if req.session_id is not None:
@@ -214,7 +214,7 @@ class ReplicatedEngine(Engine):
         self.sessions_on[new] += 1
         return new
 
-    async def generate(self, req: GenRequest) -> AsyncIterator[Delta | Final]:
+    async def generate(self, req: GenRequest) -> AsyncGenerator[Delta | Final, None]:
         from ray.exceptions import RayActorError, RayTaskError
 
         if req.prompt_ids is None:

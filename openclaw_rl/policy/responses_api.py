@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
@@ -36,7 +36,7 @@ from openclaw_rl.policy.protocol import APIError, LenientModel, parse_body
 
 if TYPE_CHECKING:
     from openclaw_rl.policy.identity import Caller
-    from openclaw_rl.policy.serving import Serving, _Job
+    from openclaw_rl.policy.serving import Job, Serving
     from openclaw_rl.runtime.store import StoredResponse
 
 
@@ -323,7 +323,7 @@ class ResponsesCall:
         self.created = int(time.time())
         self.messages: list[dict[str, Any]] = []
 
-    async def start(self) -> _Job:
+    async def start(self) -> Job:
         req = self.req
         user = self.serving.user_of(self.caller, req.user, self.headers)
         new = to_messages(req)
@@ -438,7 +438,7 @@ class ResponsesCall:
         self._keep(text, calls, response)
         return response
 
-    async def stream(self) -> AsyncIterator[str]:
+    async def stream(self) -> AsyncGenerator[str, None]:
         """The typed SSE events of a streamed response, ending with ``response.completed``."""
         seq = 0
 

@@ -7,9 +7,10 @@ One request goes through, in order:
    answer is 429 with ``Retry-After`` at once (never a hang, never unbounded memory);
 3. tokenise with the chat template and check the context length (400 if it cannot fit);
 4. session assignment (explicit keys or prefix stitching, see ``sessions.py``);
-5. generation runs in its own task, independent of the client connection: if a streaming client
-   goes away, the turn still completes and is recorded. The response — JSON or SSE — only reads
-   from that task;
+5. generation runs in its own task; the response — JSON or SSE — only reads from that task. A
+   client that goes away before the reply is complete (closes the stream, times out, hangs up)
+   cancels it: the engine stops decoding for it, the reply nobody read is not recorded, and the
+   next state its request carried still is;
 6. recording: a main turn is written with ``store.record_turn`` together with the next state it
    carries for the previous main turn (one commit); a side turn is written with ``turn_type = "side"``
    and never judged; ``session_done`` closes the session after the turn is stored; the
@@ -25,12 +26,13 @@ cannot forge log lines; keys never reach this module.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -159,7 +161,7 @@ def _logprob_entry(token: str, lp: float, top: list[tuple[str, float]] | None) -
     return entry
 
 
-class _Job:
+class Job:
     """One admitted request: its generation task and the events it relays to the response."""
 
     def __init__(self, req: ChatCompletionRequest, gen: GenRequest, assign: Assignment):
@@ -172,6 +174,15 @@ class _Job:
         self.final: Final | None = None
         self.tool_calls: list[dict[str, Any]] | None = None
         self.content: str | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def cancel(self) -> bool:
+        """Stop generating for a client that went away; False once the reply is complete (it is
+        recorded then, as for a client that stayed)."""
+        if self.task is None or self.task.done() or self.final is not None:
+            return False
+        self.task.cancel()
+        return True
 
 
 class Serving:
@@ -367,7 +378,7 @@ class Serving:
         headers: dict[str, str],
         caller: Caller = IN_PROCESS,
         response_id: str | None = None,
-    ) -> _Job:
+    ) -> Job:
         """Validate, admit, assign a session and start generating; errors are APIError.
         ``response_id``: the id the client sees (another protocol's, e.g. ``resp_...``); the turn is
         recorded under it, so feedback can name it."""
@@ -418,7 +429,7 @@ class Serving:
             if assign.next_state is not None and assign.next_state.role == "user" and rules:
                 assign.next_state.content = clean_user_text(assign.next_state.content, rules)
             gen.session_id = assign.session_id
-            job = _Job(req, gen, assign)
+            job = Job(req, gen, assign)
             if response_id is not None:
                 job.id = response_id
             try:
@@ -431,28 +442,39 @@ class Serving:
         except BaseException:
             self._in_system -= 1
             raise
-        task = asyncio.create_task(self._run(job))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        job.task = asyncio.create_task(self._run(job))
+        self._tasks.add(job.task)
+        job.task.add_done_callback(self._tasks.discard)
         return job
 
-    async def _run(self, job: _Job) -> None:
-        """Generate, relay events, record. Runs to completion even if the client disconnects."""
+    async def _run(self, job: Job) -> None:
+        """Generate, relay events, record. A client that goes away before the reply is complete
+        cancels this (:meth:`Job.cancel`): the engine stops decoding for it, nothing of the reply is
+        recorded (its client never read it), and the next state its request carried still is."""
         try:
-            async for event in self.engine.generate(job.gen):
-                if isinstance(event, Final):
-                    job.final = event
-                    if event.error is None:
-                        content, calls = (
-                            (event.text, event.tool_calls)
-                            if event.tool_calls
-                            else parse_tool_calls(event.text, job.gen.tools)
-                        )
-                        job.content, job.tool_calls = content, calls
-                        await asyncio.to_thread(self._record, job, event)
-                    else:
-                        await asyncio.to_thread(self._record_state_only, job)
-                await job.events.put(event)
+            async with contextlib.aclosing(self.engine.generate(job.gen)) as events:
+                async for event in events:
+                    if isinstance(event, Final):
+                        job.final = event
+                        if event.error is None:
+                            content, calls = (
+                                (event.text, event.tool_calls)
+                                if event.tool_calls
+                                else parse_tool_calls(event.text, job.gen.tools)
+                            )
+                            job.content, job.tool_calls = content, calls
+                            await asyncio.to_thread(self._record, job, event)
+                        else:
+                            await asyncio.to_thread(self._record_state_only, job)
+                    await job.events.put(event)
+        except asyncio.CancelledError:
+            log.info(
+                "[policy_service] session=%s turn=%d: the client went away; generation stopped",
+                escape_for_log(job.assign.session_id, 80),
+                job.assign.turn_index,
+            )
+            await asyncio.to_thread(self._record_state_only, job)
+            raise
         except APIError as exc:
             await asyncio.to_thread(self._record_state_only, job)
             await job.events.put(exc)
@@ -466,7 +488,7 @@ class Serving:
             self._in_system -= 1
             self.served += 1
 
-    def _record(self, job: _Job, final: Final) -> None:
+    def _record(self, job: Job, final: Final) -> None:
         a = job.assign
         turn = Turn(
             session_id=a.session_id,
@@ -511,7 +533,7 @@ class Serving:
             escape_for_log(last.text),
         )
 
-    def _record_state_only(self, job: _Job) -> None:
+    def _record_state_only(self, job: Job) -> None:
         a = job.assign
         if a.episode is not None:
             self.store.tag_session(a.session_id, a.episode)
@@ -576,11 +598,11 @@ class Serving:
         }
 
     # ------------------------------------------------------------------ responses
-    def finish_reason(self, job: _Job) -> str:
+    def finish_reason(self, job: Job) -> str:
         assert job.final is not None
         return "tool_calls" if job.tool_calls else job.final.finish_reason
 
-    async def complete(self, job: _Job) -> dict[str, Any]:
+    async def complete(self, job: Job) -> dict[str, Any]:
         """Wait for the whole generation and build a ``chat.completion`` object."""
         logprobs: list[dict[str, Any]] = []
         while True:
@@ -630,7 +652,7 @@ class Serving:
             "total_tokens": len(final.prompt_ids) + n,
         }
 
-    async def stream(self, job: _Job) -> AsyncIterator[str]:
+    async def stream(self, job: Job) -> AsyncGenerator[str, None]:
         """``chat.completion.chunk`` SSE events as tokens are sampled, then ``data: [DONE]``."""
 
         def chunk(

@@ -58,7 +58,7 @@ import asyncio
 import collections
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,7 @@ class _Row:
         self.deferred = False  # sent back once to wait for a shared prefix another row is prefilling
         self.finish: str | None = None
         self.stop_string: str | None = None  # the request's stop string that ended the reply
+        self.cancelled = False  # its client went away: dropped at the next step boundary
 
     def send(self, event: Delta | Final) -> None:
         try:
@@ -182,7 +183,7 @@ class TransformersEngine(Engine):
             self._thread.join(timeout=self.pcfg.request_timeout_sec)
 
     # -------------------------------------------------------------- requests
-    async def generate(self, req: GenRequest) -> AsyncIterator[Delta | Final]:
+    async def generate(self, req: GenRequest) -> AsyncGenerator[Delta | Final, None]:
         if req.prompt_ids is None:
             self.prepare(req)
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -192,11 +193,19 @@ class TransformersEngine(Engine):
                 raise APIError(503, "the policy engine is not running", type_="server_error")
             self._pending.append(row)
             self._cv.notify_all()
-        while True:
-            event = await queue.get()
-            yield event
-            if isinstance(event, Final):
-                return
+        finished = False
+        try:
+            while True:
+                event = await queue.get()
+                yield event
+                if isinstance(event, Final):
+                    finished = True
+                    return
+        finally:
+            if not finished:  # the reader stopped (its client went away): stop decoding for it
+                with self._cv:
+                    row.cancelled = True
+                    self._cv.notify_all()
 
     def swap_weights(self, path: str | Path, version: int) -> None:
         """Load ``path`` (LoRA adapter or full model) and apply it at a step boundary (see the module
@@ -311,6 +320,8 @@ class TransformersEngine(Engine):
                         log.info("[policy_service] adapter of user %s swapped, version=%d", user, version)
                     op_done.set()
                 self._adapter_ops.clear()
+                if any(r.cancelled for r in self._pending):
+                    self._pending = collections.deque(r for r in self._pending if not r.cancelled)
                 if active == 0 and not self._pending:
                     if self._stopping:
                         return
@@ -337,6 +348,10 @@ class TransformersEngine(Engine):
                         new = self._defer_shared(new)
             self.active_count = active + len(new)
             try:
+                if batch is not None and any(r.cancelled for r in batch.rows):
+                    for r in batch.rows:
+                        r.finish = "cancelled" if r.cancelled else r.finish
+                    batch = batch.keep_unfinished()
                 if new:
                     batch = self._prefill(new, batch)
                 if batch is not None and batch.size:

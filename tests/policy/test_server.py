@@ -447,7 +447,7 @@ def test_stream_formatter_turns_tool_markup_into_tool_calls(tiny_service):
 
     from openclaw_rl.policy.engine import Delta, Final
     from openclaw_rl.policy.protocol import ChatCompletionRequest, ToolDef
-    from openclaw_rl.policy.serving import _Job
+    from openclaw_rl.policy.serving import Job
     from openclaw_rl.policy.sessions import Assignment
     from openclaw_rl.policy.tools import parse_tool_calls
 
@@ -460,7 +460,7 @@ def test_stream_formatter_turns_tool_markup_into_tool_calls(tiny_service):
     async def run() -> list[str]:
         from openclaw_rl.policy.engine import GenRequest, SamplingParams
 
-        job = _Job(
+        job = Job(
             req,
             GenRequest(req.messages, [ToolDef.model_validate(WEATHER_TOOL)], SamplingParams()),
             Assignment("fmt", 0, "main", None, False, False),
@@ -577,3 +577,44 @@ def test_a_simulated_users_truth_travels_with_the_next_state(tiny_service, clien
     first = svc.store.session_turns("tr")[0]
     assert first.next_state is not None and first.next_state.content == "no bold please"
     assert first.next_state.truth == 0.25
+
+
+def _idle(url: str) -> None:
+    """Wait until the service has no request in flight (generous: it only bounds a failing test)."""
+    import time
+
+    deadline = time.monotonic() + 120
+    while httpx.get(f"{url}/healthz", timeout=10).json()["in_flight"] > 0:
+        assert time.monotonic() < deadline, "a request nobody waits for is still being served"
+        time.sleep(0.1)
+
+
+def test_a_client_that_hangs_up_stops_its_generation_and_only_its_next_state_is_kept(tiny_service, client):
+    svc, url = tiny_service
+    first = client.post(
+        "/v1/chat/completions", json={"messages": USER, "max_tokens": 4}, headers={"X-Session-Id": "hangup"}
+    ).json()
+    reply = first["choices"][0]["message"]["content"]
+    # the next request carries the user's reply (the first turn's next state), and asks for a reply
+    # far longer than a client waits for: it reads the first event and hangs up
+    convo = [*USER, {"role": "assistant", "content": reply}, {"role": "user", "content": "and 3+3?"}]
+    long = {"messages": convo, "max_tokens": 6000, "temperature": 0, "stream": True}
+    with client.stream("POST", "/v1/chat/completions", json=long, headers={"X-Session-Id": "hangup"}) as r:
+        assert r.status_code == 200
+        next(r.iter_lines())
+    _idle(url)
+    turns = _turns(svc, "hangup")
+    assert [t.turn_index for t in turns] == [0]  # the reply nobody read is not recorded ...
+    assert turns[0].next_state is not None and turns[0].next_state.content == "and 3+3?"  # ... its message is
+    # the same for a JSON request whose client times out
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            f"{url}/v1/chat/completions",
+            json={"messages": USER, "max_tokens": 6000, "temperature": 0},
+            headers={"Authorization": f"Bearer {KEY}", "X-Session-Id": "timeout"},
+            timeout=httpx.Timeout(1.0, connect=10.0),
+        )
+    _idle(url)
+    assert _turns(svc, "timeout") == []
+    ok = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 3})
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 3  # still serving
