@@ -55,6 +55,10 @@ class Turn(BaseModel):
     tools: list[dict[str, Any]] | None = Field(
         None, description="the function tools the prompt described, as received (the teacher reads them too)"
     )
+    continues_final: bool = Field(
+        False,
+        description="the last message was the start of the reply (a prefill) that the response continues",
+    )
     prompt_ids: list[int]
     response_ids: list[int]
     response_logprobs: list[float]

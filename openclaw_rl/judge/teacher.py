@@ -87,16 +87,21 @@ def hinted_messages(
         if msg.get("role") == "user":
             msg["content"] = message_text(msg.get("content")) + "\n\n" + block
             return out
-    out.append({"role": "user", "content": block})
+    at = len(out) - 1 if out and out[-1].get("role") == "assistant" else len(out)  # before a prefill
+    out.insert(at, {"role": "user", "content": block})
     return out
 
 
 def template_ids(
-    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    continue_final: bool = False,
 ) -> list[int]:
-    """Token ids of ``messages`` (and ``tools``) rendered as a prompt awaiting the assistant's reply,
-    exactly as the serving engine renders a request (:mod:`openclaw_rl.runtime.chat_format`)."""
-    return prompt_ids(tokenizer, messages, tools)
+    """Token ids of ``messages`` (and ``tools``) rendered as a prompt awaiting the assistant's reply
+    (or continuing its started reply), exactly as the serving engine renders a request
+    (:mod:`openclaw_rl.runtime.chat_format`)."""
+    return prompt_ids(tokenizer, messages, tools, continue_final)
 
 
 _mismatch_warned = False
@@ -111,7 +116,7 @@ def hinted_prompt(
     served by the embedded engine; a difference (a forwarding engine renders with the model's own
     template) is said once, since every OPD advantage then carries it."""
     global _mismatch_warned
-    base = template_ids(tokenizer, turn.messages, turn.tools)
+    base = template_ids(tokenizer, turn.messages, turn.tools, turn.continues_final)
     if base != turn.prompt_ids and turn.prompt_ids and not _mismatch_warned:
         _mismatch_warned = True
         log.warning(
@@ -122,7 +127,8 @@ def hinted_prompt(
             len(base),
             len(turn.prompt_ids),
         )
-    enhanced = template_ids(tokenizer, hinted_messages(turn.messages, hint, placement), turn.tools)
+    hinted = hinted_messages(turn.messages, hint, placement)
+    enhanced = template_ids(tokenizer, hinted, turn.tools, turn.continues_final)
     return enhanced, max(0, len(enhanced) - len(base))
 
 

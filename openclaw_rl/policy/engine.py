@@ -56,6 +56,7 @@ class GenRequest:
     tool_choice: Any = None
     session_id: str | None = None  # set by serving once the session is known (replicas route by it)
     adapter: str | None = None  # per_user mode: the user whose adapter decodes this request
+    continue_final: bool = False  # the last (assistant) message is the reply's start, to continue
 
     @property
     def wire_messages(self) -> list[dict[str, Any]]:
@@ -158,7 +159,9 @@ class Engine(ABC):
                 # Requests are tokenised on worker threads while the engine thread decodes; a Rust fast
                 # tokenizer must not be used from two threads at once, so preparation has its own copy.
                 self._prep_tokenizer = copy.deepcopy(self.tokenizer)
-            return chat_format.prompt_ids(self._prep_tokenizer, req.wire_messages, req.prompt_tools)
+            return chat_format.prompt_ids(
+                self._prep_tokenizer, req.wire_messages, req.prompt_tools, req.continue_final
+            )
 
     def prepare(self, req: GenRequest) -> None:
         """Tokenise the prompt with the chat template (when a tokenizer is available) and fit the

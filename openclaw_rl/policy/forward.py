@@ -116,7 +116,7 @@ class ForwardEngine(Engine):
         own = self._user_models.get(req.adapter) if req.adapter is not None else None
         body: dict[str, Any] = {
             "model": own[0] if own is not None else self.serve_model,
-            "messages": [m.model_dump(exclude_none=True) for m in req.messages],
+            "messages": req.wire_messages,
             "temperature": p.temperature,
             "top_p": p.top_p,
             "max_tokens": p.max_tokens,
@@ -135,6 +135,8 @@ class ForwardEngine(Engine):
             body["tools"] = [t.model_dump(exclude_none=True) for t in req.tools]
             if req.tool_choice is not None:
                 body["tool_choice"] = req.tool_choice
+        if req.continue_final:  # vLLM's and SGLang's name; an OpenAI-style API has no prefill
+            body.update(continue_final_message=True, add_generation_prompt=False)
         if self.backend in ("sglang", "vllm"):
             body["return_token_ids"] = True
             if self.backend == "vllm":

@@ -7,7 +7,9 @@ blocks → text, ``tool_use`` blocks → assistant tool calls, ``tool_result`` b
 exactly like a chat turn, and rendered as a ``message`` object or as Anthropic's SSE events
 (``message_start``, ``content_block_start`` / ``_delta`` / ``_stop``, ``message_delta``,
 ``message_stop``). Keys come as ``x-api-key`` or ``Authorization: Bearer``; errors have Anthropic's
-shape (:func:`error_body`). The turn is recorded under the ``msg_...`` id the client sees.
+shape (:func:`error_body`). The turn is recorded under the ``msg_...`` id the client sees. A
+conversation that ends with an assistant text message is a prefill: the reply continues that text
+(chat's ``continue_final_message``) and the message returned holds only the continuation.
 
 Clients of this protocol (the ``anthropic`` SDK, Claude Code, OpenClaw's ``anthropic-messages``
 provider) send the whole conversation each time, so sessions are stitched by prefix as for chat.
@@ -181,7 +183,11 @@ def chat_body(req: MessagesRequest) -> dict[str, Any]:
 
 def conversation_body(req: CountTokensRequest) -> dict[str, Any]:
     """The chat-completions request's model, messages and tools for ``req`` (what its prompt is)."""
-    body: dict[str, Any] = {"model": req.model, "messages": to_messages(req)}
+    messages = to_messages(req)
+    body: dict[str, Any] = {"model": req.model, "messages": messages}
+    last = messages[-1] if messages else None
+    if last is not None and last["role"] == "assistant" and not last.get("tool_calls") and last["content"]:
+        body["continue_final_message"] = True  # Anthropic's prefill: the reply continues that text
     if req.tools:
         body["tools"] = [
             {

@@ -149,6 +149,8 @@ class ChatCompletionRequest(_Lenient):
     return_token_ids: bool = False
     # OpenAI's end-user identifier: names the user when the caller is a trusted gateway (docs/users.md)
     user: str | None = Field(None, min_length=1, max_length=128)
+    # vLLM's: the last (assistant) message is the start of the reply, which the model continues
+    continue_final_message: bool = False
 
     @field_validator("n")
     @classmethod
@@ -178,6 +180,14 @@ class ChatCompletionRequest(_Lenient):
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 raise ValueError(f"tools: duplicate function name(s) {dupes}")
+        if self.continue_final_message:
+            last = self.messages[-1]
+            if last.role != "assistant" or last.tool_calls:
+                raise ValueError(
+                    "continue_final_message: the last message must be an assistant message with text "
+                    f"(the start of the reply to continue), not a {last.role} message"
+                    + (" with tool calls" if last.tool_calls else "")
+                )
         return self
 
     @property

@@ -46,6 +46,7 @@ from openclaw_rl.policy.identity import Caller
 from openclaw_rl.policy.protocol import (
     APIError,
     ChatCompletionRequest,
+    ChatMessage,
     FeedbackRequest,
     completion_id,
     now,
@@ -159,6 +160,18 @@ def _logprob_entry(token: str, lp: float, top: list[tuple[str, float]] | None) -
         {"token": t, "logprob": v, "bytes": list(t.encode("utf-8"))} for t, v in (top or [])
     ]
     return entry
+
+
+def _history(req: ChatCompletionRequest) -> list[ChatMessage]:
+    """The conversation before this turn's reply: a prefilled reply's start is part of the reply."""
+    return req.messages[:-1] if req.continue_final_message else req.messages
+
+
+def _reply_text(job: Job) -> str | None:
+    """The whole reply as the client will send it back: a prefill's start, then what was generated."""
+    if not job.req.continue_final_message:
+        return job.content
+    return job.req.messages[-1].text + (job.content or "")
 
 
 class Job:
@@ -361,6 +374,7 @@ class Serving:
             params=params,
             max_tokens_given=requested is not None,
             tool_choice=req.tool_choice,
+            continue_final=req.continue_final_message,
         )
         return req, gen
 
@@ -422,7 +436,7 @@ class Serving:
             done = done_h if done_h is not None else bool(req.session_done)
             episode = _episode_headers(headers)
             truth = _truth_header(headers.get("x-turn-truth"))
-            assign = self.sessions.assign(req.messages, sid, ttype, done, user)  # type: ignore[arg-type]
+            assign = self.sessions.assign(_history(req), sid, ttype, done, user)  # type: ignore[arg-type]
             assign.episode = episode
             if assign.next_state is not None and truth is not None:
                 assign.next_state.truth = truth
@@ -496,6 +510,7 @@ class Serving:
             turn_type=a.turn_type,
             messages=job.gen.wire_messages,
             tools=job.gen.prompt_tools,
+            continues_final=job.gen.continue_final,
             prompt_ids=final.prompt_ids,
             response_ids=final.response_ids,
             response_logprobs=final.logprobs,
@@ -508,7 +523,9 @@ class Serving:
         )
         main = a.turn_type == "main"
         key = (
-            self.sessions.prefix_key(job.req.messages, job.content, job.tool_calls, a.user) if main else None
+            self.sessions.prefix_key(_history(job.req), _reply_text(job), job.tool_calls, a.user)
+            if main
+            else None
         )
         self.store.record_turn(
             turn, next_state_for_previous=a.next_state if main else None, prefix_digest=key, episode=a.episode

@@ -104,10 +104,19 @@ def template_messages(
 
 
 def prompt_ids(
-    tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+    tokenizer: Any,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    continue_final: bool = False,
 ) -> list[int]:
-    """The token ids of the prompt awaiting the assistant's reply to ``messages`` (with ``tools``)."""
+    """The token ids of the prompt awaiting the assistant's reply to ``messages`` (with ``tools``).
+
+    ``continue_final``: the last message is the start of the assistant's reply (a prefill), which the
+    model continues rather than answering after it."""
     text = tokenizer.apply_chat_template(
-        template_messages(messages, tools), add_generation_prompt=True, tokenize=False
+        template_messages(messages, tools),
+        add_generation_prompt=not continue_final,
+        continue_final_message=continue_final,
+        tokenize=False,
     )
     return [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]

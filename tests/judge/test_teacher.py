@@ -200,6 +200,13 @@ CLIENT_CONVERSATIONS = {
         ],
         "tools": [WEATHER_TOOL],
     },
+    "a prefilled reply": {
+        "messages": [
+            {"role": "user", "content": "Name a colour."},
+            {"role": "assistant", "content": "It is"},
+        ],
+        "continue_final_message": True,
+    },
     "tools turned off by tool_choice none": {
         "messages": [{"role": "user", "content": "Weather in Oslo?"}],
         "tools": [WEATHER_TOOL],
@@ -232,10 +239,11 @@ def test_the_teacher_reads_what_the_policy_read_plus_the_hint(tiny_model_dir, tm
             r = httpx.post(f"{url}/v1/chat/completions", json={**body, "session_id": name}, timeout=60)
             assert r.status_code == 200, (name, r.text)
             (turn,) = svc.store.session_turns(name)
-            assert template_ids(tok, turn.messages, turn.tools) == turn.prompt_ids, name
+            assert template_ids(tok, turn.messages, turn.tools, turn.continues_final) == turn.prompt_ids, name
             enhanced, added = hinted_prompt(tok, turn, HINT)
             assert added > 0 and len(enhanced) == len(turn.prompt_ids) + added, name
             text = tok.decode(enhanced)
+            assert text.endswith(tok.decode(turn.prompt_ids)[-12:]), name  # the hint comes before the reply
             assert HINT in text and (
                 ("get_weather" in text) == ("get_weather" in tok.decode(turn.prompt_ids))
             ), name

@@ -323,6 +323,59 @@ def test_a_stop_sequence_that_ends_the_reply_is_named_as_anthropic_does(tiny_ser
     assert (missed.stop_reason, missed.stop_sequence) == ("max_tokens", None)
 
 
+def test_a_prefilled_reply_is_continued_and_the_conversation_goes_on_in_its_session(
+    tiny_service, tiny_model_dir
+):
+    from openclaw_rl.judge.teacher import template_ids
+    from openclaw_rl.runtime.models import load_tokenizer
+
+    svc, url = tiny_service
+    tok = load_tokenizer(str(tiny_model_dir))
+    client = _anthropic(url)
+    convo = [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "The colour is"}]
+    msg = client.messages.create(model="policy", max_tokens=4, messages=convo)
+    turn = _turn(svc, msg.id)
+    # Anthropic's prefill: the reply continues the assistant's text; the message holds only what follows
+    assert tok.decode(turn.prompt_ids).endswith("<|im_start|>assistant\nThe colour is")
+    assert turn.continues_final and msg.content[0].text == turn.response_text
+    assert (
+        template_ids(tok, turn.messages, turn.tools, turn.continues_final) == turn.prompt_ids
+    )  # the teacher's
+    assert client.messages.count_tokens(model="policy", messages=convo).input_tokens == len(turn.prompt_ids)
+    # the client sends the whole reply back: same session, and the user's answer is the turn's next state
+    whole = "The colour is" + msg.content[0].text
+    later = client.messages.create(
+        model="policy",
+        max_tokens=2,
+        messages=[
+            convo[0],
+            {"role": "assistant", "content": whole},
+            {"role": "user", "content": "a darker one"},
+        ],
+    )
+    after = _turn(svc, later.id)
+    assert (after.session_id, after.turn_index) == (turn.session_id, turn.turn_index + 1)
+    first = svc.store.session_turns(turn.session_id)[turn.turn_index]
+    assert first.next_state is not None and first.next_state.content == "a darker one"
+    # on chat completions it is vLLM's continue_final_message, which needs an assistant message last
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as c:
+        ok = c.post(
+            "/v1/chat/completions",
+            json={
+                "messages": convo,
+                "max_tokens": 2,
+                "continue_final_message": True,
+                "return_token_ids": True,
+            },
+        )
+        assert ok.status_code == 200 and tok.decode(ok.json()["prompt_token_ids"]).endswith("The colour is")
+        bad = c.post(
+            "/v1/chat/completions",
+            json={"messages": convo[:1], "max_tokens": 2, "continue_final_message": True},
+        )
+        assert bad.status_code == 400 and "continue_final_message" in bad.json()["error"]["message"]
+
+
 def test_messages_errors_have_anthropics_shape_and_x_api_key_works(tiny_service):
     from anthropic import AuthenticationError, BadRequestError
 
