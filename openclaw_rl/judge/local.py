@@ -23,8 +23,9 @@ from typing import Any
 from openclaw_rl.config import EMBEDDED_MODEL, Config
 from openclaw_rl.judge.base import Judge
 from openclaw_rl.judge.prompts import ANSWER_WORDS, evaluative_messages, hint_messages, parse_hint_vote
-from openclaw_rl.judge.teacher import model_lock, shared_model, template_ids
+from openclaw_rl.judge.teacher import model_lock, shared_model
 from openclaw_rl.judge.voting import restrict, sample_from_distribution
+from openclaw_rl.runtime.chat_format import prompt_ids
 from openclaw_rl.types import NextState, Vote
 
 HINT_MAX_TOKENS = 96
@@ -67,7 +68,7 @@ class LocalJudge(Judge):
         return ids
 
     def _prompt(self, messages: list[dict[str, str]]) -> list[int]:
-        ids = template_ids(self.tokenizer, messages)
+        ids = prompt_ids(self.tokenizer, messages)
         # Keep the end (the answer instruction sits in the system prompt at the start, but the
         # generation prompt and the most recent text are at the end); trim the middle if too long.
         if len(ids) > MAX_PROMPT_TOKENS:

@@ -92,18 +92,6 @@ def hinted_messages(
     return out
 
 
-def template_ids(
-    tokenizer: Any,
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]] | None = None,
-    continue_final: bool = False,
-) -> list[int]:
-    """Token ids of ``messages`` (and ``tools``) rendered as a prompt awaiting the assistant's reply
-    (or continuing its started reply), exactly as the serving engine renders a request
-    (:mod:`openclaw_rl.runtime.chat_format`)."""
-    return prompt_ids(tokenizer, messages, tools, continue_final)
-
-
 _mismatch_warned = False
 
 
@@ -116,7 +104,7 @@ def hinted_prompt(
     served by the embedded engine; a difference (a forwarding engine renders with the model's own
     template) is said once, since every OPD advantage then carries it."""
     global _mismatch_warned
-    base = template_ids(tokenizer, turn.messages, turn.tools, turn.continues_final)
+    base = prompt_ids(tokenizer, turn.messages, turn.tools, turn.continues_final)
     if base != turn.prompt_ids and turn.prompt_ids and not _mismatch_warned:
         _mismatch_warned = True
         log.warning(
@@ -128,7 +116,7 @@ def hinted_prompt(
             len(turn.prompt_ids),
         )
     hinted = hinted_messages(turn.messages, hint, placement)
-    enhanced = template_ids(tokenizer, hinted, turn.tools, turn.continues_final)
+    enhanced = prompt_ids(tokenizer, hinted, turn.tools, turn.continues_final)
     return enhanced, max(0, len(enhanced) - len(base))
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from openclaw_rl.judge import make_judge
 from openclaw_rl.judge.loop import JudgeLoop
-from openclaw_rl.judge.teacher import LocalTeacher, template_ids
+from openclaw_rl.judge.teacher import LocalTeacher
+from openclaw_rl.runtime.chat_format import prompt_ids
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.types import EpisodeTag, NextState, Turn
 
@@ -39,7 +40,7 @@ def record(
         session_id=sid,
         turn_index=idx,
         messages=messages,
-        prompt_ids=template_ids(tok, messages),
+        prompt_ids=prompt_ids(tok, messages),
         response_ids=ids,
         response_logprobs=[-0.5] * len(ids),
         response_text=f"**Answer {idx}:** 42",

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from openclaw_rl.judge.prompts import HINT_HEADING
-from openclaw_rl.judge.teacher import LocalTeacher, hinted_messages, hinted_prompt, template_ids
+from openclaw_rl.judge.teacher import LocalTeacher, hinted_messages, hinted_prompt
+from openclaw_rl.runtime.chat_format import prompt_ids
 from openclaw_rl.types import NextState, Turn
 
 HINT = "Write plain prose without bold text or numbered lists."
@@ -22,7 +23,7 @@ def tiny(tiny_model_dir):
 
 
 def make_turn(tok, messages, response="Sure! **Step 1:** add them. The answer is 7."):
-    prompt = template_ids(tok, messages)
+    prompt = prompt_ids(tok, messages)
     ids = tok.encode(response, add_special_tokens=False)
     return Turn(
         session_id="s",
@@ -239,7 +240,7 @@ def test_the_teacher_reads_what_the_policy_read_plus_the_hint(tiny_model_dir, tm
             r = httpx.post(f"{url}/v1/chat/completions", json={**body, "session_id": name}, timeout=60)
             assert r.status_code == 200, (name, r.text)
             (turn,) = svc.store.session_turns(name)
-            assert template_ids(tok, turn.messages, turn.tools, turn.continues_final) == turn.prompt_ids, name
+            assert prompt_ids(tok, turn.messages, turn.tools, turn.continues_final) == turn.prompt_ids, name
             enhanced, added = hinted_prompt(tok, turn, HINT)
             assert added > 0 and len(enhanced) == len(turn.prompt_ids) + added, name
             text = tok.decode(enhanced)

@@ -326,7 +326,7 @@ def test_a_stop_sequence_that_ends_the_reply_is_named_as_anthropic_does(tiny_ser
 def test_a_prefilled_reply_is_continued_and_the_conversation_goes_on_in_its_session(
     tiny_service, tiny_model_dir
 ):
-    from openclaw_rl.judge.teacher import template_ids
+    from openclaw_rl.runtime.chat_format import prompt_ids
     from openclaw_rl.runtime.models import load_tokenizer
 
     svc, url = tiny_service
@@ -339,7 +339,7 @@ def test_a_prefilled_reply_is_continued_and_the_conversation_goes_on_in_its_sess
     assert tok.decode(turn.prompt_ids).endswith("<|im_start|>assistant\nThe colour is")
     assert turn.continues_final and msg.content[0].text == turn.response_text
     assert (
-        template_ids(tok, turn.messages, turn.tools, turn.continues_final) == turn.prompt_ids
+        prompt_ids(tok, turn.messages, turn.tools, turn.continues_final) == turn.prompt_ids
     )  # the teacher's
     assert client.messages.count_tokens(model="policy", messages=convo).input_tokens == len(turn.prompt_ids)
     # the client sends the whole reply back: same session, and the user's answer is the turn's next state

@@ -114,7 +114,7 @@ def test_the_launcher_uses_the_project_vllm_venv(real_vllm):
 def test_recorded_ids_and_logprobs_are_the_training_forward_pass(real_vllm, embedded):
     from openai import OpenAI
 
-    from openclaw_rl.judge.teacher import template_ids
+    from openclaw_rl.runtime.chat_format import prompt_ids
 
     svc, url, _ = real_vllm
     model, tok = embedded
@@ -133,7 +133,7 @@ def test_recorded_ids_and_logprobs_are_the_training_forward_pass(real_vllm, embe
     )
     assert reply.choices[0].message.content
     (turn,) = svc.store.session_turns("exact")
-    assert turn.prompt_ids == template_ids(tok, messages)  # vLLM's prompt ids are our template's
+    assert turn.prompt_ids == prompt_ids(tok, messages)  # vLLM's prompt ids are our template's
     assert len(turn.response_ids) == len(turn.response_logprobs) > 0
     assert tok.decode(turn.response_ids, skip_special_tokens=True).strip() == turn.response_text.strip()
     ours = _forward_logprobs(model, turn.prompt_ids, turn.response_ids)
