@@ -161,6 +161,37 @@ def _lora_adapter(model: Any, path: Path, rank: int) -> tuple[Path, Any]:
     return path, peft_model.merge_and_unload()
 
 
+def test_a_prefill_and_a_stop_sequence_go_through_to_vllm(real_vllm, embedded):
+    from anthropic import Anthropic
+
+    svc, url, _ = real_vllm
+    client = Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=300)
+    convo = [{"role": "user", "content": "Count from one to ten in words."}]
+    plain = client.messages.create(
+        model=EMBEDDED_MODEL, max_tokens=24, messages=convo, extra_body={"temperature": 0}
+    )
+    text = plain.content[0].text
+    assert len(text) >= 4, text
+    stop = text[2:4]  # something the greedy reply says
+    hit = client.messages.create(
+        model=EMBEDDED_MODEL,
+        max_tokens=24,
+        messages=convo,
+        stop_sequences=[stop],
+        extra_body={"temperature": 0},
+    )
+    assert (hit.stop_reason, hit.stop_sequence) == ("stop_sequence", stop)  # vLLM's stop_reason, read
+    prefill = [*convo, {"role": "assistant", "content": "One, two,"}]
+    cont = client.messages.create(
+        model=EMBEDDED_MODEL, max_tokens=8, messages=prefill, extra_body={"temperature": 0}
+    )
+    found = svc.store.turn_by_response(cont.id)
+    assert found is not None and found[0].continues_final
+    assert found[0].prompt_ids[-3:] != [] and "One, two," in svc.engine.tokenizer.decode(
+        found[0].prompt_ids[-8:]
+    )
+
+
 def test_a_lora_version_swapped_in_while_requests_stream_refuses_none(real_vllm, embedded, tmp_path):
     svc, url, _ = real_vllm
     model, _tok = embedded
@@ -266,33 +297,3 @@ def test_a_seeded_request_with_a_long_prompt_is_served_and_the_engine_lives(real
         (turn,) = svc.store.session_turns(f"seeded-{seed}")
         assert len(turn.prompt_ids) > 2048 and turn.response_ids
     assert engine.alive()
-
-
-def test_a_prefill_and_a_stop_sequence_go_through_to_vllm(real_vllm, embedded):
-    from anthropic import Anthropic
-
-    svc, url, _ = real_vllm
-    client = Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=300)
-    convo = [{"role": "user", "content": "Count from one to ten in words."}]
-    plain = client.messages.create(
-        model=EMBEDDED_MODEL, max_tokens=24, messages=convo, extra_body={"temperature": 0}
-    )
-    text = plain.content[0].text
-    stop = text.split()[2]  # a word the greedy reply says
-    hit = client.messages.create(
-        model=EMBEDDED_MODEL,
-        max_tokens=24,
-        messages=convo,
-        stop_sequences=[stop],
-        extra_body={"temperature": 0},
-    )
-    assert (hit.stop_reason, hit.stop_sequence) == ("stop_sequence", stop)  # vLLM's stop_reason, read
-    prefill = [*convo, {"role": "assistant", "content": "One, two,"}]
-    cont = client.messages.create(
-        model=EMBEDDED_MODEL, max_tokens=8, messages=prefill, extra_body={"temperature": 0}
-    )
-    found = svc.store.turn_by_response(cont.id)
-    assert found is not None and found[0].continues_final
-    assert found[0].prompt_ids[-3:] != [] and "One, two," in svc.engine.tokenizer.decode(
-        found[0].prompt_ids[-8:]
-    )
