@@ -14,6 +14,7 @@ Which one runs is decided once, by :func:`openclaw_rl.policy.server.build_engine
 from __future__ import annotations
 
 import copy
+import functools
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
@@ -58,12 +59,13 @@ class GenRequest:
     adapter: str | None = None  # per_user mode: the user whose adapter decodes this request
     continue_final: bool = False  # the last (assistant) message is the reply's start, to continue
 
-    @property
+    @functools.cached_property
     def wire_messages(self) -> list[dict[str, Any]]:
-        """The messages as the request sent them (what a :class:`~openclaw_rl.types.Turn` records)."""
+        """The messages as the request sent them (what a :class:`~openclaw_rl.types.Turn` records);
+        made once, for the prompt and for the record."""
         return [m.model_dump(exclude_none=True) for m in self.messages]
 
-    @property
+    @functools.cached_property
     def prompt_tools(self) -> list[dict[str, Any]] | None:
         """The tools the prompt describes: none under ``tool_choice = "none"``."""
         if not self.tools or self.tool_choice == "none":

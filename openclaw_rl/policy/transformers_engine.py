@@ -350,7 +350,8 @@ class TransformersEngine(Engine):
             try:
                 if batch is not None and any(r.cancelled for r in batch.rows):
                     for r in batch.rows:
-                        r.finish = "cancelled" if r.cancelled else r.finish
+                        if r.cancelled:
+                            r.finish = "cancelled"
                     batch = batch.keep_unfinished()
                 if new:
                     batch = self._prefill(new, batch)
