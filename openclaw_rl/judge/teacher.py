@@ -101,8 +101,8 @@ def hinted_prompt(
     """``(enhanced prompt ids, tokens added by the hint)`` for ``turn``.
 
     Without the hint the teacher's prompt is the policy's own (``turn.prompt_ids``) when the turn was
-    served by the embedded engine; a difference (a forwarding engine renders with the model's own
-    template) is said once, since every OPD advantage then carries it."""
+    served here or by a vLLM / SGLang engine (both read prompts rendered by the same module); a
+    difference (a hosted API renders its own) is said once, since every OPD advantage then carries it."""
     global _mismatch_warned
     base = prompt_ids(tokenizer, turn.messages, turn.tools, turn.continues_final)
     if base != turn.prompt_ids and turn.prompt_ids and not _mismatch_warned:

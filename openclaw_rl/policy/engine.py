@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from openclaw_rl.config import Config
-from openclaw_rl.policy.protocol import APIError, ChatMessage, ToolDef
+from openclaw_rl.policy.guided import OutputGrammar, RowGrammar, output_grammar
+from openclaw_rl.policy.protocol import APIError, ChatMessage, ResponseFormat, ToolDef
 from openclaw_rl.runtime import chat_format
 
 
@@ -39,6 +40,8 @@ class SamplingParams:
     #: generated it, and by ``presence_penalty`` once if it has at all (before temperature).
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
+    #: OpenAI's ``logit_bias``: token id -> added to that token's logit before sampling
+    logit_bias: dict[int, float] = field(default_factory=dict)
 
     @property
     def penalised(self) -> bool:
@@ -58,6 +61,14 @@ class GenRequest:
     session_id: str | None = None  # set by serving once the session is known (replicas route by it)
     adapter: str | None = None  # per_user mode: the user whose adapter decodes this request
     continue_final: bool = False  # the last (assistant) message is the reply's start, to continue
+    response_format: ResponseFormat | None = None
+    #: the reply's grammar, when its format is enforced here (set by an engine that decodes locally)
+    grammar: RowGrammar | None = None
+
+    @functools.cached_property
+    def output_grammar(self) -> OutputGrammar | None:
+        """What the reply must be (JSON, a forced tool call), None for free text."""
+        return output_grammar(self.response_format, self.tools, self.tool_choice)
 
     @functools.cached_property
     def wire_messages(self) -> list[dict[str, Any]]:
@@ -177,6 +188,14 @@ class Engine(ABC):
         ids = self.prompt_ids(req)
         if ids is None:
             return
+        vocab = len(self._prep_tokenizer)
+        wrong = sorted(t for t in req.params.logit_bias if t >= vocab)
+        if wrong:
+            raise APIError(
+                400,
+                f"logit_bias: token id(s) {wrong[:5]} are outside this model's vocabulary (0-{vocab - 1})",
+                param="logit_bias",
+            )
         limit = self.cfg.policy_service.max_model_len
         if len(ids) >= limit:
             raise context_length_exceeded(limit, len(ids))

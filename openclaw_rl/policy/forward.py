@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,9 @@ import httpx
 
 from openclaw_rl.config import Config
 from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest
+from openclaw_rl.policy.guided import call_schema
 from openclaw_rl.policy.weights import WeightLoadError
+from openclaw_rl.runtime import chat_format
 
 log = logging.getLogger("openclaw_rl.policy")
 
@@ -110,13 +113,32 @@ class ForwardEngine(Engine):
             self._sem = asyncio.Semaphore(self.pcfg.max_concurrent)
         return self._client
 
+    @property
+    def renders_tools(self) -> bool:
+        """vllm / sglang: tools and tool calls are rendered into the messages here, by
+        :mod:`openclaw_rl.runtime.chat_format`, not sent as ``tools``. So the engine reads the prompt
+        the embedded engine and the OPD teacher read, and needs no ``--tool-call-parser`` (without
+        one, vLLM refuses every request that carries ``tools``); the reply's calls are parsed from its
+        text as the embedded engine's are. ``api``: a hosted API renders its own tools."""
+        return self.backend in ("sglang", "vllm")
+
+    def forced_call(self, req: GenRequest) -> bool:
+        """The request forces a tool call that this service holds the engine to (:meth:`renders_tools`)."""
+        grammar = req.output_grammar
+        return self.renders_tools and grammar is not None and grammar.kind == "tool_call"
+
     def body(self, req: GenRequest) -> dict[str, Any]:
         """The request sent to the engine."""
         p = req.params
         own = self._user_models.get(req.adapter) if req.adapter is not None else None
+        messages: list[dict[str, Any]] = (
+            list(chat_format.template_messages(req.wire_messages, req.prompt_tools))
+            if self.renders_tools
+            else req.wire_messages
+        )
         body: dict[str, Any] = {
             "model": own[0] if own is not None else self.serve_model,
-            "messages": req.wire_messages,
+            "messages": messages,
             "temperature": p.temperature,
             "top_p": p.top_p,
             "max_tokens": p.max_tokens,
@@ -131,10 +153,26 @@ class ForwardEngine(Engine):
             body["seed"] = p.seed
         if p.penalised:
             body.update(frequency_penalty=p.frequency_penalty, presence_penalty=p.presence_penalty)
-        if req.tools:
+        if p.logit_bias:
+            body["logit_bias"] = {str(t): b for t, b in p.logit_bias.items()}
+        if req.response_format is not None:  # the engine enforces it (vLLM / SGLang guided decoding)
+            body["response_format"] = req.response_format.model_dump(by_alias=True, exclude_none=True)
+        grammar = req.output_grammar
+        if self.forced_call(req) and grammar is not None:
+            # held to the call's JSON by the engine's structured output; made a tool call on return
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "tool_call",
+                    "schema": call_schema(grammar.functions),
+                    "strict": True,
+                },
+            }
+        elif req.tools and not self.renders_tools:
             body["tools"] = [t.model_dump(exclude_none=True) for t in req.tools]
             if req.tool_choice is not None:
-                body["tool_choice"] = req.tool_choice
+                choice = req.tool_choice
+                body["tool_choice"] = choice if isinstance(choice, str) else choice.model_dump()
         if req.continue_final:  # vLLM's and SGLang's name; an OpenAI-style API has no prefill
             body.update(continue_final_message=True, add_generation_prompt=False)
         if self.backend in ("sglang", "vllm"):
@@ -158,6 +196,7 @@ class ForwardEngine(Engine):
         finish = "stop"
         stop_string: str | None = None
         ids_ok = True
+        forced = self.forced_call(req)
         async with self._sem:
             self.active_count += 1
             try:
@@ -218,6 +257,8 @@ class ForwardEngine(Engine):
                                 slot["function"]["arguments"] += fn.get("arguments") or ""
                             piece = delta.get("content") or ""
                             text.append(piece)
+                            if forced:  # the call's JSON is not content: it becomes tool_calls at the end
+                                piece = ""
                             if piece or entries:
                                 top = None
                                 if req.params.top_logprobs:
@@ -263,12 +304,16 @@ class ForwardEngine(Engine):
         if prompt_ids is None:
             prompt_ids = list(req.prompt_ids or [])
         tool_calls = [calls[i] for i in sorted(calls)] or None
+        reply = "".join(text)
+        if forced and finish == "stop":
+            tool_calls = _forced_call(reply)
+            reply = "" if tool_calls else reply
         yield Final(
             "tool_calls" if tool_calls and finish == "stop" else finish,
             prompt_ids,
             ids,
             lps,
-            "".join(text),
+            reply,
             version,
             tool_calls=tool_calls,
             ids_exact=exact_prompt and ids_ok,
@@ -340,3 +385,21 @@ class ForwardEngine(Engine):
             raise WeightLoadError(
                 f"the {self.backend} engine refused the weights at {p}: {resp.status_code} {resp.text[:300]}"
             )
+
+
+def _forced_call(text: str) -> list[dict[str, Any]] | None:
+    """The tool call a forced reply's JSON (``{"name", "arguments"}``, schema-held by the engine) is;
+    None if the engine did not hold to it (then the text stays the reply's content)."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or "arguments" not in obj:
+        return None
+    return [
+        {
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": obj["name"], "arguments": json.dumps(obj["arguments"], ensure_ascii=False)},
+        }
+    ]

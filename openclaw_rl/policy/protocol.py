@@ -120,6 +120,51 @@ class StreamOptions(_Lenient):
     include_usage: bool = False
 
 
+class JsonSchemaSpec(_Lenient):
+    """``response_format.json_schema``: the schema the reply must match (always enforced, as
+    OpenAI's ``strict = true`` is; the schema itself is checked when the engine compiles it)."""
+
+    name: str = Field("response", min_length=1, max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Lenient):
+    """OpenAI's ``response_format``: ``text`` (free), ``json_object`` (any JSON object) or
+    ``json_schema`` (JSON matching a schema). The embedded engine enforces JSON token by token
+    (docs/serving.md, "Structured output and forced tool calls"); forwarding engines pass it on."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaSpec | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError(
+                "response_format of type 'json_schema' needs a 'json_schema' object with a 'schema'"
+            )
+        return self
+
+    @property
+    def constrains(self) -> bool:
+        return self.type != "text"
+
+
+class NamedFunction(_Lenient):
+    name: str
+
+
+class NamedToolChoice(_Lenient):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+#: ``tool_choice``: let the model decide, forbid calls, force a call, or force one named function.
+ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
+TOOL_CHOICES = ("auto", "none", "required")
+
+
 class ChatCompletionRequest(_Lenient):
     """``POST /v1/chat/completions`` body. Limits that depend on the config are checked in serving."""
 
@@ -140,7 +185,10 @@ class ChatCompletionRequest(_Lenient):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: list[ToolDef] | None = None
-    tool_choice: Any = None
+    tool_choice: Any = None  # a ToolChoice once validated (one readable error, not one per union branch)
+    response_format: ResponseFormat | None = None
+    # token id (as a string, the model's own vocabulary) -> bias added to its logit, -100..100
+    logit_bias: dict[str, float] | None = None
     # session keys, also accepted as headers
     session_id: str | None = Field(None, min_length=1, max_length=256)
     turn_type: Literal["main", "side"] | None = None
@@ -171,6 +219,29 @@ class ChatCompletionRequest(_Lenient):
             raise ValueError("stop sequences must not be empty strings")
         return stops
 
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice(cls, v: Any) -> ToolChoice | None:
+        if v is None or v in TOOL_CHOICES:
+            return v
+        if isinstance(v, dict):
+            if v.get("type") == "function" and isinstance((v.get("function") or {}).get("name"), str):
+                return NamedToolChoice.model_validate(v)
+            raise ValueError(
+                'a named tool choice is {"type": "function", "function": {"name": "<a tool\'s name>"}}'
+            )
+        raise ValueError(f"expected one of {', '.join(TOOL_CHOICES)} or a named function, got {v!r}")
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _biases(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        for key, bias in (v or {}).items():
+            if not key.isdigit():
+                raise ValueError(f"logit_bias key {key!r} must be a token id (a non-negative integer)")
+            if not -100 <= bias <= 100:
+                raise ValueError(f"logit_bias[{key}] = {bias} must be between -100 and 100")
+        return v
+
     @model_validator(mode="after")
     def _checks(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:
@@ -180,6 +251,17 @@ class ChatCompletionRequest(_Lenient):
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 raise ValueError(f"tools: duplicate function name(s) {dupes}")
+        choice = self.tool_choice
+        if choice is not None and choice not in ("auto", "none") and not self.tools:
+            raise ValueError("tool_choice: forcing a tool call needs 'tools'")
+        if isinstance(choice, NamedToolChoice) and choice.function.name not in {
+            t.function.name for t in self.tools or []
+        }:
+            raise ValueError(
+                f"tool_choice: function {choice.function.name!r} is not one of the request's tools"
+            )
+        if self.forces_tool_call and self.response_format is not None and self.response_format.constrains:
+            raise ValueError("response_format: a reply forced to call a tool cannot also be a JSON document")
         if self.continue_final_message:
             last = self.messages[-1]
             if last.role != "assistant" or last.tool_calls:
@@ -201,6 +283,15 @@ class ChatCompletionRequest(_Lenient):
     @property
     def tools_enabled(self) -> bool:
         return bool(self.tools) and self.tool_choice != "none"
+
+    @property
+    def forces_tool_call(self) -> bool:
+        """``tool_choice`` is ``required`` or names a function: the reply must be a tool call."""
+        return self.tool_choice == "required" or isinstance(self.tool_choice, NamedToolChoice)
+
+    @property
+    def token_biases(self) -> dict[int, float]:
+        return {int(k): v for k, v in (self.logit_bias or {}).items()}
 
 
 class LoadWeightsRequest(BaseModel):

@@ -57,6 +57,31 @@ class ResponsesRequest(LenientModel):
     user: str | None = Field(None, min_length=1, max_length=128)
     parallel_tool_calls: bool = True
     metadata: dict[str, Any] | None = None
+    text: dict[str, Any] | None = None  # {"format": {...}}: text, json_object or json_schema
+
+    @field_validator("text")
+    @classmethod
+    def _text_format(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        fmt = (v or {}).get("format")
+        if fmt is None:
+            return v
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if kind not in ("text", "json_object", "json_schema"):
+            raise ValueError(f"text.format.type must be text, json_object or json_schema, got {kind!r}")
+        if kind == "json_schema" and not isinstance(fmt.get("schema"), dict):
+            raise ValueError("text.format of type 'json_schema' needs a 'schema' object")
+        return v
+
+    @property
+    def response_format(self) -> dict[str, Any] | None:
+        """``text.format`` as the chat request's ``response_format`` (None: free text)."""
+        fmt = (self.text or {}).get("format")
+        if not fmt or fmt["type"] == "text":
+            return None
+        if fmt["type"] == "json_object":
+            return {"type": "json_object"}
+        spec = {k: fmt[k] for k in ("name", "description", "schema", "strict") if fmt.get(k) is not None}
+        return {"type": "json_schema", "json_schema": spec}
 
     @field_validator("tools")
     @classmethod
@@ -308,6 +333,8 @@ def chat_body(req: ResponsesRequest, messages: list[dict[str, Any]]) -> dict[str
         ]
         if req.tool_choice is not None:
             body["tool_choice"] = _tool_choice(req.tool_choice)
+    if req.response_format is not None:
+        body["response_format"] = req.response_format
     return body
 
 
@@ -409,7 +436,7 @@ class ResponsesCall:
             "store": req.store,
             "user": req.user,
             "metadata": req.metadata or {},
-            "text": {"format": {"type": "text"}},
+            "text": {"format": (req.text or {}).get("format") or {"type": "text"}},
             "truncation": "disabled",
             "policy_version": self.job.final.policy_version if self.job.final is not None else None,
             "session_id": self.job.assign.session_id,

@@ -367,6 +367,7 @@ class Serving:
             top_logprobs=(req.top_logprobs or 0) if req.logprobs else 0,
             frequency_penalty=req.frequency_penalty,
             presence_penalty=req.presence_penalty,
+            logit_bias=req.token_biases,
         )
         gen = GenRequest(
             messages=req.messages,
@@ -375,6 +376,7 @@ class Serving:
             max_tokens_given=requested is not None,
             tool_choice=req.tool_choice,
             continue_final=req.continue_final_message,
+            response_format=req.response_format,
         )
         return req, gen
 

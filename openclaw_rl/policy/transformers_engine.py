@@ -66,6 +66,7 @@ import torch
 
 from openclaw_rl.config import Config
 from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest
+from openclaw_rl.policy.guided import GrammarCompiler, RowGrammar
 from openclaw_rl.policy.multi_lora import AdapterTable, ResidentAdapters, read_adapter
 from openclaw_rl.policy.prefix_cache import PrefixCache
 from openclaw_rl.policy.protocol import APIError
@@ -149,6 +150,8 @@ class TransformersEngine(Engine):
         self.prefill_tokens = 0  # prompt tokens actually run through a prefill forward pass
         self._adapters: ResidentAdapters | None = None  # per_user mode (docs/users.md)
         self._adapter_ops: list[tuple[str, Any, int, threading.Event]] = []
+        self._grammars: GrammarCompiler | None = None  # made on the first request that needs one
+        self._grammars_lock = threading.Lock()
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -183,9 +186,32 @@ class TransformersEngine(Engine):
             self._thread.join(timeout=self.pcfg.request_timeout_sec)
 
     # -------------------------------------------------------------- requests
+    def prepare(self, req: GenRequest) -> None:
+        """The prompt's ids (:meth:`Engine.prepare`), and the grammar the reply is held to when the
+        request asks for JSON or forces a tool call (:mod:`openclaw_rl.policy.guided`)."""
+        super().prepare(req)
+        self._attach_grammar(req)
+
+    def _attach_grammar(self, req: GenRequest) -> None:
+        wanted = req.output_grammar
+        if wanted is None or req.grammar is not None:
+            return
+        with self._grammars_lock:
+            if self._grammars is None:
+                vocab = self.model.get_output_embeddings().weight.shape[0]
+                self._grammars = GrammarCompiler(self.tokenizer, vocab, sorted(self.eos_ids))
+        compiled = self._grammars.compile(wanted)
+        prefix = req.messages[-1].text if req.continue_final else ""
+        try:
+            req.grammar = RowGrammar(compiled, prefix)
+        except ValueError as exc:
+            raise APIError(400, f"messages[-1]: {exc}", param=wanted.param) from None
+
     async def generate(self, req: GenRequest) -> AsyncGenerator[Delta | Final, None]:
         if req.prompt_ids is None:
             self.prepare(req)
+        else:  # prepared elsewhere (a replica's driver): the grammar is this engine's to make
+            self._attach_grammar(req)
         queue: asyncio.Queue[Any] = asyncio.Queue()
         row = _Row(req, asyncio.get_running_loop(), queue)
         with self._cv:
@@ -594,13 +620,23 @@ class TransformersEngine(Engine):
         )
         model_logp = torch.log_softmax(logits, dim=-1)  # what is recorded (see the module docstring)
         penalised = [i for i, r in enumerate(rows) if r.req.params.penalised and r.ids]
-        if penalised:  # the penalties shape what is drawn; the recorded log-prob stays the model's
+        biased = [i for i, r in enumerate(rows) if r.req.params.logit_bias]
+        guided = [i for i, r in enumerate(rows) if r.req.grammar is not None]
+        if penalised or biased or guided:
+            # penalties, biases and grammars shape what is drawn; the recorded log-prob stays the model's
             logits = logits.clone()
             for i in penalised:
                 p = rows[i].req.params
                 counts = torch.bincount(torch.tensor(rows[i].ids), minlength=logits.shape[-1])
                 counts = counts[: logits.shape[-1]].to(logits.dtype)
                 logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(logits.dtype)
+            for i in biased:
+                bias = rows[i].req.params.logit_bias
+                logits[i, list(bias)] += torch.tensor(list(bias.values()), dtype=logits.dtype)
+            for i in guided:
+                grammar = rows[i].req.grammar
+                assert grammar is not None
+                grammar.mask(logits[i])
         logp = torch.log_softmax(logits / temps[:, None], dim=-1)  # what is sampled from
         toks: list[int | None] = [None] * len(rows)
         plain: list[int] = []  # rows sampled with the shared generator, in one multinomial call
@@ -639,6 +675,9 @@ class TransformersEngine(Engine):
                         for v, j in zip(vals, idx, strict=True)
                     ]
                 ]
+            if row.req.grammar is not None and not row.req.grammar.accept(tok):
+                log.error("a guided reply drew token %d its grammar does not allow; it goes on unguided", tok)
+                row.req.grammar = None
             row.ids.append(tok)
             row.logprobs.append(lp)
             self._advance(row, tok, lp, top, limit)

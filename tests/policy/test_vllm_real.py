@@ -16,6 +16,7 @@ Without ``.venv-vllm`` these tests skip, unless ``OPENCLAW_RL_REQUIRE_VLLM=1`` (
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -190,6 +191,51 @@ def test_a_prefill_and_a_stop_sequence_go_through_to_vllm(real_vllm, embedded):
     assert found[0].prompt_ids[-3:] != [] and "One, two," in svc.engine.tokenizer.decode(
         found[0].prompt_ids[-8:]
     )
+
+
+def test_tools_a_json_schema_and_a_forced_call_work_through_vllm(real_vllm, embedded):
+    """vLLM runs without a tool-call parser (it would refuse every request that carries ``tools``):
+    the service renders the tools into the prompt itself, the same prompt the embedded engine and the
+    OPD teacher read, and holds a forced call to its schema with vLLM's structured output."""
+    from openclaw_rl.runtime import chat_format
+
+    svc, url, _ = real_vllm
+    schema = {
+        "type": "object",
+        "properties": {
+            "theme": {"type": "string", "enum": ["dark", "light"]},
+            "compact": {"type": "boolean"},
+        },
+        "required": ["theme", "compact"],
+        "additionalProperties": False,
+    }
+    ask = [{"role": "user", "content": "Pick my settings."}]
+    tool = {"type": "function", "function": {"name": "save_settings", "parameters": schema}}
+
+    def chat(**extra: Any) -> dict[str, Any]:
+        r = httpx.post(url + "/v1/chat/completions", timeout=300, json={"messages": ask, **extra})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    plain = chat(max_tokens=16, tools=[tool], session_id="vllm-tools")  # tool_choice auto
+    (turn,) = svc.store.session_turns("vllm-tools")
+    assert turn.prompt_ids == chat_format.prompt_ids(embedded[1], ask, [tool])
+    assert plain["choices"][0]["finish_reason"] in ("stop", "length", "tool_calls")
+
+    reply = chat(
+        max_tokens=40, response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
+    )
+    settings = json.loads(reply["choices"][0]["message"]["content"])
+    assert settings["theme"] in ("dark", "light") and isinstance(settings["compact"], bool)
+
+    forced = chat(
+        max_tokens=60, tools=[tool], tool_choice={"type": "function", "function": {"name": "save_settings"}}
+    )
+    choice = forced["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and not choice["message"]["content"]
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "save_settings"
+    assert json.loads(call["function"]["arguments"])["theme"] in ("dark", "light")
 
 
 def test_a_lora_version_swapped_in_while_requests_stream_refuses_none(real_vllm, embedded, tmp_path):

@@ -1,0 +1,240 @@
+"""Structured output, forced tool calls and ``logit_bias``, with the official SDKs over real HTTP.
+
+The service runs the tiny random model: it writes nothing sensible, so whatever parses is the
+grammar's doing. The schemas are finite (enums, booleans) so that every reply must end well
+within its token budget.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import httpx
+import pytest
+from pydantic import BaseModel
+
+from .conftest import KEY
+
+UNIT = {
+    "type": "function",
+    "function": {
+        "name": "set_unit",
+        "description": "Choose the temperature unit",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                "save": {"type": "boolean"},
+            },
+            "required": ["unit", "save"],
+            "additionalProperties": False,
+        },
+    },
+}
+MODE = {
+    "type": "function",
+    "function": {
+        "name": "set_mode",
+        "parameters": {
+            "type": "object",
+            "properties": {"mode": {"type": "string", "enum": ["dark", "light"]}},
+            "required": ["mode"],
+            "additionalProperties": False,
+        },
+    },
+}
+ASK = [{"role": "user", "content": "Use celsius from now on."}]
+
+
+def _openai(url: str):
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=60)
+
+
+class Settings(BaseModel):
+    theme: Literal["dark", "light"]
+    compact: bool
+
+
+def _args_fit(call_args: str, tool: dict) -> None:
+    args = json.loads(call_args)
+    params = tool["function"]["parameters"]
+    assert set(args) == set(params["required"])
+    for key, value in args.items():
+        spec = params["properties"][key]
+        assert value in spec["enum"] if "enum" in spec else isinstance(value, bool)
+
+
+def test_a_named_tool_choice_always_gets_a_call_to_that_function(tiny_service):
+    svc, url = tiny_service
+    client = _openai(url)
+    for temperature in (0.0, 1.0):
+        resp = client.chat.completions.create(
+            model="policy",
+            messages=ASK,
+            tools=[UNIT, MODE],
+            tool_choice={"type": "function", "function": {"name": "set_mode"}},
+            max_tokens=80,
+            temperature=temperature,
+        )
+        choice = resp.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        (call,) = choice.message.tool_calls
+        assert call.function.name == "set_mode"
+        _args_fit(call.function.arguments, MODE)
+    turn = svc.store.turn_by_response(resp.id)[0]
+    assert "<tool_call>" in svc.engine.tokenizer.decode(turn.response_ids)
+    # recorded for training: the model's own log-probs, not the grammar's (where a forced token has ~1)
+    assert min(turn.response_logprobs) < -1.0
+
+
+def test_tool_choice_required_streams_a_call_to_one_of_the_tools(tiny_service):
+    _, url = tiny_service
+    stream = _openai(url).chat.completions.create(
+        model="policy", messages=ASK, tools=[UNIT, MODE], tool_choice="required", max_tokens=80, stream=True
+    )
+    names, arguments, finish = [], "", None
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        for tc in chunk.choices[0].delta.tool_calls or []:
+            if tc.function.name:
+                names.append(tc.function.name)
+            arguments += tc.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls" and len(names) == 1
+    _args_fit(arguments, {"set_unit": UNIT, "set_mode": MODE}[names[0]])
+
+
+def test_a_json_schema_reply_parses_into_the_clients_model(tiny_service):
+    _, url = tiny_service
+    client = _openai(url)
+    parsed = client.chat.completions.parse(
+        model="policy",
+        messages=[{"role": "user", "content": "Pick my settings."}],
+        response_format=Settings,
+        max_tokens=60,
+    )
+    assert isinstance(parsed.choices[0].message.parsed, Settings)
+    resp = client.responses.parse(
+        model="policy", input="Pick my settings.", text_format=Settings, max_output_tokens=60
+    )
+    assert isinstance(resp.output_parsed, Settings) and resp.text.format.type == "json_schema"
+
+
+def test_json_object_mode_starts_a_json_object(tiny_service):
+    _, url = tiny_service
+    resp = _openai(url).chat.completions.create(
+        model="policy",
+        messages=[{"role": "user", "content": "Reply in JSON."}],
+        response_format={"type": "json_object"},
+        max_tokens=12,
+    )
+    text = resp.choices[0].message.content
+    assert text.startswith("{")
+    if resp.choices[0].finish_reason == "stop":  # it closed the object: then the whole reply parses
+        assert isinstance(json.loads(text), dict)
+
+
+def test_a_prefilled_json_reply_is_continued_inside_its_schema(tiny_service):
+    _, url = tiny_service
+    body = {
+        "messages": [
+            {"role": "user", "content": "Pick my settings."},
+            {"role": "assistant", "content": '{"theme": "light", '},
+        ],
+        "continue_final_message": True,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "settings", "schema": Settings.model_json_schema()},
+        },
+        "max_tokens": 40,
+    }
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as http:
+        r = http.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        rest = r.json()["choices"][0]["message"]["content"]
+        assert Settings.model_validate_json('{"theme": "light", ' + rest).theme == "light"
+        body["messages"][-1]["content"] = "Sure! "  # not the start of a JSON object
+        bad = http.post("/v1/chat/completions", json=body)
+        assert (
+            bad.status_code == 400 and "does not fit the requested format" in bad.json()["error"]["message"]
+        )
+
+
+def test_anthropic_tool_choice_any_and_tool_get_a_tool_use_block(tiny_service):
+    from anthropic import Anthropic
+
+    _, url = tiny_service
+    client = Anthropic(base_url=url, api_key=KEY, max_retries=0, timeout=60)
+    tools = [
+        {"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in (UNIT, MODE)
+    ]
+    for choice, expect in (
+        ({"type": "any"}, {"set_unit", "set_mode"}),
+        ({"type": "tool", "name": "set_unit"}, {"set_unit"}),
+    ):
+        msg = client.messages.create(
+            model="policy", max_tokens=80, messages=ASK, tools=tools, tool_choice=choice
+        )
+        assert msg.stop_reason == "tool_use"
+        (block,) = [b for b in msg.content if b.type == "tool_use"]
+        assert block.name in expect
+        _args_fit(json.dumps(block.input), {"set_unit": UNIT, "set_mode": MODE}[block.name])
+
+
+def test_a_forced_call_in_the_responses_api_is_a_function_call_item(tiny_service):
+    _, url = tiny_service
+    tool = {"type": "function", "name": "set_mode", "parameters": MODE["function"]["parameters"]}
+    resp = _openai(url).responses.create(
+        model="policy", input="Dark mode please.", tools=[tool], tool_choice="required", max_output_tokens=80
+    )
+    (item,) = [o for o in resp.output if o.type == "function_call"]
+    assert item.name == "set_mode" and json.loads(item.arguments)["mode"] in ("dark", "light")
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"tool_choice": "always", "tools": [UNIT]}, "tool_choice: expected one of auto, none, required"),
+        ({"tool_choice": {"type": "function"}, "tools": [UNIT]}, "tool_choice: a named tool choice is"),
+        (
+            {"tool_choice": {"type": "function", "function": {"name": "nope"}}, "tools": [UNIT]},
+            "function 'nope' is not one of the request's tools",
+        ),
+        ({"tool_choice": "required"}, "forcing a tool call needs 'tools'"),
+        ({"response_format": {"type": "json_schema"}}, "needs a 'json_schema' object"),
+        ({"response_format": {"type": "xml"}}, "response_format.type"),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "wat"}},
+                }
+            },
+            "response_format.json_schema.schema: this JSON schema cannot be enforced",
+        ),
+        ({"logit_bias": {"abc": 1}}, "logit_bias key 'abc' must be a token id"),
+        ({"logit_bias": {"5": 300}}, "must be between -100 and 100"),
+        ({"logit_bias": {"99999999": 1}}, "outside this model's vocabulary"),
+    ],
+)
+def test_a_malformed_format_or_choice_is_a_400_naming_it(client, extra, words):
+    r = client.post("/v1/chat/completions", json={"messages": ASK, "max_tokens": 4, **extra})
+    assert r.status_code == 400, r.text
+    assert words in r.json()["error"]["message"]
+    assert client.post("/v1/chat/completions", json={"messages": ASK, "max_tokens": 2}).status_code == 200
+
+
+def test_logit_bias_bans_and_forces_tokens(client):
+    def first_token(**extra) -> int:
+        body = {"messages": ASK, "max_tokens": 1, "temperature": 0, "return_token_ids": True, **extra}
+        r = client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["token_ids"][0]
+
+    greedy = first_token()
+    assert first_token(logit_bias={str(greedy): -100}) != greedy
+    assert first_token(logit_bias={"1234": 100}) == 1234
