@@ -7,6 +7,9 @@ German, French and Japanese user replies, terse / emoji / sarcastic English, "ne
 positive meaning", corrections inside thanks, tool JSON results that confirm or contradict the
 agent's stated action, and 20-60 line build / test / install logs ending in success or failure.
 
+``bench/data/judge_heldout_v4.jsonl`` (``--set``) is a second, smaller set (68 cases) written after
+the judge's last change, to check how far the v3 figures carry (docs/judge.md).
+
 Every line has ``lang``, ``style``, ``role``, ``response``, ``next_state`` and ``label`` (+1 / -1 / 0).
 A 0 answer counts as wrong when the label is ±1 (and vice versa); an error answer counts as wrong.
 

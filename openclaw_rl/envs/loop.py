@@ -47,6 +47,7 @@ queue for the launcher / benchmarks to consume.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import queue
@@ -150,10 +151,14 @@ class PolicyClient:
         """The assistant message of one completion; None when the service is stopping. ``user``:
         the OpenAI ``user`` field (a simulated user, per_user mode).
 
+        The reply is streamed, so that :attr:`stop_event` ends a request in flight within a token:
+        the stream is closed, the service stops generating it and records nothing of it (a stop no
+        longer waits up to ``request_timeout_sec`` for a long reply nobody will read).
+
         Unreachable / 429 / 5xx: wait and retry (backoff up to ``backoff_max_sec``) until it answers
         or :attr:`stop_event` is set. Other 4xx: :class:`PolicyRequestError`.
         """
-        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
         if tools:
             body["tools"] = tools
         if max_tokens is not None:
@@ -173,16 +178,20 @@ class PolicyClient:
         warned = False
         while not self.stop_event.is_set():
             try:
-                resp = self.http.post(self.url, json=body, headers=headers)
+                with self.http.stream("POST", self.url, json=body, headers=headers) as resp:
+                    if resp.status_code == 200:
+                        reply = _streamed_message(resp, self.stop_event)
+                        if warned and reply is not None:
+                            log.info("[env_service] policy service is back at %s", self.url)
+                        return reply
+                    detail = resp.read().decode("utf-8", "replace")[:300]
             except httpx.HTTPError as exc:
                 problem = f"{type(exc).__name__} ({exc})"
+            except _StreamFailed as exc:
+                problem = str(exc)
             else:
-                if resp.status_code == 200:
-                    if warned:
-                        log.info("[env_service] policy service is back at %s", self.url)
-                    return _assistant_message(resp)
                 if resp.status_code != 429 and resp.status_code < 500:
-                    raise PolicyRequestError(f"policy service answered {resp.status_code}: {resp.text[:300]}")
+                    raise PolicyRequestError(f"policy service answered {resp.status_code}: {detail}")
                 problem = f"HTTP {resp.status_code}"
             self.retries += 1
             if not warned:
@@ -200,17 +209,62 @@ class PolicyClient:
         self.http.close()
 
 
-def _assistant_message(resp: httpx.Response) -> dict[str, Any]:
+def _json_message(resp: httpx.Response) -> dict[str, Any]:
+    raw = resp.read()
     try:
-        data = resp.json()
-        msg = data["choices"][0]["message"]
+        msg = json.loads(raw)["choices"][0]["message"]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise PolicyRequestError(
-            f"policy service sent a malformed completion ({exc}): {resp.text[:300]}"
+            f"policy service sent a malformed completion ({exc}): {raw[:300].decode('utf-8', 'replace')}"
         ) from None
     out: dict[str, Any] = {"role": "assistant", "content": msg.get("content") or ""}
     if msg.get("tool_calls"):
         out["tool_calls"] = msg["tool_calls"]
+    return out
+
+
+class _StreamFailed(Exception):
+    """The service reported an error in the middle of a streamed reply (retried like a 5xx)."""
+
+
+def _streamed_message(resp: httpx.Response, stop_event: threading.Event) -> dict[str, Any] | None:
+    """The assistant message a chat-completions SSE stream adds up to; None if ``stop_event`` was
+    set before it ended (the caller's ``with`` then closes the stream, which cancels it)."""
+    if not resp.headers.get("content-type", "").startswith("text/event-stream"):
+        return _json_message(resp)  # a server that answers a stream request with one JSON body
+    content: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    for line in resp.iter_lines():
+        if stop_event.is_set():
+            return None
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            break
+        try:
+            chunk = json.loads(data)
+            if "error" in chunk:
+                raise _StreamFailed(f"error mid-stream: {str(chunk['error'])[:300]}")
+            for choice in chunk.get("choices") or []:
+                delta = choice.get("delta") or {}
+                content.append(delta.get("content") or "")
+                for tc in delta.get("tool_calls") or []:
+                    slot = calls.setdefault(
+                        int(tc.get("index", 0)),
+                        {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                    )
+                    slot["id"] = tc.get("id") or slot["id"]
+                    fn = tc.get("function") or {}
+                    slot["function"]["name"] += fn.get("name") or ""
+                    slot["function"]["arguments"] += fn.get("arguments") or ""
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise PolicyRequestError(
+                f"policy service sent a malformed stream chunk ({exc}): {data[:300]}"
+            ) from None
+    out: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
+    if calls:
+        out["tool_calls"] = [calls[i] for i in sorted(calls)]
     return out
 
 
@@ -222,7 +276,7 @@ class EnvLoop:
         svc = EnvLoop(cfg, base_url="http://127.0.0.1:30000", on_episode=print)
         svc.start()          # returns at once; workers run on threads
         ...
-        svc.stop()           # finishes the request in flight, closes envs
+        svc.stop()           # cancels the request in flight, closes envs
 
     ``run()`` does the same in the foreground until ``stop()`` (another thread or Ctrl-C) or until
     ``max_episodes`` episodes are done.
@@ -315,7 +369,7 @@ class EnvLoop:
             self.stop()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Ask workers to finish; join them (the request in flight may complete first)."""
+        """Ask workers to finish; join them (a request in flight is cancelled at its next token)."""
         self.stop_event.set()
         wait = timeout if timeout is not None else self.cfg.policy_service.request_timeout_sec + 5
         for t in self.threads:
@@ -707,7 +761,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         store = Store(RunDir.of(cfg).store)  # the run's store: how many samples wait for the trainer
         service = EnvLoop(cfg, base_url=args.policy_url, backlog=store_backlog(store))
-        # SIGTERM from the launcher: finish the request in flight, then exit.
+        # SIGTERM from the launcher: cancel the request in flight, then exit.
         signal.signal(signal.SIGTERM, lambda *_: service.stop_event.set())
         try:
             service.run()

@@ -32,6 +32,7 @@ from openclaw_rl.runtime import chat_format
 class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0  # only the k likeliest tokens may be drawn; 0 = all
     max_tokens: int = 256
     stop: list[str] = field(default_factory=list)
     seed: int | None = None

@@ -153,6 +153,8 @@ class ForwardEngine(Engine):
             body["seed"] = p.seed
         if p.penalised:
             body.update(frequency_penalty=p.frequency_penalty, presence_penalty=p.presence_penalty)
+        if p.top_k and self.backend in ("sglang", "vllm"):  # a hosted OpenAI-style API has no top_k
+            body["top_k"] = p.top_k
         if p.logit_bias:
             body["logit_bias"] = {str(t): b for t, b in p.logit_bias.items()}
         if req.response_format is not None:  # the engine enforces it (vLLM / SGLang guided decoding)

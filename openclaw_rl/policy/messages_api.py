@@ -90,6 +90,22 @@ class MessagesRequest(CountTokensRequest):
     top_k: int | None = Field(None, ge=0)
     stream: bool = False
     metadata: dict[str, Any] | None = None
+    # structured output: {"format": {"type": "json_schema", "schema": {...}}} (``messages.parse``)
+    output_config: dict[str, Any] | None = None
+
+    @field_validator("output_config")
+    @classmethod
+    def _output_format(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        fmt = (v or {}).get("format")
+        if fmt is None:
+            return v
+        if (
+            not isinstance(fmt, dict)
+            or fmt.get("type") != "json_schema"
+            or not isinstance(fmt.get("schema"), dict)
+        ):
+            raise ValueError('format must be {"type": "json_schema", "schema": {...}}')
+        return v
 
     @field_validator("stop_sequences")
     @classmethod
@@ -175,6 +191,14 @@ def chat_body(req: MessagesRequest) -> dict[str, Any]:
     body.update(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stream=req.stream)
     if req.stop_sequences:
         body["stop"] = req.stop_sequences
+    if req.top_k:
+        body["top_k"] = req.top_k
+    fmt = (req.output_config or {}).get("format")
+    if fmt is not None:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": fmt["schema"]},
+        }
     user = (req.metadata or {}).get("user_id")
     if isinstance(user, str) and user:
         body["user"] = user

@@ -172,6 +172,8 @@ class ChatCompletionRequest(_Lenient):
     messages: list[ChatMessage] = Field(min_length=1)
     temperature: float = Field(1.0, ge=0, le=2)
     top_p: float = Field(1.0, gt=0, le=1)
+    # vLLM's and Anthropic's: draw only among the k likeliest tokens (0 or -1: all)
+    top_k: int = Field(0, ge=-1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     n: int = Field(1, ge=1)

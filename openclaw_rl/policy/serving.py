@@ -361,6 +361,7 @@ class Serving:
         params = SamplingParams(
             temperature=req.temperature,
             top_p=req.top_p,
+            top_k=max(req.top_k, 0),
             max_tokens=requested if requested is not None else self.pcfg.max_tokens_default,
             stop=req.stops,
             seed=req.seed,

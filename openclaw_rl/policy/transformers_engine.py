@@ -11,8 +11,9 @@ of keys/values into spare room, where transformers' ``DynamicCache`` would copy 
 
 Sampling and the recorded log-probs (what PPO's ``logp_old`` is):
 
-* the token is drawn from ``softmax(logits / temperature)`` restricted to the ``top_p`` nucleus and
-  renormalised (``temperature == 0``: the argmax);
+* the token is drawn from ``softmax(logits / temperature)`` restricted to the ``top_k`` likeliest
+  tokens and the ``top_p`` nucleus and renormalised (``temperature == 0``: the argmax); penalties,
+  ``logit_bias`` and a reply's grammar (:mod:`openclaw_rl.policy.guided`) shape the logits first;
 * the log-prob recorded and returned is the **model's own** ``log_softmax(logits)`` at that token —
   the very quantity the trainer computes for ``logp_new``. Recording the tempered, truncated
   probability instead would put a different distribution in the ratio's denominator than in its
@@ -645,6 +646,10 @@ class TransformersEngine(Engine):
             if p.temperature <= 0:
                 toks[i] = int(torch.argmax(logp[i]).item())
                 continue
+            if 0 < p.top_k < logp.shape[-1]:
+                kth = torch.topk(logp[i], p.top_k).values[-1]
+                row_lp = logp[i].masked_fill(logp[i] < kth, float("-inf"))
+                logp[i] = row_lp - torch.logsumexp(row_lp, 0)
             if p.top_p < 1.0:
                 sorted_lp, order = torch.sort(logp[i], descending=True)
                 before = torch.cumsum(sorted_lp.exp(), 0) - sorted_lp.exp()

@@ -1,12 +1,13 @@
 """A minimal but real OpenAI-compatible server (FastAPI + uvicorn on loopback) for env tests.
 
-It speaks ``POST /v1/chat/completions`` and records every request (headers and body) so tests
+It speaks ``POST /v1/chat/completions`` (JSON, or SSE when the body asks to ``stream``) and records every request (headers and body) so tests
 can check what a client really sent. ``reply`` decides the assistant's answer. It also answers
 ``POST /v1/admin/close_session`` as the policy service does, recording the ids in ``closed``.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from openclaw_rl.runtime.ports import free_port
 
@@ -39,6 +40,14 @@ class ChatServer:
                 {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body}
             )
             text = reply(body)
+            if body.get("stream"):  # as the policy service streams: one content chunk, then [DONE]
+                chunk = {"id": "cmpl-1", "object": "chat.completion.chunk", "model": body.get("model", "m")}
+                events = [
+                    {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}}]},
+                    {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                ]
+                lines = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+                return StreamingResponse(iter([lines]), media_type="text/event-stream")
             return {
                 "id": "cmpl-1",
                 "object": "chat.completion",

@@ -361,3 +361,45 @@ def test_the_launchers_backlog_counts_every_sample_waiting_for_the_trainer(tmp_p
     store.add_samples([_ready_sample(7, 1)])
     assert loop.backlog() == 8  # a full backlog: now the workers wait
     store.close()
+
+
+def test_stopping_cancels_the_reply_a_worker_waits_for(tmp_path, tiny_model_dir, gsm8k_path):
+    """A stop does not wait for a long reply nobody will read: the worker closes its stream, the
+    service stops generating it and records nothing of it."""
+    import httpx
+
+    from openclaw_rl.policy.server import PolicyService
+
+    cfg = build_config(
+        {
+            "global": {"log_dir": str(tmp_path / "logs")},
+            "policy_service": {
+                "model": str(tiny_model_dir),
+                "port": 0,
+                "host": "127.0.0.1",
+                "max_model_len": 8192,
+                "request_timeout_sec": 300,
+            },
+            "env_service": {"num_envs": 1, "interaction_types": ["chat"], "data_path": str(gsm8k_path)},
+        },
+        environ={},
+    )
+    ps = PolicyService(cfg)
+    url = ps.start()
+    try:
+        svc = EnvLoop(cfg, base_url=url, max_episodes=1, max_tokens=6000)
+        svc.start()
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{url}/healthz", timeout=10).json()["in_flight"] == 0:
+            assert time.monotonic() < deadline, "the worker never sent its request"
+            time.sleep(0.05)
+        time.sleep(0.5)  # some tokens into the 6,000
+        svc.stop()
+        assert not svc.threads  # joined
+        deadline = time.monotonic() + 120  # generous: it only bounds a failing test
+        while httpx.get(f"{url}/healthz", timeout=10).json()["in_flight"] > 0:
+            assert time.monotonic() < deadline, "the reply the stopped worker left is still being generated"
+            time.sleep(0.1)
+        assert not list(ps.store.user_turns(DEFAULT_USER))  # the unread reply is not recorded
+    finally:
+        ps.stop()

@@ -137,6 +137,39 @@ def test_repetition_penalties_change_what_is_drawn_not_what_is_recorded(tiny_ser
     assert greedy(frequency_penalty=-2.0)[0]  # negative values are OpenAI's too: accepted
 
 
+def test_logit_bias_bans_and_forces_tokens(client):
+    def first_token(**extra) -> int:
+        body = {"messages": USER, "max_tokens": 1, "temperature": 0, "return_token_ids": True, **extra}
+        r = client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["token_ids"][0]
+
+    greedy = first_token()
+    assert first_token(logit_bias={str(greedy): -100}) != greedy
+    assert first_token(logit_bias={"1234": 100}) == 1234
+
+
+def test_top_k_one_draws_the_greedy_reply_at_any_temperature(tiny_service, client):
+    from anthropic import Anthropic
+
+    _, url = tiny_service
+
+    def reply(**extra) -> list[int]:
+        body = {"messages": USER, "max_tokens": 12, "return_token_ids": True, **extra}
+        r = client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["token_ids"]
+
+    greedy = reply(temperature=0)
+    assert reply(temperature=1.0, top_k=1) == greedy
+    assert any(reply(temperature=1.0, seed=s) != greedy for s in range(3))  # without it, sampling differs
+    anthropic = Anthropic(base_url=url, api_key=KEY, max_retries=0, timeout=60)
+    kw = {"model": "policy", "max_tokens": 12, "messages": USER}  # the SDK sends sampling fields as extras
+    assert anthropic.messages.create(**kw, extra_body={"temperature": 1.0, "top_k": 1}).content[0].text == (
+        anthropic.messages.create(**kw, extra_body={"temperature": 0}).content[0].text
+    )
+
+
 def test_explicit_sessions_next_state_side_turns_and_done(tiny_service, client):
     svc, _ = tiny_service
     h = {"X-Session-Id": "sess-A"}
