@@ -84,6 +84,11 @@ def call_schema(functions: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, An
     return calls[0] if len(calls) == 1 else {"anyOf": calls}
 
 
+#: The longest schema (as JSON text) accepted: compiling is not free, and a request must not be able
+#: to occupy the service with it.
+MAX_SCHEMA_CHARS = 100_000
+
+
 class GrammarCompiler:
     """Compiles :class:`OutputGrammar` s against one tokenizer's vocabulary (thread-safe; compiled
     grammars are cached by xgrammar)."""
@@ -102,6 +107,13 @@ class GrammarCompiler:
     def compile(self, grammar: OutputGrammar) -> Any:
         """The compiled grammar; :class:`APIError` 400 naming the field when the schema cannot be used."""
         xgr = self._xgr
+        size = len(json.dumps(grammar.schema or {})) + sum(len(json.dumps(p)) for _, p in grammar.functions)
+        if size > MAX_SCHEMA_CHARS:
+            raise APIError(
+                400,
+                f"the schema to enforce is {size:,} characters of JSON; at most {MAX_SCHEMA_CHARS:,} are accepted",
+                param=grammar.param,
+            )
         try:
             with self._lock:
                 if grammar.kind == "json":

@@ -201,6 +201,24 @@ class ChatCompletionRequest(_Lenient):
     user: str | None = Field(None, min_length=1, max_length=128)
     # vLLM's: the last (assistant) message is the start of the reply, which the model continues
     continue_final_message: bool = False
+    # output kinds: only text is produced here, so asking for audio is an error, not silently dropped
+    modalities: list[str] | None = None
+    audio: dict[str, Any] | None = None
+
+    @field_validator("modalities")
+    @classmethod
+    def _text_out(cls, v: list[str] | None) -> list[str] | None:
+        other = sorted(set(v or []) - {"text"})
+        if other:
+            raise ValueError(f"this model produces text only; {other} output is not supported")
+        return v
+
+    @field_validator("audio")
+    @classmethod
+    def _no_audio(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            raise ValueError("this model produces text only; audio output is not supported")
+        return v
 
     @field_validator("n")
     @classmethod

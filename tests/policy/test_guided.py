@@ -230,6 +230,17 @@ def test_a_forced_call_in_the_responses_api_is_a_function_call_item(tiny_service
             },
             "response_format.json_schema.schema: this JSON schema cannot be enforced",
         ),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"schema": {"enum": ["x" * 200] * 600}},
+                }
+            },
+            "at most 100,000 are accepted",
+        ),
+        ({"modalities": ["text", "audio"]}, "['audio'] output is not supported"),
+        ({"audio": {"voice": "alloy", "format": "wav"}}, "audio output is not supported"),
         ({"logit_bias": {"abc": 1}}, "logit_bias key 'abc' must be a token id"),
         ({"logit_bias": {"5": 300}}, "must be between -100 and 100"),
         ({"logit_bias": {"99999999": 1}}, "outside this model's vocabulary"),
