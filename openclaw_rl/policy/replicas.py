@@ -85,6 +85,8 @@ class EngineReplica:
             "node": ray.get_runtime_context().get_node_id(),
             "policy_version": self.engine.policy_version,
             "requests": self.requests,
+            "decoding": self.engine.active_count,  # rows in its running batch now
+            "cancelled": self.engine.cancelled_rows,  # rows dropped because their client went away
         }
 
     async def generate(self, req: GenRequest) -> AsyncGenerator[Delta | Final, None]:
@@ -225,11 +227,13 @@ class ReplicatedEngine(Engine):
         for attempt in range(2):
             i = self.replica_for(sid)
             self.in_flight[i] += 1
-            started = False
+            started = finished = False
+            stream = self.replicas[i].generate.options(num_returns="streaming").remote(req)
             try:
-                async for ref in self.replicas[i].generate.options(num_returns="streaming").remote(req):
+                async for ref in stream:
                     event = await ref
                     started = True
+                    finished = isinstance(event, Final)
                     if isinstance(event, Final) and self._weights and event.policy_version < self._weights[1]:
                         self._mark_down(i)  # restarted silently with the base weights: resync it
                     yield event
@@ -256,6 +260,8 @@ class ReplicatedEngine(Engine):
                 )
             finally:
                 self.in_flight[i] -= 1
+                if not finished:  # its reader went away (the client hung up) or it failed: stop decoding it
+                    _cancel(stream)
 
     def _mark_down(self, i: int) -> None:
         """Take replica ``i`` out of routing until it answers again (with the current weights)."""
@@ -313,3 +319,14 @@ class ReplicatedEngine(Engine):
                 )
                 self.down.add(i)  # the next request that reaches it starts its revival
         self._version = version
+
+
+def _cancel(stream: Any) -> None:
+    """Cancel a replica's streaming generation: Ray raises CancelledError inside the actor's
+    ``generate``, whose engine then drops the row at its next step."""
+    import ray
+
+    try:
+        ray.cancel(stream)
+    except Exception as exc:  # a replica already gone has nothing left to cancel (Ray raises several kinds)
+        log.info("[policy_service] cancelling an abandoned replica generation: %s", exc)

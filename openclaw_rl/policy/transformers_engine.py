@@ -142,6 +142,7 @@ class TransformersEngine(Engine):
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.active_count = 0
+        self.cancelled_rows = 0  # rows dropped mid-reply because their client went away
         self.steps = 0
         self.mid_batch_swaps = 0
         self._swap_error: Exception | None = None
@@ -379,6 +380,7 @@ class TransformersEngine(Engine):
                     for r in batch.rows:
                         if r.cancelled:
                             r.finish = "cancelled"
+                            self.cancelled_rows += 1
                     batch = batch.keep_unfinished()
                 if new:
                     batch = self._prefill(new, batch)

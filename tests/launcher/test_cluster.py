@@ -277,6 +277,7 @@ def test_engine_replicas_keep_sessions_and_survive_a_dead_replica(ray_cluster, t
                 "num_engines": 2,
                 "engine_num_cpus": 0.5,
                 "request_timeout_sec": 60,
+                "max_model_len": 8192,
             },
             "env_service": {"mode": "cloud", "num_envs": 1},
         },
@@ -315,6 +316,22 @@ def test_engine_replicas_keep_sessions_and_survive_a_dead_replica(ray_cluster, t
         assert all(n == 2 for per in served for n in per.values())  # both turns of a session, same replica
         health = httpx.get(f"{url}/healthz", timeout=10).json()
         assert health["engines"] == 2 and health["failovers"] == 0
+
+        # a client that hangs up on a long reply: the replica decoding it stops (it is not recorded)
+        long = {"messages": [{"role": "user", "content": "go on"}], "max_tokens": 6000, "stream": True}
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=long, timeout=60) as r:
+            assert r.status_code == 200
+            events = (line for line in r.iter_lines() if line.startswith("data: "))
+            for _ in range(6):  # some tokens in: a replica is decoding it
+                next(events)
+        deadline = time.monotonic() + 120  # generous: it only bounds a failing test
+        while True:
+            states = ray.get([x.ready.remote() for x in engine.replicas], timeout=30)
+            if not any(x["decoding"] for x in states):
+                break
+            assert time.monotonic() < deadline, "a replica is still decoding the reply nobody reads"
+            time.sleep(0.2)
+        assert sum(x["cancelled"] for x in states) == 1  # dropped mid-reply, not run to its end
 
         run = RunDir.of(cfg)
         weights = save_tiny_model(run.policies / "v000001", seed=1)  # the run's export folder
