@@ -24,12 +24,13 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from openclaw_rl.policy.protocol import APIError, NamedToolChoice, ResponseFormat, ToolDef
 from openclaw_rl.runtime.chat_format import CLOSE, OPEN
+
+if TYPE_CHECKING:
+    import torch
 
 #: xgrammar's errors start with its log prefix ("[10:16:50] /project/cpp/x.cc:5082: "): not for a client
 _LOG_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")
