@@ -221,6 +221,22 @@ def test_tools_a_json_schema_and_a_forced_call_work_through_vllm(real_vllm, embe
     (turn,) = svc.store.session_turns("vllm-tools")
     assert turn.prompt_ids == chat_format.prompt_ids(embedded[1], ask, [tool])
     assert plain["choices"][0]["finish_reason"] in ("stop", "length", "tool_calls")
+    # a tool round trip as an agent sends it: the call (content null) and its result
+    call = {"id": "call_1", "type": "function", "function": {"name": "save_settings", "arguments": "{}"}}
+    steps = [
+        *ask,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"saved": true}'},
+    ]
+    r = httpx.post(
+        url + "/v1/chat/completions",
+        timeout=300,
+        json={"messages": steps, "tools": [tool], "max_tokens": 8, "session_id": "vllm-steps"},
+    )
+    assert r.status_code == 200, r.text
+    assert svc.store.session_turns("vllm-steps")[-1].prompt_ids == chat_format.prompt_ids(
+        embedded[1], steps, [tool]
+    )
 
     reply = chat(
         max_tokens=40, response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
