@@ -64,6 +64,7 @@ import httpx
 
 from openclaw_rl.config import OUTCOME_REWARDS, Config, Persona
 from openclaw_rl.envs.base import Env, make
+from openclaw_rl.runtime.chat_stream import add_tool_call_deltas, tool_calls_in_order
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
 
@@ -249,22 +250,14 @@ def _streamed_message(resp: httpx.Response, stop_event: threading.Event) -> dict
             for choice in chunk.get("choices") or []:
                 delta = choice.get("delta") or {}
                 content.append(delta.get("content") or "")
-                for tc in delta.get("tool_calls") or []:
-                    slot = calls.setdefault(
-                        int(tc.get("index", 0)),
-                        {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
-                    )
-                    slot["id"] = tc.get("id") or slot["id"]
-                    fn = tc.get("function") or {}
-                    slot["function"]["name"] += fn.get("name") or ""
-                    slot["function"]["arguments"] += fn.get("arguments") or ""
+                add_tool_call_deltas(calls, delta.get("tool_calls"))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise PolicyRequestError(
                 f"policy service sent a malformed stream chunk ({exc}): {data[:300]}"
             ) from None
     out: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
     if calls:
-        out["tool_calls"] = [calls[i] for i in sorted(calls)]
+        out["tool_calls"] = tool_calls_in_order(calls)
     return out
 
 

@@ -48,6 +48,7 @@ from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest
 from openclaw_rl.policy.guided import call_schema
 from openclaw_rl.policy.weights import WeightLoadError
 from openclaw_rl.runtime import chat_format
+from openclaw_rl.runtime.chat_stream import add_tool_call_deltas, tool_calls_in_order
 
 log = logging.getLogger("openclaw_rl.policy")
 
@@ -248,15 +249,7 @@ class ForwardEngine(Engine):
                                 new_ids = []
                             ids.extend(int(i) for i in new_ids)
                             lps.extend(new_lp)
-                            for tc in delta.get("tool_calls") or []:
-                                slot = calls.setdefault(
-                                    int(tc.get("index", 0)),
-                                    {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
-                                )
-                                slot["id"] = tc.get("id") or slot["id"]
-                                fn = tc.get("function") or {}
-                                slot["function"]["name"] += fn.get("name") or ""
-                                slot["function"]["arguments"] += fn.get("arguments") or ""
+                            add_tool_call_deltas(calls, delta.get("tool_calls"))
                             piece = delta.get("content") or ""
                             text.append(piece)
                             if forced:  # the call's JSON is not content: it becomes tool_calls at the end
@@ -305,7 +298,7 @@ class ForwardEngine(Engine):
         exact_prompt = prompt_ids is not None
         if prompt_ids is None:
             prompt_ids = list(req.prompt_ids or [])
-        tool_calls = [calls[i] for i in sorted(calls)] or None
+        tool_calls = tool_calls_in_order(calls)
         reply = "".join(text)
         if forced and finish == "stop":
             tool_calls = _forced_call(reply)

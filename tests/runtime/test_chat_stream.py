@@ -1,0 +1,27 @@
+"""Adding up the pieces of streamed tool calls, as vLLM and the policy service send them."""
+
+from __future__ import annotations
+
+from openclaw_rl.runtime.chat_stream import add_tool_call_deltas, tool_calls_in_order
+
+
+def test_tool_call_pieces_add_up_per_index_in_index_order():
+    calls: dict = {}
+    chunks = [
+        [{"index": 1, "id": "call_b", "type": "function", "function": {"name": "look", "arguments": ""}}],
+        [{"index": 0, "id": "call_a", "function": {"name": "get_", "arguments": '{"ci'}}],
+        [{"index": 0, "function": {"name": "weather", "arguments": 'ty": "Oslo"}'}}],
+        None,  # a content-only chunk
+        [{"index": 1, "function": {"arguments": "{}"}}],
+    ]
+    for deltas in chunks:
+        add_tool_call_deltas(calls, deltas)
+    assert tool_calls_in_order(calls) == [
+        {
+            "id": "call_a",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+        },
+        {"id": "call_b", "type": "function", "function": {"name": "look", "arguments": "{}"}},
+    ]
+    assert tool_calls_in_order({}) is None
