@@ -210,20 +210,6 @@ class PolicyClient:
         self.http.close()
 
 
-def _json_message(resp: httpx.Response) -> dict[str, Any]:
-    raw = resp.read()
-    try:
-        msg = json.loads(raw)["choices"][0]["message"]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise PolicyRequestError(
-            f"policy service sent a malformed completion ({exc}): {raw[:300].decode('utf-8', 'replace')}"
-        ) from None
-    out: dict[str, Any] = {"role": "assistant", "content": msg.get("content") or ""}
-    if msg.get("tool_calls"):
-        out["tool_calls"] = msg["tool_calls"]
-    return out
-
-
 class _StreamFailed(Exception):
     """The service reported an error in the middle of a streamed reply (retried like a 5xx)."""
 
@@ -232,7 +218,10 @@ def _streamed_message(resp: httpx.Response, stop_event: threading.Event) -> dict
     """The assistant message a chat-completions SSE stream adds up to; None if ``stop_event`` was
     set before it ended (the caller's ``with`` then closes the stream, which cancels it)."""
     if not resp.headers.get("content-type", "").startswith("text/event-stream"):
-        return _json_message(resp)  # a server that answers a stream request with one JSON body
+        raise PolicyRequestError(
+            f"policy service answered a streamed request with {resp.headers.get('content-type')!r}, "
+            "not an event stream: is the policy URL this service's?"
+        )
     content: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
     for line in resp.iter_lines():

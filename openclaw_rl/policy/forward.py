@@ -160,9 +160,10 @@ class ForwardEngine(Engine):
             body["logit_bias"] = {str(t): b for t, b in p.logit_bias.items()}
         if req.response_format is not None:  # the engine enforces it (vLLM / SGLang guided decoding)
             body["response_format"] = req.response_format.model_dump(by_alias=True, exclude_none=True)
-        grammar = req.output_grammar
-        if self.forced_call(req) and grammar is not None:
+        if self.forced_call(req):
             # held to the call's JSON by the engine's structured output; made a tool call on return
+            grammar = req.output_grammar
+            assert grammar is not None  # forced_call says so
             body["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {

@@ -102,7 +102,6 @@ class GrammarCompiler:
             tokenizer, vocab_size=vocab_size, stop_token_ids=list(stop_ids)
         )
         self._compiler = xgr.GrammarCompiler(info, max_threads=1)
-        self.vocab_size = vocab_size
         self._lock = threading.Lock()
 
     def compile(self, grammar: OutputGrammar) -> Any:
@@ -135,9 +134,7 @@ class GrammarCompiler:
                 if grammar.kind == "json"
                 else "tools[].function.parameters"
             )
-            reason = _LOG_PREFIX.sub(
-                "", str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            )
+            reason = _LOG_PREFIX.sub("", (str(exc).strip().splitlines() or [type(exc).__name__])[0])
             raise APIError(
                 400, f"{where}: this JSON schema cannot be enforced: {reason[:300]}", param=grammar.param
             ) from None
@@ -151,14 +148,16 @@ class RowGrammar:
 
         self._xgr = xgr
         self._matcher = xgr.GrammarMatcher(compiled)
+        self._bitmask: Any = None  # made at the first step, reused at every later one
         if prefix and not self._matcher.accept_string(prefix):
             raise ValueError("the prefilled start of the reply does not fit the requested format")
 
     def mask(self, logits_V: torch.Tensor) -> None:
         """Set the logit of every token that cannot come next to -inf (in place, one row)."""
-        bitmask = self._xgr.allocate_token_bitmask(1, logits_V.shape[-1])
-        self._matcher.fill_next_token_bitmask(bitmask, 0)
-        self._xgr.apply_token_bitmask_inplace(logits_V.unsqueeze(0), bitmask)
+        if self._bitmask is None:
+            self._bitmask = self._xgr.allocate_token_bitmask(1, logits_V.shape[-1])
+        self._matcher.fill_next_token_bitmask(self._bitmask, 0)
+        self._xgr.apply_token_bitmask_inplace(logits_V.unsqueeze(0), self._bitmask)
 
     def accept(self, token: int) -> bool:
         """Advance past ``token``; False if the grammar does not allow it (a caller bug)."""

@@ -272,7 +272,7 @@ class ChatCompletionRequest(_Lenient):
             if dupes:
                 raise ValueError(f"tools: duplicate function name(s) {dupes}")
         choice = self.tool_choice
-        if choice is not None and choice not in ("auto", "none") and not self.tools:
+        if self.forces_tool_call and not self.tools:
             raise ValueError("tool_choice: forcing a tool call needs 'tools'")
         if isinstance(choice, NamedToolChoice) and choice.function.name not in {
             t.function.name for t in self.tools or []
