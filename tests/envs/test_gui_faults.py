@@ -130,6 +130,30 @@ def test_leaving_the_site_is_blocked_and_undone(d: Driver, link, why):
     assert_alive(d)
 
 
+@pytest.mark.parametrize("delay_ms", [0, 20, 60, 150])
+def test_leaving_after_the_click_returned_is_caught_too(d: Driver, delay_ms: int):
+    """A script that leaves a moment after the click (the click has returned, the page is being
+    read) is a navigation like any other: reported and undone, by this step or the next, never
+    taken for a broken page."""
+    faults(d)
+    d.env.host.run(_set_delay(d.env, delay_ms), timeout=10)
+    _, term, trunc, info = d.step(f"click {d.id('button', 'Leave shortly')}", ok=False)
+    errors = [info["error"] or ""]
+    if "navigated away" not in errors[0]:
+        time.sleep(0.5)  # it landed after this step's read: the next look must catch it
+        _, term, trunc, info = d.step("scroll down", ok=False)
+        errors.append(info["error"] or "")
+    assert not term and not trunc
+    assert any("the action navigated away from the app to http://example.com/" in e for e in errors), errors
+    assert not any("could not be read" in e for e in errors), errors
+    assert "Page: Fault playground" in d.obs and d.info["url"].endswith("/_faults")
+    assert_alive(d)
+
+
+async def _set_delay(env: GuiEnv, ms: int) -> None:
+    await env._page.evaluate("ms => { document.querySelector('[data-ms]').dataset.ms = ms }", ms)
+
+
 def test_new_tab_opens_in_the_current_tab(d: Driver):
     faults(d)
     d.click("link", "Todos in a new tab")

@@ -866,6 +866,8 @@ def _faults() -> str:
 <p><button onclick="while (true) {}">Freeze page</button></p>
 <p><a href="http://example.com/">External docs</a></p>
 <p><a href="http://127.0.0.1:9/">Other local port</a></p>
+<p><button onclick="setTimeout(() => { location.href = 'http://example.com/' }, Number(this.dataset.ms))"
+  data-ms="0">Leave shortly</button></p>
 <p><a href="/todos" target="_blank">Todos in a new tab</a></p>
 <p><button onclick="alert('Hello from a dialog')">Show dialog</button></p>
 <p><button onclick="document.title = 'Changed title'; this.textContent = 'Clicked'">Change title</button></p>"""

@@ -474,7 +474,8 @@ class GuiEnv(Env):
         from playwright.async_api import Error as PlaywrightError
 
         self._events.clear()
-        self._failed_nav = None
+        # _failed_nav is kept: a navigation that failed after the last step's read is this
+        # step's to report (_check_site names its address instead of the error page's)
         before = self._snap
         error: str | None = None
         try:
@@ -507,10 +508,9 @@ class GuiEnv(Env):
                 "action. The episode cannot continue — reset() starts a new one.",
             )
         try:
-            away = await self._check_site()
+            away, snap = await self._settled_read()
             if away:
                 error = f"{error}; {away}" if error else away
-            snap = await asyncio.wait_for(self._snapshot(), timeout=self.action_timeout_s * 2)
             # A new tab's event arrives a moment after the click returns — by now (a round trip
             # to the page later) it has; follow it and read the page again.
             if self._popups:
@@ -654,6 +654,26 @@ class GuiEnv(Env):
         await self._page.goto(self._last_good_url, wait_until="load", timeout=self.action_timeout_s * 1000)
         return f"{why}; the tab was closed and {self._last_good_url} was opened again in a new one"
 
+    async def _settled_read(self) -> tuple[str | None, Snapshot]:
+        """Check where the page is, then read it; again if a navigation started in between.
+
+        A click on a link can return before its navigation begins, so the site check may see the
+        old page and the read then hits a page being replaced ("Execution context was
+        destroyed"). That is a navigation, not a broken page: wait for it to land and look again.
+        """
+        from playwright.async_api import Error as PlaywrightError
+
+        away: str | None = None
+        for attempt in range(3):
+            away = await self._check_site() or away  # a return home already made is still reported
+            try:
+                return away, await asyncio.wait_for(self._snapshot(), timeout=self.action_timeout_s * 2)
+            except PlaywrightError as exc:
+                if attempt == 2 or "context was destroyed" not in str(exc):
+                    raise
+                await self._page.wait_for_load_state("load", timeout=self.action_timeout_s * 1000)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
     async def _check_site(self) -> str | None:
         """If the page left the app (another site, a blocked address), go back to the last app URL."""
         url = self._page.url
@@ -665,6 +685,7 @@ class GuiEnv(Env):
         target = url
         if here.scheme == "chrome-error" and self._failed_nav is not None:
             target = self._failed_nav[0]
+        self._failed_nav = None
         why = (
             "it is outside the local network the browser may use, so the request was blocked"
             if not is_loopback_url(target)
