@@ -473,7 +473,7 @@ _EFFECT_KEY = re.compile(
     _I,
 )
 _EFFECT_CLAIM = re.compile(
-    r"\b(?:wrote|written|saved|updated|deleted|removed|added|sent|created|uploaded|moved|copied|imported|"
+    r"\b(?:write|writing|save|saving|wrote|written|saved|updated|deleted|removed|added|sent|created|uploaded|moved|copied|imported|"
     r"inserted|changed|modified|stored|applied|gespeichert|aktualisiert|gelöscht|hinzugefügt|gesendet|"
     r"guardad[oa]|actualizad[oa]|eliminad[oa]|añadid[oa]|enviad[oa]|enregistrée?|mise? à jour|supprimée?|"
     r"ajoutée?|envoyée?)\b|已保存|保存了|已更新|已删除|已添加|已发送|写入|保存しました|更新しました|削除しました|追加しました|送信しました",
@@ -506,8 +506,10 @@ def _effect_contradictions(response: str, obj: Any) -> list[Contradiction]:
 
 
 # ------------------------------------------------------------------------------------ partial failure
-_FAILED_KEY = re.compile(r"^(?:failed|failures|failed_items|rejected|not_found|missing|invalid|errors?|"
-                         r"undelivered|bounced|declined)$", _I)  # fmt: skip
+_FAILED_KEY = re.compile(r"^(?:failed|failures|failed_(?:items|count)|rejected|not_found|missing|invalid|errors?|"
+                         r"undelivered|bounced|declined|"
+                         # "invites_failed": 4, "emails_bounced": 2 (not "failed_logins": a thing counted)
+                         r"\w+_(?:failed|failures|rejected|undelivered|bounced|declined))$", _I)  # fmt: skip
 
 
 def failed_items(obj: Any) -> list[tuple[str, Any]]:
@@ -791,6 +793,80 @@ def _flag_contradictions(response: str, obj: Any) -> list[Contradiction]:
     return out
 
 
+# ------------------------------------------------------------------------------------ records
+# "Fetching user 42" against {"user": {"id": 17}}: the result is about another record than the one
+# the response names. Only the record's own id is compared — a top-level "id" only when the response
+# acts on an existing record (a create returns a new id), "<noun>_id" / {"<noun>": {"id"}} always.
+_RECORD_NOUN = (r"users?|customers?|clients?|orders?|invoices?|tickets?|issues?|pull requests?|prs?|products?|"
+                r"items?|records?|tasks?|bookings?|reservations?|posts?|comments?|messages?|projects?|jobs?|"
+                r"builds?|runs?|incidents?|cases?|employees?|students?|patients?|members?|accounts?|"
+                r"documents?|files?|notes?|events?|deals?|leads?|contacts?|shipments?|packages?|repos?")  # fmt: skip
+_RECORD_REF = re.compile(
+    rf"\b({_RECORD_NOUN})\s*(?:(?:with\s+)?(?:id|no\.?|number|#)\s*(?:of\s*|is\s*|=\s*|:\s*)?)?#?\s*"
+    r"(\d{2,}|[A-Z]{2,5}-\d+)(?![\w-])(?!\.\d)"
+    # "the customer 42 dollars": an amount or a measure, not a record's number
+    r"(?!\s*(?:[$€£%]|(?:dollars?|euros?|pounds?|yuan|yen|usd|eur|gbp|cents?|percent|units?|pcs|items?|"
+    r"times?|seconds?|minutes?|hours?|days?|weeks?|months?|years?|km|kg|mb|gb)\b))",
+    _I,
+)
+_CREATES = re.compile(r"\b(?:creat\w*|open(?:ing|ed)?|fil(?:e|ing|ed)|add(?:ing|ed)?|new|submit\w*|post(?:ing|ed)?|"
+                      r"register\w*|sign(?:ing|ed)? up|book(?:ing|ed)?|placing|placed|send(?:ing)?|sent)\b", _I)  # fmt: skip
+
+
+def _singular(noun: str) -> str:
+    noun = noun.lower().replace(" ", "_")
+    return noun[:-1] if noun.endswith("s") and not noun.endswith("ss") else noun
+
+
+def _record_ids(noun: str, obj: Any, top: bool) -> list[str]:
+    """The ids ``obj`` gives the record called ``noun`` (``top``: its own top-level ``id`` counts)."""
+    if not isinstance(obj, dict):
+        return []
+    out = []
+    for k, v in obj.items():
+        key = str(k).lower()
+        if isinstance(v, str | int) and not isinstance(v, bool):
+            if key in (f"{noun}_id", f"{noun}id", f"{noun}_number", f"{noun}_no") or (top and key == "id"):
+                out.append(str(v))
+        elif isinstance(v, dict) and _singular(key) == noun:
+            out += _record_ids(noun, v, True)
+        elif isinstance(v, dict) and key in ("data", "result", "record", "item"):
+            out += _record_ids(noun, v, top)
+    return out
+
+
+def _record_contradictions(response: str, obj: Any) -> tuple[list[Contradiction], list[str]]:
+    if not isinstance(obj, dict):
+        return [], []
+    every_value = " ".join(str(v) for _, v in _leaves(obj))
+    acts_on_existing = not _CREATES.search(response)
+    out, agree = [], []
+    for m in _RECORD_REF.finditer(response):
+        noun, said = _singular(m.group(1)), m.group(2)
+        ids = _record_ids(noun, obj, acts_on_existing)
+        if not ids:
+            continue
+        if any(_norm_id(said) == _norm_id(i) for i in ids):
+            agree.append("record")
+        elif not re.search(rf"(?<![\w-]){re.escape(said)}(?![\w-])", every_value, _I):
+            out.append(Contradiction("record", f"{noun} {said}", "/".join(ids[:3])))
+    return out, agree
+
+
+# "Created the issue 'Login fails on Safari'" against {"title": "Login fails on Safari"}: the result
+# holds, word for word, the text the response quoted — the action's own content, not a failure.
+_QUOTED = re.compile(r"[\"“«「『](.{3,120}?)[\"”»」』]|(?<![\w])'(.{3,120}?)'(?![\w])")
+
+
+def _quoted_agreements(response: str, leaves: list[tuple[str, Any]]) -> list[str]:
+    values = {str(v).strip().lower() for _, v in leaves if isinstance(v, str)}
+    for m in _QUOTED.finditer(response):
+        quoted = (m.group(1) or m.group(2) or "").strip().lower()
+        if len(quoted) >= 3 and quoted in values:
+            return ["quoted text"]
+    return []
+
+
 # ------------------------------------------------------------------------------------ all together
 def compare(response: str, obj: Any) -> tuple[list[Contradiction], list[str]]:
     """``(contradictions, agreements)`` of the JSON result ``obj`` with what ``response`` states:
@@ -863,6 +939,9 @@ def compare(response: str, obj: Any) -> tuple[list[Contradiction], list[str]]:
     out += _attribute_contradictions(response, leaves)
     out += _measure_contradictions(response, leaves)
     out += _list_count_contradictions(response, obj)
+    wrong_record, same_record = _record_contradictions(response, obj)
+    out += wrong_record
+    agree += same_record + _quoted_agreements(response, leaves)
 
     admitted = bool(_FAILURE_ADMITTED.search(response))
     if not admitted:

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from openclaw_rl.judge.claims import compare, failed_items
 
 EVIDENCE_VERSION = (
-    "evidence-v2"  # part of the embedded head's cache key (the head trains on non-decisive lines)
+    "evidence-v3"  # part of the embedded head's cache key (the head trains on non-decisive lines)
 )
 
 
@@ -181,6 +181,9 @@ _NEGATIVE_LINES: list[tuple[str, re.Pattern[str]]] = [
     ("test failed", re.compile(r"\btest result: FAILED\b")),
     # the GUI env's checker verdict
     ("task check", re.compile(r"\bCheck: FAILED\b")),
+    # deploy tools: a Helm release that failed, a rollout that gave up (Ansible's recap: _ansible_recap)
+    ("deploy failed", re.compile(r"^\s*STATUS: (?:failed|pending-(?:install|upgrade|rollback))\s*$", _M)),
+    ("deploy failed", re.compile(r"\bexceeded its progress deadline\b")),
 ]
 
 # ------------------------------------------------------------------------------- positive lines
@@ -224,6 +227,16 @@ _POSITIVE_LINES: list[tuple[str, re.Pattern[str]]] = [
     ("pushed", re.compile(r"^\s*[0-9a-f]{7,}\.\.[0-9a-f]{7,}\s+\S+ -> \S+\s*$", _M)),
     ("file written", re.compile(r"\bwrote \d+ bytes to \S", _I)),
     ("task check", re.compile(r"\bCheck: passed\b")),
+    # deploy and migration tools: a deployed Helm release, a migration step ("Running upgrade a ->
+    # b"), kubectl apply's per-object lines
+    ("deployed", re.compile(r"^\s*STATUS: deployed\s*$", _M)),
+    ("deployed", re.compile(r"^\s*Release \S+ has been upgraded\.", _M)),
+    ("migrated", re.compile(r"\[alembic\.runtime\.migration\] Running (?:upgrade|downgrade) \S+ -> \S+")),
+    ("migrated", re.compile(r"^\s*Liquibase command '\w+' was executed successfully\.", _M)),
+    (
+        "applied",
+        re.compile(r"^\s*[\w.-]+/[\w.-]+ (?:created|configured|unchanged|deleted)\s*$", _M),
+    ),
 ]
 _UNITTEST_OK = re.compile(r"^\s*Ran \d+ tests? in [\d.]+s\s*\n(?:\s*\n)*\s*OK\b", _M)
 
@@ -318,6 +331,20 @@ def _json_signals(text: str) -> list[Signal]:
     return out
 
 
+_RECAP_HOST = re.compile(r"^\s*\S+\s*:\s*ok=\d+\s+changed=\d+\s+unreachable=(\d+)\s+failed=(\d+)", _M)
+
+
+def _ansible_recap(text: str) -> list[Signal]:
+    """One signal for an Ansible ``PLAY RECAP``: negative if any host failed or was unreachable."""
+    hosts = list(_RECAP_HOST.finditer(text))
+    if not hosts:
+        return []
+    bad = [m for m in hosts if int(m.group(1)) or int(m.group(2))]
+    if bad:
+        return [Signal(-1, "deploy failed", _line_of(text, bad[0].start()))]
+    return [Signal(1, "deployed", _line_of(text, hosts[-1].start()))]
+
+
 def signals(content: str) -> list[Signal]:
     """Every piece of evidence in ``content`` (may disagree; :func:`read_evidence` combines them)."""
     text = content.replace("\r\n", "\n")
@@ -334,6 +361,7 @@ def signals(content: str) -> list[Signal]:
             out.append(Signal(1, rule, _line_of(text, m.start())))
     if _UNITTEST_OK.search(text):
         out.append(Signal(1, "tests passed", "OK"))
+    out += _ansible_recap(text)
     # Test summaries: counts read line by line and added up (mocha prints "2 passing" and
     # "1 failing" on separate lines); any failure or error makes the summary negative.
     bad_lines, good_lines, bad, good = [], [], 0, 0

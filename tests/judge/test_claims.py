@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from openclaw_rl.judge.claims import contradictions
+from openclaw_rl.judge.claims import agreements, contradictions
 from openclaw_rl.judge.evidence import read_evidence
 
 CONSISTENT = [
@@ -398,6 +398,14 @@ CONTRADICTED = [
     ),
     ("Checked you in; your seat is 23A.", {"checked_in": True, "seat": "32A"}),
     ("Disabled two-factor authentication.", {"mfa_enabled": True}),
+    # another record than the one the response names
+    ("I'll fetch the user with id 42.", {"user": {"id": 17, "name": "Bob"}}),
+    ("Closing issue 118.", {"id": 119, "state": "closed"}),
+    ("Looking up ticket PROJ-221.", {"id": "PROJ-212", "summary": "Export button greyed out"}),
+    ("Refunding order #5521 now.", {"order_id": 5512, "refunded": True}),
+    # said it would write, wrote nothing; a count of failed parts beside a success
+    ("I'll write the meeting summary to notes.md.", {"ok": True, "path": "/home/u/notes.md", "bytes_written": 0}),
+    ("Sent the invite to all six of you.", {"status": "confirmed", "invites_failed": 5}),
 ]
 
 
@@ -411,3 +419,35 @@ def test_results_that_agree_are_not_contradictions(response, result):
 def test_results_that_contradict_the_response_are_negative(response, result):
     ev = read_evidence("tool", json.dumps(result), response)
     assert ev.score == -1, ev.reason
+
+
+RECORDS_THAT_MATCH = [
+    ("Fetching user 42.", {"user": {"id": 42, "name": "Bob"}}),
+    ("Closing issue 118.", {"id": 118, "state": "closed"}),
+    # a create returns the new record's own id; the order it is about is another field
+    ("Creating a ticket for order 5521.", {"id": 900, "order_id": 5521}),
+    ("Opening a PR for issue 77.", {"id": 1203, "number": 1203, "title": "Fix #77"}),
+    # numbers that are no record's number
+    ("I charged the customer 42 dollars.", {"customer": {"id": 7}, "charged": 42}),
+    # a count of failures as the thing asked for is no failure of the action
+    ("Fetching the security report.", {"status": "ok", "failed_logins": 3}),
+    ("Moved the meeting for project 12 to 3pm.", {"ok": True, "start": "2024-05-14T15:00:00", "project": 12}),
+]
+
+
+@pytest.mark.parametrize("response, result", RECORDS_THAT_MATCH, ids=[r[:40] for r, _ in RECORDS_THAT_MATCH])
+def test_a_result_about_the_record_the_response_names_is_no_contradiction(response, result):
+    assert contradictions(response, result) == []
+
+
+def test_the_record_and_the_quoted_text_the_response_named_count_as_confirmation():
+    """A result that echoes the record or the quoted title is positive evidence, even when the
+    title itself reads like a failure."""
+    assert agreements("Fetching order 5521.", {"id": 5521, "status": "shipped"}) == ["record"]
+    created = {"id": 4812, "title": "Login fails on Safari", "state": "open"}
+    response = "Creating the GitHub issue titled 'Login fails on Safari'."
+    assert agreements(response, created) == ["quoted text"]
+    assert read_evidence("tool", json.dumps(created), response).score == 1
+    # quoting is not enough when the result also reports a failure
+    failed = {"ok": False, "error": "rate limited", "title": "Login fails on Safari"}
+    assert read_evidence("tool", json.dumps(failed), response).score != 1

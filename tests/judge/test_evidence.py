@@ -169,6 +169,11 @@ def test_compiler_shell_and_env_errors_are_negative(text):
         "Step 9 of 20. Action: done\nYou declared the task done. Check: passed — the note exists.",
         '{"ok": true, "id": 3}',
         '{"status": "ok"}',
+        'Release "web" has been upgraded. Happy Helming!\nNAME: web\nSTATUS: deployed\nREVISION: 7',
+        "INFO  [alembic.runtime.migration] Running upgrade 3f2a -> 9c1d, add orders index",
+        "deployment.apps/api configured\nservice/api unchanged",
+        "PLAY RECAP ****\nweb-01 : ok=12 changed=3 unreachable=0 failed=0 skipped=1\n"
+        "web-02 : ok=12 changed=3 unreachable=0 failed=0 skipped=1",
     ],
 )
 def test_successes_are_positive(text):
@@ -219,3 +224,16 @@ def test_evidence_names_rule_and_line():
     ev = read_evidence("tool", "$ pytest\n===== 2 failed, 3 passed in 1.0s =====\n[exit code 1]")
     assert ev.score == -1 and "exit code 1" in ev.reason and "[exit code 1]" in ev.reason
     assert any(s.rule == "test summary" for s in signals("===== 2 failed, 3 passed in 1.0s ====="))
+
+
+def test_an_ansible_recap_with_one_failed_host_is_a_failure_whatever_the_last_line():
+    recap = (
+        "PLAY RECAP ****\n"
+        "web-01 : ok=5 changed=2 unreachable=0 failed=0 skipped=0\n"
+        "web-02 : ok=4 changed=1 unreachable=0 failed=1 skipped=0\n"
+        "web-03 : ok=5 changed=2 unreachable=0 failed=0 skipped=0"
+    )
+    ev = read_evidence("environment", recap)
+    assert ev.score == -1 and "web-02" in ev.reason
+    unreachable = recap.replace("unreachable=0 failed=1", "unreachable=1 failed=0")
+    assert read_evidence("environment", unreachable).score == -1
