@@ -463,6 +463,16 @@ class TrainingConfig(_Section):
 USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")
 
 
+#: headers a request already uses for something else: as ``[users] header`` they would put a key or
+#: a session id where a user name belongs (and into an error message).
+_RESERVED_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "x-api-key", "cookie", "content-type", "content-length",
+     "host", "user-agent", "accept", "anthropic-version", "anthropic-beta", "openai-organization",
+     "openai-project", "x-session-id", "x-session-done", "x-turn-type", "x-turn-truth",
+     "x-episode-group", "x-episode-group-size", "x-episode-outcome"}
+)  # fmt: skip
+
+
 class UsersConfig(_Section):
     """``[users]``: who is talking (docs/users.md).
 
@@ -482,6 +492,11 @@ class UsersConfig(_Section):
     def _header(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"[A-Za-z0-9-]{1,64}", v):
             raise ValueError("must be an HTTP header name: 1-64 letters, digits or '-'")
+        if v is not None and v.lower() in _RESERVED_HEADERS:
+            raise ValueError(
+                f"{v!r} already means something to every request (credentials, the session, the "
+                "protocol); name a header of your gateway's own, e.g. 'X-End-User'"
+            )
         return v
 
 

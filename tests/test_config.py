@@ -185,5 +185,10 @@ def test_users_section_is_validated_with_the_other_sections():
     assert "[users] mode" in text and "did you mean 'per_user'?" in text
     assert "[users] header" in text and "[training] lr" in text  # every problem at once
     assert build_config({"users": {"mode": "per_user"}}, environ={}).users.mode == "per_user"
+    # a header that already carries credentials or the session cannot name users: its value (a key)
+    # would be taken for a user name and quoted back in errors and logs
+    for taken in ("Authorization", "x-api-key", "X-Session-Id"):
+        with pytest.raises(ConfigError, match=r"\[users\] header.*already means something"):
+            build_config({"users": {"header": taken}}, environ={})
     with pytest.raises(ConfigError, match=r"per_user\" needs \[training\] lora = true"):
         build_config({"users": {"mode": "per_user"}, "training": {"lora": False}}, environ={})

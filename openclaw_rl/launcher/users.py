@@ -22,6 +22,7 @@ from openclaw_rl.runtime.metrics import METRICS_FILE
 from openclaw_rl.runtime.rundir import RunDir, atomic_write_text
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.runtime.users import UserError, UserStats, adapter_meta, check_user_name, issue_key
+from openclaw_rl.types import DEFAULT_USER
 
 
 def _bad_name(name: str) -> bool:
@@ -37,6 +38,13 @@ def _bad_name(name: str) -> bool:
 def users_add(cfg: Config, name: str) -> int:
     """Register ``name`` and print their key (the only time it is shown)."""
     if _bad_name(name):
+        return 2
+    if name == DEFAULT_USER:  # a key for it would own every anonymous request's turns
+        print(
+            f"error: NAME: {DEFAULT_USER!r} is reserved: it is the user of every request that names "
+            "no one (docs/users.md); pick another name",
+            file=sys.stderr,
+        )
         return 2
     store = Store(RunDir.of(cfg).store)
     try:
@@ -153,29 +161,53 @@ def users_delete(cfg: Config, name: str) -> int:
     counts["metrics_rows"] = _scrub_metrics(cfg, name)
     counts["files"] = files
     print(f"user {name} deleted: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
-    if cfg.users.mode == "per_user":
-        from openclaw_rl.policy.admin import forget_user
+    from openclaw_rl.policy.admin import forget_user
 
-        err = forget_user(cfg, cfg.policy_service.local_url, name, timeout=5.0)
-        print(
-            "the running policy service dropped their adapter from memory"
-            if err is None
-            else f"no running policy service reached ({err}); a service started later never loads it"
-        )
+    # A service not reached still records nothing more of a keyed user: their key is gone from the
+    # store it checks before writing a turn.
+    err = forget_user(cfg, cfg.policy_service.local_url, name, timeout=5.0)
+    print(
+        "the running policy service stopped their requests in flight and dropped their adapter from memory"
+        if err is None
+        else f"{err}; a service running elsewhere records nothing more under their key, and none "
+        "loads their adapter again"
+    )
     return 0
+
+
+def _export_problem(cfg: Config, dest: Path) -> str | None:
+    """Why ``dest`` cannot take an export, or None."""
+    if dest.exists() and not dest.is_dir():
+        return "exists and is not a folder"
+    root = RunDir.of(cfg).root.resolve()
+    where = dest.resolve()
+    if where == root or root in where.parents:
+        return (
+            f"is inside the run's log_dir ({root}); an export there would outlive `users delete`, "
+            "so write it elsewhere"
+        )
+    return None
 
 
 def users_export(cfg: Config, name: str, out: str) -> int:
     """``name``'s newest adapter (a PEFT directory, loadable by ``peft``) and their turns as JSONL."""
+    dest = Path(out)
+    problem = _export_problem(cfg, dest)
+    if problem is not None:
+        print(f"error: --out {out}: {problem}", file=sys.stderr)
+        return 2
     store = existing_store(cfg)
     if store is None:
         return 1
-    dest = Path(out)
     try:
         if name not in store.user_names():
             print(f"error: the run knows no user {name!r}", file=sys.stderr)
             return 1
-        dest.mkdir(parents=True, exist_ok=True)
+        try:
+            dest.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"error: --out {out}: cannot create the folder ({exc.strerror or exc})", file=sys.stderr)
+            return 2
         n = 0
         with (dest / "turns.jsonl").open("w", encoding="utf-8") as fh:
             for turn, status, score in store.user_turns(name):
@@ -185,9 +217,9 @@ def users_export(cfg: Config, name: str, out: str) -> int:
     finally:
         store.close()
     published = RunDir.of(cfg).read_published_policy(name)
+    if (dest / "adapter").exists():  # an earlier export's adapter is not this one
+        shutil.rmtree(dest / "adapter")
     if published is not None and published.path.is_dir():
-        if (dest / "adapter").exists():
-            shutil.rmtree(dest / "adapter")
         shutil.copytree(published.path, dest / "adapter")
         what = f"adapter v{published.version} in {dest / 'adapter'}"
     else:

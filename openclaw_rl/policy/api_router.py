@@ -178,7 +178,10 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
             return Caller(key_user=found[0], trusted=False)
         if expected is not None:
             if not hmac.compare_digest(given.encode(), expected):
-                raise refused("missing or wrong API key: send Authorization: Bearer <key>")
+                raise refused(
+                    "missing or wrong API key: send Authorization: Bearer <key>"
+                    + (" or x-api-key: <key>" if request.url.path.startswith("/v1/messages") else "")
+                )
             return Caller(key_user=None, trusted=True)
         return Caller(key_user=None, trusted=is_loopback(request.client.host if request.client else None))
 
@@ -238,7 +241,7 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
             APIError(
                 exc.status_code,
                 f"{request.method} {request.url.path}: {exc.detail}",
-                code=str(exc.status_code),
+                code={404: "unknown_route", 405: "method_not_allowed"}.get(exc.status_code),
             ),
             request.url.path,
         )
@@ -374,8 +377,9 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
     @app.post("/v1/admin/forget_user", dependencies=[Depends(require_admin)])
     async def forget_user(request: Request) -> dict[str, Any]:
         req: ForgetUserRequest = await _parse(request, ForgetUserRequest)
+        stopped = serving.forget_user(req.user)
         await run_in_threadpool(serving.engine.forget_adapter, req.user)
-        return {"ok": True, "user": req.user}
+        return {"ok": True, "user": req.user, "requests_stopped": stopped}
 
     @app.post("/update_weights_from_disk", dependencies=[Depends(require_admin)])
     async def sglang_update(request: Request) -> dict[str, Any]:

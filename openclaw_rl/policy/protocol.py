@@ -394,7 +394,7 @@ def validation_message(exc: ValidationError) -> tuple[str, str | None]:
         if err["type"] == "json_invalid":
             return f"request body is not valid JSON: {err.get('ctx', {}).get('error', err['msg'])}", None
         if not err["loc"] and err["type"] in ("model_type", "dict_type"):
-            return f"the request body must be a JSON object, got {type(err.get('input')).__name__}", None
+            return f"the request body must be a JSON object, got {_json_kind(err.get('input'))}", None
         parts: list[str] = []
         for p in err["loc"]:
             # union branches show up as locations ('str', 'list[TextPart]'): not useful to a client
@@ -428,3 +428,18 @@ def completion_id() -> str:
 
 def now() -> int:
     return int(time.time())
+
+
+def _json_kind(value: Any) -> str:
+    """What a parsed JSON value is, in JSON's own words (``null``, ``array``, ...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__

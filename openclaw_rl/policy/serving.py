@@ -188,6 +188,8 @@ class Job:
         self.tool_calls: list[dict[str, Any]] | None = None
         self.content: str | None = None
         self.task: asyncio.Task[None] | None = None
+        self.keyed = False  # the user's own key authenticated it: kept only while that key exists
+        self.revoked = False  # its user was deleted while it ran (Serving.forget_user)
 
     def cancel(self) -> bool:
         """Stop generating for a client that went away; False once the reply is complete (it is
@@ -196,6 +198,15 @@ class Job:
             return False
         self.task.cancel()
         return True
+
+
+def _revoked_error() -> APIError:
+    return APIError(
+        401,
+        "this user was deleted while the request was generating; their key is no longer valid",
+        type_="authentication_error",
+        code="user_deleted",
+    )
 
 
 class Serving:
@@ -210,6 +221,7 @@ class Serving:
         self.model_name = self.pcfg.model
         self._in_system = 0
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._jobs: set[Job] = set()  # generating now (forget_user stops a deleted user's)
         self._swap_lock = threading.Lock()
         self._resumed: asyncio.Event | None = None  # created in the server's loop on first use
         self.started_at = time.time()
@@ -447,6 +459,7 @@ class Serving:
                 assign.next_state.content = clean_user_text(assign.next_state.content, rules)
             gen.session_id = assign.session_id
             job = Job(req, gen, assign)
+            job.keyed = caller.key_user is not None
             if response_id is not None:
                 job.id = response_id
             try:
@@ -461,8 +474,21 @@ class Serving:
             raise
         job.task = asyncio.create_task(self._run(job))
         self._tasks.add(job.task)
+        self._jobs.add(job)
         job.task.add_done_callback(self._tasks.discard)
+        job.task.add_done_callback(lambda _: self._jobs.discard(job))
         return job
+
+    def forget_user(self, user: str) -> int:
+        """A deleted user's requests still generating stop now: each client gets a 401 in place of
+        the rest of its reply, and nothing of them is recorded (``users delete``). Returns how many."""
+        stopped = 0
+        for job in list(self._jobs):
+            if job.assign.user == user and job.final is None and job.task is not None and not job.task.done():
+                job.revoked = True
+                job.task.cancel()
+                stopped += 1
+        return stopped
 
     async def _run(self, job: Job) -> None:
         """Generate, relay events, record. A client that goes away before the reply is complete
@@ -485,6 +511,10 @@ class Serving:
                             await asyncio.to_thread(self._record_state_only, job)
                     await job.events.put(event)
         except asyncio.CancelledError:
+            if job.revoked:  # its user was deleted: tell the client, keep nothing
+                log.info("[policy_service] a request of a deleted user was stopped; nothing of it is kept")
+                await job.events.put(_revoked_error())
+                return
             log.info(
                 "[policy_service] session=%s turn=%d: the client went away; generation stopped",
                 escape_for_log(job.assign.session_id, 80),
@@ -530,9 +560,16 @@ class Serving:
             if main
             else None
         )
-        self.store.record_turn(
-            turn, next_state_for_previous=a.next_state if main else None, prefix_digest=key, episode=a.episode
+        kept = self.store.record_turn(
+            turn,
+            next_state_for_previous=a.next_state if main else None,
+            prefix_digest=key,
+            episode=a.episode,
+            key_owner=a.user if job.keyed else None,
         )
+        if not kept:  # its user was deleted while it was generating (a service not told of it)
+            log.info("[policy_service] a reply to a deleted user was served but not recorded")
+            return
         if key is not None:  # a main turn
             self.sessions.remember_key(key, a.session_id)
         if a.done:
@@ -555,6 +592,8 @@ class Serving:
 
     def _record_state_only(self, job: Job) -> None:
         a = job.assign
+        if job.keyed and not self.store.user_has_key(a.user):
+            return  # deleted meanwhile: nothing of theirs is written again
         if a.episode is not None:
             self.store.tag_session(a.session_id, a.episode)
         if a.turn_type == "main" and a.next_state is not None:

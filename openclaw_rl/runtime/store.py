@@ -277,13 +277,19 @@ class Store:
         next_state_for_previous: NextState | None = None,
         prefix_digest: str | None = None,
         episode: EpisodeTag | None = None,
-    ) -> None:
+        key_owner: str | None = None,
+    ) -> bool:
         """Store a served turn and, in the same commit, attach ``next_state_for_previous`` to the
         session's newest open main turn (it becomes ``ready`` for the judge), remember
         ``prefix_digest`` (the conversation so far, reply included) as leading to this session, and
-        tag the session with its episode group / outcome."""
+        tag the session with its episode group / outcome.
+
+        ``key_owner``: the user whose own key authenticated the request; if they no longer have one
+        (``users delete`` ran while it generated), nothing is written and the result is False."""
         now = time.time()
         with self._tx() as db:
+            if key_owner is not None and not _has_key(db, key_owner):
+                return False
             if prefix_digest is not None:
                 db.execute(
                     "INSERT OR REPLACE INTO prefixes(digest, session_id, created_at) VALUES (?, ?, ?)",
@@ -311,6 +317,7 @@ class Store:
                     turn.response_id,
                 ),
             )
+        return True
 
     def tag_session(self, session_id: str, episode: EpisodeTag) -> None:
         """Put a session in its episode group and record its outcome (when ``episode`` has one)."""
@@ -729,6 +736,11 @@ class Store:
                 (name, key.key_id, key.salt, key.digest, time.time()),
             )
 
+    def user_has_key(self, name: str) -> bool:
+        """Whether ``name`` was added with a key and still has it."""
+        with self._lock:
+            return _has_key(self._db, name)
+
     def user_key(self, key_id: str) -> tuple[str, str, str] | None:
         """(name, salt, digest) of the user whose key has ``key_id``, or None."""
         row = self._one("SELECT name, key_salt, key_digest FROM users WHERE key_id=?", (key_id,))
@@ -746,9 +758,7 @@ class Store:
         """The ``users list`` line of ``name``; ``positive_rate`` over their last ``window`` judged turns."""
         with self._lock:  # one consistent read of the user's rows (see _all)
             db = self._db
-            has_key = db.execute(
-                "SELECT 1 FROM users WHERE name=? AND key_id IS NOT NULL", (name,)
-            ).fetchone()
+            has_key = _has_key(db, name)
             owned = "t.session_id IN (SELECT session_id FROM sessions WHERE user=?)"
             turns, judged = db.execute(
                 f"SELECT COUNT(*), COALESCE(SUM(t.status='judged'), 0) FROM turns t "
@@ -770,7 +780,7 @@ class Store:
             ).fetchone()
         return UserStats(
             name=name,
-            has_key=has_key is not None,
+            has_key=has_key,
             turns=int(turns),
             judged=int(judged),
             samples=int(samples),
@@ -991,3 +1001,9 @@ class Store:
             trainer_updates=self._meta_int("trainer_updates", self._meta_int("trainer_step", 0)),
             sessions=int(sessions),
         )
+
+
+def _has_key(db: sqlite3.Connection, name: str) -> bool:
+    return (
+        db.execute("SELECT 1 FROM users WHERE name=? AND key_id IS NOT NULL", (name,)).fetchone() is not None
+    )

@@ -404,7 +404,10 @@ CONTRADICTED = [
     ("Looking up ticket PROJ-221.", {"id": "PROJ-212", "summary": "Export button greyed out"}),
     ("Refunding order #5521 now.", {"order_id": 5512, "refunded": True}),
     # said it would write, wrote nothing; a count of failed parts beside a success
-    ("I'll write the meeting summary to notes.md.", {"ok": True, "path": "/home/u/notes.md", "bytes_written": 0}),
+    (
+        "I'll write the meeting summary to notes.md.",
+        {"ok": True, "path": "/home/u/notes.md", "bytes_written": 0},
+    ),
     ("Sent the invite to all six of you.", {"status": "confirmed", "invites_failed": 5}),
 ]
 

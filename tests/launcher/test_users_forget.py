@@ -161,3 +161,91 @@ def test_export_then_delete_leaves_nothing_that_names_them(live, tmp_path, tiny_
     r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)  # loopback without a key: trusted
     assert r.status_code == 200 and r.json()["policy_version"] == 0, r.text
     assert svc.engine._adapters is not None and NAME not in svc.engine._adapters.slot_of
+
+
+def _long_stream(url: str, key: str, text: str):
+    """A streamed reply long enough to still be generating while the test acts (tiny model: it
+    never stops on its own before ``max_tokens``)."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60)
+    return client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": text}], max_tokens=400, stream=True
+    )
+
+
+def _recorded_mentions(svc: PolicyService, needle: str) -> int:
+    return sum(needle in (t.messages[0].get("content") or "") for t, _, _ in svc.store.user_turns(NAME))
+
+
+def test_deleting_a_user_mid_reply_stops_it_and_keeps_nothing_of_it(live):
+    """``users delete`` while their reply is still streaming: the service, told by the CLI, ends the
+    stream with a 401 error, and the turn is never written."""
+    from openai import APIError as OpenAIError
+
+    svc, url, config, keys = live
+    stream = _long_stream(url, keys[NAME], "zoe asks about quixlor dragons")
+    chunks = iter(stream)
+    for _ in range(3):
+        next(chunks)
+    import threading
+
+    done: dict[str, subprocess.CompletedProcess[str]] = {}
+    # the CLI finds the service at the config's port: point it at the test's (a random one)
+    config.write_text(config.read_text().replace("port = 0", f"port = {url.rsplit(':', 1)[1]}"))
+    cfg = load_config(config)
+    worker = threading.Thread(target=lambda: done.setdefault("out", _cli(config, "delete", NAME)))
+    worker.start()
+    with pytest.raises(OpenAIError) as err:
+        for _ in chunks:
+            pass
+    assert "deleted" in str(err.value)
+    worker.join(120)
+    out = done["out"]
+    assert out.returncode == 0, out.stderr
+    assert "stopped their requests in flight" in out.stdout
+    assert NAME not in svc.store.user_names()
+    log_dir = Path(cfg.log_dir)
+    for path in log_dir.rglob("*"):
+        if path.is_file():
+            assert b"quixlor" not in path.read_bytes(), path
+
+
+def test_a_reply_finishing_after_the_delete_is_not_recorded_even_by_a_service_not_told(live):
+    """A service the CLI cannot reach (another port, another machine) still checks, when it records
+    a turn, that the key it was authenticated with exists: the late reply is not kept."""
+    svc, url, config, keys = live
+    stream = _long_stream(url, keys[NAME], "zoe asks about quixlor dragons again")
+    chunks = iter(stream)
+    next(chunks)
+    svc.store.delete_user(NAME)  # what `users delete` does to the store; the service is not told
+    for _ in chunks:  # the reply runs to its end; the client read it, but the user is gone
+        pass
+    assert NAME not in svc.store.user_names()
+    assert _recorded_mentions(svc, "quixlor") == 0
+    from openai import AuthenticationError
+
+    with pytest.raises(AuthenticationError):
+        _chat(url, keys[NAME], "still there?")
+
+
+def test_default_cannot_be_added_and_exports_refuse_bad_folders(live, tmp_path):
+    svc, url, config, keys = live
+    out = _cli(config, "add", "default")
+    assert out.returncode == 2 and "'default' is reserved" in out.stderr
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    out = _cli(config, "export", OTHER, "--out", str(afile))
+    assert (
+        out.returncode == 2 and "exists and is not a folder" in out.stderr and "Traceback" not in out.stderr
+    )
+    inside = Path(load_config(config).log_dir) / "exports"
+    out = _cli(config, "export", OTHER, "--out", str(inside))
+    assert out.returncode == 2 and "inside the run's log_dir" in out.stderr and not inside.exists()
+    # a folder used before: the adapter in it is this export's, or none
+    reused = tmp_path / "reused"
+    (reused / "adapter").mkdir(parents=True)
+    (reused / "adapter" / "adapter_config.json").write_text("{}")
+    out = _cli(config, "export", OTHER, "--out", str(reused))
+    assert out.returncode == 0, out.stderr
+    assert json.loads((reused / "adapter" / "adapter_config.json").read_text()) != {}

@@ -259,7 +259,8 @@ def test_a_plain_conversation_continues_its_session_after_a_restart(start_servic
 BAD = [
     (b'{"messages": [', "not valid JSON"),
     (b"", "body is empty"),
-    (b"[1, 2]", "must be a JSON object"),
+    (b"[1, 2]", "must be a JSON object, got an array"),
+    (b"null", "must be a JSON object, got null"),
     (b"{}", "messages: Field required"),
     (b'{"messages": []}', "messages: List should have at least 1 item"),
     (b'{"messages": "hi"}', "messages"),
@@ -344,7 +345,8 @@ def test_every_route_but_healthz_needs_a_key(tiny_service, method, path):
 def test_models_and_health(client):
     models = client.get("/v1/models").json()
     assert models["object"] == "list" and "policy_version" in models["data"][0]
-    assert client.get("/nope").status_code == 404
+    nope = client.get("/nope")
+    assert nope.status_code == 404 and nope.json()["error"]["code"] == "unknown_route"
 
 
 def test_key_never_in_records_or_logs(tiny_service, client, caplog):
