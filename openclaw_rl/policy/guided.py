@@ -48,7 +48,7 @@ class OutputGrammar:
     @property
     def param(self) -> str:
         """The request field a problem with this grammar is reported against."""
-        return "response_format" if self.kind == "json" else "tool_choice"
+        return "response_format" if self.kind == "json" else "tools"
 
 
 def output_grammar(
@@ -129,14 +129,11 @@ class GrammarCompiler:
                 )
                 return self._compiler.compile_grammar(wrapped)
         except (RuntimeError, ValueError, TypeError) as exc:
-            where = (
-                "response_format.json_schema.schema"
-                if grammar.kind == "json"
-                else "tools[].function.parameters"
-            )
+            where = "response_format.json_schema.schema" if grammar.kind == "json" else "tools"
             reason = _LOG_PREFIX.sub("", (str(exc).strip().splitlines() or [type(exc).__name__])[0])
+            what = "this JSON schema" if grammar.kind == "json" else "a forced call to these functions"
             raise APIError(
-                400, f"{where}: this JSON schema cannot be enforced: {reason[:300]}", param=grammar.param
+                400, f"{where}: {what} cannot be enforced: {reason[:300]}", param=grammar.param
             ) from None
 
 

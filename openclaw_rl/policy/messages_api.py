@@ -220,13 +220,21 @@ def conversation_body(req: CountTokensRequest) -> dict[str, Any]:
             }
             for t in req.tools
         ]
-        choice = req.tool_choice
-        if choice is not None:
-            body["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}.get(choice.type) or {
-                "type": "function",
-                "function": {"name": choice.name},
-            }
+    choice = req.tool_choice
+    if choice is not None:  # forcing a call without tools is the chat check's 400
+        body["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}.get(choice.type) or {
+            "type": "function",
+            "function": {"name": choice.name},
+        }
     return body
+
+
+#: chat-completions field -> the Messages field it came from (for errors, :meth:`APIError.renamed`)
+CHAT_TO_MESSAGES = {
+    "response_format.json_schema.schema": "output_config.format.schema",
+    "response_format.": "output_config.format.",
+    "stop": "stop_sequences",
+}
 
 
 def _tool_block(call: dict[str, Any]) -> dict[str, Any]:
@@ -255,7 +263,10 @@ class MessagesCall:
 
     async def start(self) -> Job:
         body = json.dumps(chat_body(self.req)).encode()
-        self.job = await self.serving.start_job(body, self.headers, self.caller, response_id=self.id)
+        try:
+            self.job = await self.serving.start_job(body, self.headers, self.caller, response_id=self.id)
+        except APIError as exc:  # checked as a chat request: named as the caller named the fields
+            raise exc.renamed(CHAT_TO_MESSAGES) from None
         return self.job
 
     def _message(

@@ -171,7 +171,7 @@ class ChatCompletionRequest(_Lenient):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
     temperature: float = Field(1.0, ge=0, le=2)
-    top_p: float = Field(1.0, gt=0, le=1)
+    top_p: float = Field(1.0, ge=0, le=1)  # 0, as OpenAI allows: only the likeliest token
     # vLLM's and Anthropic's: draw only among the k likeliest tokens (0 or -1: all)
     top_k: int = Field(0, ge=-1)
     max_tokens: int | None = Field(None, ge=1)
@@ -181,7 +181,7 @@ class ChatCompletionRequest(_Lenient):
     frequency_penalty: float = Field(0.0, ge=-2, le=2)
     presence_penalty: float = Field(0.0, ge=-2, le=2)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64)  # what a 64-bit generator seed can hold
     stream: bool = False
     stream_options: StreamOptions | None = None
     logprobs: bool = False
@@ -265,7 +265,7 @@ class ChatCompletionRequest(_Lenient):
     @model_validator(mode="after")
     def _checks(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:
-            raise ValueError("top_logprobs requires logprobs = true")
+            raise ValueError("top_logprobs: requires logprobs = true")
         if self.tools is not None:
             names = [t.function.name for t in self.tools]
             dupes = sorted({n for n in names if names.count(n) > 1})
@@ -385,11 +385,28 @@ class APIError(Exception):
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
+    def renamed(self, fields: dict[str, str]) -> APIError:
+        """This error in the words of a protocol served through chat completions (Responses,
+        Messages): ``param`` and the field path the message starts with, by ``fields`` (chat name ->
+        that protocol's; a key ending in "." also renames the paths below it)."""
+
+        def rename(path: str) -> str:
+            for chat, theirs in fields.items():
+                if path == chat.rstrip(".") or (chat.endswith(".") and path.startswith(chat)):
+                    return theirs.rstrip(".") + path[len(chat.rstrip(".")) :]
+            return path
+
+        message = self.message
+        head, sep, rest = message.partition(": ")
+        if sep and " " not in head:
+            message = f"{rename(head)}: {rest}"
+        param = rename(self.param) if self.param else None
+        return APIError(self.status, message, self.type, param, self.code, self.headers)
+
 
 def validation_message(exc: ValidationError) -> tuple[str, str | None]:
     """One readable line per problem, each naming where in the body it is (``messages[1].role``)."""
-    lines: list[str] = []
-    first: str | None = None
+    found: list[tuple[str, str, bool]] = []  # (where, message, the text branch of a str | parts field)
     for err in exc.errors():
         if err["type"] == "json_invalid":
             return f"request body is not valid JSON: {err.get('ctx', {}).get('error', err['msg'])}", None
@@ -400,17 +417,31 @@ def validation_message(exc: ValidationError) -> tuple[str, str | None]:
             # union branches show up as locations ('str', 'list[TextPart]'): not useful to a client
             if isinstance(p, int):
                 parts.append(f"[{p}]")
-            elif p in ("str", "list[TextPart]", "list[str]", "function-after[_text_only(), TextPart]"):
+            elif p == "str" or "[" in p or "(" in p:  # a type, not a field: "list[TextPart]"
                 continue
             else:
                 parts.append(("." if parts else "") + str(p))
-        loc = "".join(parts) or "body"
-        first = first or loc
         msg = err["msg"].removeprefix("Value error, ")
+        loc = "".join(parts)
+        named = _NAMED_FIELD.match(msg) if not loc else None
+        if named:  # a check across fields names the one at fault: "tool_choice: ..."
+            loc, msg = named.group(1), msg[named.end() :]
+        found.append((loc or "body", msg, "str" in err["loc"] and err["type"] == "string_type"))
+    # "content: Input should be a valid string" says nothing when the parts branch said what is wrong
+    kept = [
+        (loc, msg)
+        for loc, msg, text_branch in found
+        if not (text_branch and any(o != loc and o.startswith(loc) for o, _, _ in found))
+    ]
+    lines: list[str] = []
+    for loc, msg in kept:
         line = f"{loc}: {msg}"
         if line not in lines:
             lines.append(line)
-    return "; ".join(lines), first
+    return "; ".join(lines), kept[0][0] if kept else None
+
+
+_NAMED_FIELD = re.compile(r"([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*|\[\d*\])*): ")
 
 
 def parse_body(model: type[ModelT], raw: bytes) -> ModelT:

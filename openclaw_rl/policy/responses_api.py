@@ -248,7 +248,7 @@ def _items_of(response_id: str, messages: list[dict[str, Any]]) -> list[dict[str
             items.append(
                 {
                     "type": "function_call",
-                    "id": item_id("fc"),
+                    "id": f"fc_{str(call.get('id', ''))[-24:]}",  # the id its response gave it
                     "call_id": call.get("id", ""),
                     "name": fn.get("name", ""),
                     "arguments": fn.get("arguments", ""),
@@ -305,6 +305,15 @@ def _tool_choice(choice: Any) -> Any:
     return choice
 
 
+#: chat-completions field -> the Responses field it came from (for errors, :meth:`APIError.renamed`)
+CHAT_TO_RESPONSES = {
+    "response_format.json_schema.schema": "text.format.schema",
+    "response_format.": "text.format.",
+    "messages": "input",
+    "max_tokens": "max_output_tokens",
+}
+
+
 def chat_body(req: ResponsesRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The chat-completions request that serves ``req``."""
     body: dict[str, Any] = {
@@ -331,8 +340,8 @@ def chat_body(req: ResponsesRequest, messages: list[dict[str, Any]]) -> dict[str
             }
             for t in req.tools
         ]
-        if req.tool_choice is not None:
-            body["tool_choice"] = _tool_choice(req.tool_choice)
+    if req.tool_choice is not None:  # forcing a call without tools is the chat check's 400
+        body["tool_choice"] = _tool_choice(req.tool_choice)
     if req.response_format is not None:
         body["response_format"] = req.response_format
     return body
@@ -366,14 +375,18 @@ class ResponsesCall:
         else:
             self.messages = new
         body = json.dumps(chat_body(req, self.messages)).encode()
-        self.job = await self.serving.start_job(body, self.headers, self.caller, response_id=self.id)
+        try:
+            self.job = await self.serving.start_job(body, self.headers, self.caller, response_id=self.id)
+        except APIError as exc:  # checked as a chat request: named as the caller named the fields
+            raise exc.renamed(CHAT_TO_RESPONSES) from None
         return self.job
 
     # ------------------------------------------------------------------ rendering
-    def _output(self, text: str, calls: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    def _output(self, text: str, calls: list[dict[str, Any]] | None, status: str) -> list[dict[str, Any]]:
+        """The output items; the message is ``incomplete`` when the reply was cut by the token limit."""
         out: list[dict[str, Any]] = []
         if text or not calls:
-            out.append(self._message_item(text, "completed"))
+            out.append(self._message_item(text, status))
         for c in calls or []:
             out.append(self._call_item(c, "completed"))
         return out
@@ -461,7 +474,7 @@ class ResponsesCall:
         text, calls = message.get("content") or "", message.get("tool_calls")
         finish = done["choices"][0]["finish_reason"]
         status = "incomplete" if finish == "length" else "completed"
-        response = self.response(status, self._output(text, calls), finish)
+        response = self.response(status, self._output(text, calls, status), finish)
         self._keep(text, calls, response)
         return response
 
@@ -532,9 +545,8 @@ class ResponsesCall:
                 yield event(
                     "response.content_part.done", item_id=item_id, output_index=0, content_index=0, part=part
                 )
-            yield event(
-                "response.output_item.done", output_index=0, item=self._message_item(text, "completed")
-            )
+            done = "incomplete" if finish == "length" else "completed"
+            yield event("response.output_item.done", output_index=0, item=self._message_item(text, done))
         first = 1 if (opened or not calls) else 0
         for k, call in enumerate(calls or []):
             index = first + k
@@ -554,7 +566,7 @@ class ResponsesCall:
                 "response.output_item.done", output_index=index, item=self._call_item(call, "completed")
             )
         status = "incomplete" if finish == "length" else "completed"
-        response = self.response(status, self._output(text, calls), finish)
+        response = self.response(status, self._output(text, calls, status), finish)
         self._keep(text, calls, response)
         kind = "response.incomplete" if status == "incomplete" else "response.completed"
         yield event(kind, response=response)

@@ -155,7 +155,8 @@ class PolicyService:
             )
 
     def _note_signal(self, sig: int, frame: object) -> None:
-        log.info("[policy_service] received signal %d after shutdown", sig)
+        # uvicorn re-raises the signal that stopped it once it has drained; nothing left to do
+        log.debug("[policy_service] signal %d re-raised after the graceful shutdown", sig)
 
     def swap_weights(self, path: str | Path, version: int) -> int:
         """Replace the weights with ``path`` (LoRA adapter or full model dir) as ``version``; in-flight

@@ -53,7 +53,7 @@ from openclaw_rl.policy.protocol import (
     validation_message,
 )
 from openclaw_rl.policy.sessions import Assignment, SessionManager
-from openclaw_rl.policy.tools import OPEN, parse_tool_calls
+from openclaw_rl.policy.tools import OPEN, parse_tool_calls, without_unfinished_call
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.runtime.users import Feedback, adapter_meta
 from openclaw_rl.types import EpisodeTag, Turn
@@ -505,6 +505,8 @@ class Serving:
                                 if event.tool_calls
                                 else parse_tool_calls(event.text, job.gen.tools)
                             )
+                            if job.gen.tools and not calls and event.finish_reason == "length":
+                                content = without_unfinished_call(content)
                             job.content, job.tool_calls = content, calls
                             await asyncio.to_thread(self._record, job, event)
                         else:

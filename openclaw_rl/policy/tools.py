@@ -57,3 +57,16 @@ def parse_tool_calls(
     kept.append(text[pos:])
     content = "".join(kept).strip()
     return (content or None), calls
+
+
+def without_unfinished_call(content: str | None) -> str | None:
+    """``content`` less a tool call the reply started but did not finish (cut by ``max_tokens``):
+    our call markup, whole or begun (``"<tool_"``), is never reply text for a client."""
+    if not content:
+        return content
+    at = content.find(OPEN)
+    if at < 0:
+        at = next((len(content) - k for k in range(len(OPEN) - 1, 0, -1) if content.endswith(OPEN[:k])), -1)
+    if at < 0:
+        return content
+    return content[:at].rstrip() or None

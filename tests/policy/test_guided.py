@@ -251,3 +251,77 @@ def test_a_malformed_format_or_choice_is_a_400_naming_it(client, extra, words):
     assert r.status_code == 400, r.text
     assert words in r.json()["error"]["message"]
     assert client.post("/v1/chat/completions", json={"messages": ASK, "max_tokens": 2}).status_code == 200
+
+
+def test_the_other_protocols_name_their_own_fields_and_refuse_forcing_without_tools(client):
+    """Responses and Messages are served through chat completions; their errors still name the
+    fields their callers sent, and forcing a call with no tools is a 400 there too."""
+    for route, body, param in (
+        ("/v1/responses", {"input": "hi", "tool_choice": "required"}, "tool_choice"),
+        (
+            "/v1/messages",
+            {"model": "m", "messages": ASK, "max_tokens": 4, "tool_choice": {"type": "any"}},
+            "tool_choice",
+        ),
+        (
+            "/v1/messages",
+            {"model": "m", "messages": ASK, "max_tokens": 4, "tool_choice": {"type": "tool", "name": "x"}},
+            "tool_choice",
+        ),
+    ):
+        r = client.post(route, json=body)
+        assert r.status_code == 400, (route, r.text)
+        said = r.json()["error"]
+        assert "tool_choice" in said["message"] and said.get("param", param) == param
+    bad_format = {"type": "json_schema", "name": "x", "schema": {"type": "wat"}}
+    r = client.post("/v1/responses", json={"input": "hi", "text": {"format": bad_format}})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["param"] == "text.format" and err["message"].startswith("text.format.schema: ")
+    assert "response_format" not in err["message"]
+    r = client.post(
+        "/v1/messages",
+        json={
+            "model": "m",
+            "messages": ASK,
+            "max_tokens": 4,
+            "output_config": {"format": {"type": "json_schema", "schema": {"type": "wat"}}},
+        },
+    )
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("output_config.format.schema: ")
+
+
+def test_a_forced_call_cut_short_leaves_no_markup_in_the_reply(tiny_service):
+    """A forced call that ``max_tokens`` cuts before it closes ends with ``length``; the service's
+    call markup it had begun is not handed to the client as text, on any route, streamed or not."""
+    from anthropic import Anthropic
+
+    _, url = tiny_service
+    oa = _openai(url)
+    chat = oa.chat.completions.create(
+        model="policy", messages=ASK, tools=[UNIT], tool_choice="required", max_tokens=3
+    )
+    assert chat.choices[0].finish_reason == "length"
+    assert "<tool" not in (chat.choices[0].message.content or "")
+    streamed = "".join(
+        c.choices[0].delta.content or ""
+        for c in oa.chat.completions.create(
+            model="policy", messages=ASK, tools=[UNIT], tool_choice="required", max_tokens=3, stream=True
+        )
+        if c.choices
+    )
+    assert "<tool" not in streamed
+    msg = Anthropic(base_url=url, api_key=KEY, max_retries=0, timeout=60).messages.create(
+        model="policy",
+        max_tokens=3,
+        messages=ASK,
+        tools=[{"name": "set_unit", "input_schema": UNIT["function"]["parameters"]}],
+        tool_choice={"type": "tool", "name": "set_unit"},
+    )
+    assert msg.stop_reason == "max_tokens" and all("<tool" not in getattr(b, "text", "") for b in msg.content)
+    tool = {"type": "function", "name": "set_unit", "parameters": UNIT["function"]["parameters"]}
+    resp = oa.responses.create(
+        model="policy", input="Celsius please.", tools=[tool], tool_choice="required", max_output_tokens=3
+    )
+    assert resp.status == "incomplete" and "<tool" not in resp.output_text
+    assert all(o.status == "incomplete" for o in resp.output if o.type == "message")

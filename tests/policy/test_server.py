@@ -162,6 +162,7 @@ def test_top_k_one_draws_the_greedy_reply_at_any_temperature(tiny_service, clien
 
     greedy = reply(temperature=0)
     assert reply(temperature=1.0, top_k=1) == greedy
+    assert reply(temperature=1.0, top_p=0) == greedy  # OpenAI's top_p = 0: only the likeliest token
     assert any(reply(temperature=1.0, seed=s) != greedy for s in range(3))  # without it, sampling differs
     anthropic = Anthropic(base_url=url, api_key=KEY, max_retries=0, timeout=60)
     kw = {"model": "policy", "max_tokens": 12, "messages": USER}  # the SDK sends sampling fields as extras
@@ -261,6 +262,12 @@ BAD = [
     (b"", "body is empty"),
     (b"[1, 2]", "must be a JSON object, got an array"),
     (b"null", "must be a JSON object, got null"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "seed": 18446744073709551617}', "seed"),
+    (
+        b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "what"}, '
+        b'{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]}',
+        "messages[0].content[1]: content part of type 'image_url' is not supported",
+    ),
     (b"{}", "messages: Field required"),
     (b'{"messages": []}', "messages: List should have at least 1 item"),
     (b'{"messages": "hi"}', "messages"),
