@@ -89,10 +89,34 @@ def _cmd_users(args: argparse.Namespace) -> int:
     return users_list(cfg)
 
 
+def _count(text: str) -> int:
+    """An argument that counts something: 0 or more."""
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
+    return n
+
+
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {n}")
+    return n
+
+
+def _port(text: str) -> int:
+    n = int(text)
+    if not 0 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"a TCP port is 0-65535 (0: any free one), got {n}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     from openclaw_rl.launcher.openclaw_config import API_TYPES  # config and rundir only: light
 
-    parser = argparse.ArgumentParser(prog="openclaw-rl", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="openclaw-rl", description=__doc__.split("\n\n")[0].replace("``", "")
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def verb(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
@@ -105,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="validate and check every service, then exit")
     p = verb("serve", _cmd_serve, "run the policy service alone")
     p.add_argument("--host")
-    p.add_argument("--port", type=int)
+    p.add_argument("--port", type=_port)
     p = verb("judge", _cmd_judge, "judge one (response, next state) pair and print JSON")
     p.add_argument("--response", required=True)
     p.add_argument("--next-state", required=True)
@@ -120,25 +144,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     p.add_argument(
         "--chat-n",
-        type=int,
+        type=_count,
         default=EvalSizes.chat,
         help="held-out problems per chat persona (default %(default)s)",
     )
     p.add_argument(
         "--terminal-n",
-        type=int,
+        type=_count,
         default=EvalSizes.terminal,
         help="held-out terminal tasks (default %(default)s)",
     )
     p.add_argument(
         "--tool-call-n",
-        type=int,
+        type=_count,
         default=EvalSizes.tool_call,
         help="held-out tool_call episodes (default %(default)s)",
     )
     p.add_argument(
         "--max-tokens",
-        type=int,
+        type=_positive,
         default=EvalSizes.max_tokens,
         help="max tokens per reply (default %(default)s)",
     )
@@ -154,9 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="openai-completions",
         help="the protocol OpenClaw speaks to the service (default %(default)s)",
     )
-    users = sub.add_parser("users", help="per-user identity: add a user, list users").add_subparsers(
-        dest="users_command", required=True
-    )
+    users = sub.add_parser(
+        "users", help="per-user identity: add, list, delete or export a user"
+    ).add_subparsers(dest="users_command", required=True)
     p = users.add_parser("add", help="add a user and print their key once")
     p.add_argument("name", help="the user's name (letters, digits, . _ @ + -)")
     p.add_argument("--config", required=True, help="path to config.toml")
@@ -178,9 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from openclaw_rl.runtime.store import StoreError
+
     try:
         return args.fn(args)
-    except ConfigError as exc:
+    except (ConfigError, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -628,6 +628,12 @@ def _suggest(name: str, choices: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _mentions(rule_error: str, failed: str) -> bool:
+    """Whether a cross-key rule's message reads ``failed`` ("[section] key" or a whole "[section]")."""
+    section, _, key = failed.partition(" ")
+    return section in rule_error and (not key or re.search(rf"\b{re.escape(key)}\b", rule_error) is not None)
+
+
 def build_config(
     raw: dict[str, Any], source: str = "<dict>", environ: dict[str, str] | None = None
 ) -> Config:
@@ -635,7 +641,13 @@ def build_config(
     environ = dict(os.environ) if environ is None else environ
     problems: list[str] = []
     sections: dict[str, Any] = {}
+    failed: set[str] = set()  # "[section] key" (or "[section]") that did not validate: defaults stand in
     for name, body in raw.items():
+        if name not in SECTIONS and not isinstance(body, dict):
+            homes = [s for s, m in SECTIONS.items() if name in m.model_fields]
+            where = f"; did you mean [{homes[0]}] {name}?" if homes else ""
+            problems.append(f"{name}: a key outside any section (keys go under a [section] header){where}")
+            continue
         if name not in SECTIONS:
             problems.append(f"[{name}]: unknown section{_suggest(name, list(SECTIONS))}")
             continue
@@ -653,19 +665,29 @@ def build_config(
         try:
             sections[name] = model(**clean)
         except ValidationError as exc:
+            bad = {str(err["loc"][0]) for err in exc.errors() if err["loc"]}
+            try:  # the section's other values still take part in the rules across keys
+                sections[name] = model(**{k: v for k, v in clean.items() if k not in bad})
+                failed.update(f"[{name}] {key}" for key in bad)
+            except ValidationError:
+                failed.add(f"[{name}]")
             for err in exc.errors():
                 loc = ".".join(str(p) for p in err["loc"]) or "?"
                 # The offending input is shown except for secrets, which never reach a message.
-                shown = "" if "key" in loc else f" (got {err.get('input')!r})"
+                got = repr(err.get("input"))
+                shown = "" if "key" in loc or f"got {got}" in err["msg"] else f" (got {got})"
                 msg = err["msg"].removeprefix("Value error, ")
                 if err["type"] == "literal_error" and isinstance(err.get("input"), str):
                     msg += _suggest(err["input"], _literal_choices(model, str(err["loc"][0])))
                 problems.append(f"[{name}] {loc}: {msg}{shown}")
-    if problems:
-        raise ConfigError(source, problems)
     cfg = Config(**{("global_" if k == "global" else k): v for k, v in sections.items()})
     cfg.source = source
     errors, warnings = check_known_mistakes(cfg)
+    if problems:
+        # rules across keys too, all at once — but none that reads a section whose values failed
+        # (its defaults stood in for them)
+        problems += [e for e in errors if not any(_mentions(e, f) for f in failed)]
+        raise ConfigError(source, problems)
     if errors:
         raise ConfigError(source, errors)
     cfg.warnings = warnings
@@ -691,10 +713,25 @@ def print_warnings(cfg: Config) -> None:
 def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> Config:
     """Read and validate a ``config.toml``; relative ``data_path`` resolves against the file."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(str(p), [f"{p.resolve()} is a directory; --config names a config.toml file"])
     if not p.is_file():
         raise ConfigError(str(p), [f"config file not found (looked at {p.resolve()})"])
+    data = p.read_bytes()
     try:
-        raw = tomllib.loads(p.read_text())
+        # Windows editors start UTF-8 files with a byte-order mark; TOML itself has none
+        text = data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            str(p),
+            [
+                f"not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line}); TOML files are UTF-8: "
+                "save it as UTF-8"
+            ],
+        ) from None
+    try:
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(p), [f"not valid TOML: {exc}"]) from None
     return build_config(raw, source=str(p), environ=environ)

@@ -106,6 +106,39 @@ def test_not_toml_and_missing_file(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(tmp_path)
+
+
+def test_encodings_a_bom_and_keys_outside_sections(tmp_path):
+    good = (ROOT / "configs" / "local.toml").read_bytes()
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf" + good)  # a Windows editor's UTF-8: accepted
+    assert (
+        load_config(bom).policy_service.port
+        == load_config(ROOT / "configs" / "local.toml").policy_service.port
+    )
+    latin = tmp_path / "latin1.toml"
+    latin.write_bytes(b"# caf\xe9 config\n" + good)
+    with pytest.raises(ConfigError, match=r"not UTF-8 text \(byte 0xe9 on line 1\)"):
+        load_config(latin)
+    with pytest.raises(ConfigError, match=r"seed: a key outside any section.*did you mean \[global\] seed"):
+        build_config({"seed": 1}, environ={})
+
+
+def test_rules_across_keys_are_listed_with_the_other_problems():
+    with pytest.raises(ConfigError) as info:
+        build_config(
+            {"training": {"mini_batch_size": 16, "batch_size": 8, "lr": -1}, "policy_service": {"prot": 1}},
+            environ={},
+        )
+    text = str(info.value)
+    assert "[training] lr" in text and "prot: unknown key" in text
+    assert "mini_batch_size = 16 is larger than batch_size = 8" in text
+    # a rule that would read a value which failed is not run on its default
+    with pytest.raises(ConfigError) as info:
+        build_config({"training": {"mini_batch_size": 16, "batch_size": -8}}, environ={})
+    assert "larger than batch_size" not in str(info.value)
 
 
 def test_engine_replicas_need_a_cluster_and_the_embedded_engine():

@@ -154,3 +154,72 @@ def test_api_channels_are_named_explicitly_or_by_a_known_gateway():
     with pytest.raises(ConfigError) as exc:
         build_config(raw, environ={"TAOTOKEN_API_KEY": "k"})
     assert 'backend = "api:my-gateway"' in str(exc.value)
+
+
+def test_a_log_dir_that_is_a_file_or_holds_no_store_is_caught_by_the_dry_run_and_every_command(tmp_path):
+    """No traceback, one line naming the file; the dry run says so instead of "all services ready"."""
+    afile = tmp_path / "afile"
+    afile.write_text("hi")
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "store.sqlite").write_text("garbage")
+    local = (ROOT / "configs" / "local.toml").read_text()
+    for log_dir, says in (
+        (afile, "is a file, not a directory"),
+        (corrupt, "is not a usable openclaw-rl store"),
+    ):
+        config = tmp_path / f"{log_dir.name}.toml"
+        config.write_text(re.sub(r"(?m)^log_dir = .*$", f'log_dir = "{log_dir}"', local, count=1))
+        dry = subprocess.run(
+            [sys.executable, "-m", "openclaw_rl.launch", "--config", str(config), "--dry-run"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert dry.returncode == 1 and says in dry.stdout and "not ready: log_dir" in dry.stdout
+        for verb in (["users", "add", "carl"], ["status"]):
+            out = subprocess.run(
+                [sys.executable, "-m", "openclaw_rl.cli", *verb, "--config", str(config)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert "Traceback" not in out.stderr, out.stderr
+            assert out.returncode != 0
+
+
+def test_command_line_numbers_are_checked_before_anything_starts(tmp_path):
+    config = str(ROOT / "configs" / "local.toml")
+    for args, says in (
+        (["serve", "--port", "99999"], "a TCP port is 0-65535"),
+        (["eval", "--chat-n", "-1"], "must be 0 or more"),
+        (["eval", "--max-tokens", "0"], "must be 1 or more"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "openclaw_rl.cli", *args, "--config", config],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr
+    (tmp_path / "afile").write_text("x")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "openclaw_rl.cli",
+            "eval",
+            "--config",
+            config,
+            "--out",
+            str(tmp_path / "afile" / "x"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        out.returncode == 2
+        and "cannot write the summary" in out.stdout
+        and "[eval] policy=" not in out.stdout
+    )

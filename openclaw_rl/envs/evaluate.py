@@ -222,6 +222,16 @@ def eval_command(
             flush=True,
         )
         return 2
+    target = Path(out) if out else Path(cfg.global_.log_dir) / "eval" / f"eval-{int(time.time())}.json"
+    try:  # checked before the model loads: an evaluation is minutes of work to lose at the end
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_dir():
+            raise IsADirectoryError(f"{target} is a directory")
+        with target.open("a"):
+            pass
+    except OSError as exc:
+        print(f"[eval] error: cannot write the summary to {target}: {exc.strerror or exc}", flush=True)
+        return 2
     tmp = tempfile.TemporaryDirectory(prefix="openclaw_eval_")
     # A private port and store: evaluation traffic never reaches the training store.
     ecfg = private_service_config(cfg, tmp.name)
@@ -252,8 +262,6 @@ def eval_command(
     }
     text = json.dumps(summary, indent=2)
     print(text, flush=True)
-    target = Path(out) if out else Path(cfg.global_.log_dir) / "eval" / f"eval-{int(time.time())}.json"
-    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text + "\n")
     print(f"[eval] summary written to {target}", flush=True)
     return 0

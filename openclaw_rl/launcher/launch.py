@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import contextlib
 import importlib.util
 import shlex
 import shutil
@@ -243,8 +244,29 @@ def check_training(cfg: Config) -> Check:
     )
 
 
+def log_dir_problem(cfg: Config) -> str | None:
+    """What is wrong with ``log_dir`` as it is now, read without writing (the dry run's check): a
+    file where the folder should be, or a store file that is no store."""
+    log_dir = cfg.log_dir
+    if log_dir.exists() and not log_dir.is_dir():
+        return f"[global] log_dir = {str(log_dir)!r} is a file, not a directory"
+    store = RunDir.of(cfg).store
+    if store.is_file():
+        import sqlite3
+
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=5)) as db:
+                db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        except sqlite3.DatabaseError as exc:
+            return f"{store} is not a usable openclaw-rl store ({exc}); move it aside or use another log_dir"
+    return None
+
+
 def check_log_dir(cfg: Config) -> str | None:
     """An unwritable or full log_dir is a startup error, not a crash later."""
+    problem = log_dir_problem(cfg)
+    if problem:
+        return problem
     log_dir = cfg.log_dir
     try:
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -319,6 +341,9 @@ def _dry_run(cfg: Config, config_path: str) -> int:
     """The dry run's report: the run, one line per service, the file's pitfalls; 0 when all are ready."""
     print(f"[dry-run] run={cfg.global_.run_name} config={config_path} log_dir={cfg.log_dir}", flush=True)
     checks = check_services(cfg)
+    log_problem = log_dir_problem(cfg)
+    if log_problem:
+        checks.append(Check("log_dir", False, log_problem))
     for c in checks:
         print(c.line(), flush=True)
     for warning in cfg.warnings:

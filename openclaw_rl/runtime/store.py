@@ -211,21 +211,37 @@ class Counters:
     sessions: int = 0  # sessions with at least one main turn: the conversations had so far
 
 
+class StoreError(RuntimeError):
+    """The store file cannot be opened: its folder is no folder, or the file is no store."""
+
+
 class Store:
     """Thread-safe handle on the store file; one per process is enough."""
 
     def __init__(self, path: Path):
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise StoreError(
+                f"{path.parent} is a file, not a directory: [global] log_dir must name a folder"
+            ) from None
         self.path = path
         self._lock = threading.RLock()
         self._db = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA busy_timeout=30000")
-        with self._lock:
-            self._db.executescript(SCHEMA)
-        self._migrate()
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA busy_timeout=30000")
+            with self._lock:
+                self._db.executescript(SCHEMA)
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StoreError(
+                f"{path} is not a usable openclaw-rl store ({exc}); move it aside, or point "
+                "[global] log_dir at another folder"
+            ) from None
 
     def _migrate(self) -> None:
         """Add the columns newer versions need to an older store file.
