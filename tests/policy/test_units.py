@@ -130,10 +130,10 @@ def test_next_state_joins_parallel_tool_results():
     [
         ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
         ({"messages": [{"role": "user"}]}, "messages[0]"),
-        ({"messages": [{"role": "user", "content": "x"}], "top_p": 0}, "top_p"),
+        ({"messages": [{"role": "user", "content": "x"}], "top_p": 1.5}, "top_p"),
         (
             {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3},
-            "top_logprobs requires logprobs",
+            "top_logprobs: requires logprobs",
         ),
         ({"messages": [{"role": "user", "content": "x"}], "stop": ["a", "b", "c", "d", "e"]}, "at most 4"),
         (

@@ -18,6 +18,7 @@ that says what happened and what state the page is in now. A crashed browser end
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -161,6 +162,7 @@ class GuiEnv(Env):
         self._events: list[str] = []
         self._pending_nav: str | None = None
         self._failed_nav: tuple[str, str] | None = None
+        self._nav_failed_now = False  # a main-frame navigation failed during the current step
         self._closed = False
         self._opening_page = False
         self._popups: list[Any] = []
@@ -369,6 +371,7 @@ class GuiEnv(Env):
                 self._pending_nav = None
             if request.is_navigation_request():
                 self._failed_nav = (request.url, str(request.failure or "failed"))
+                self._nav_failed_now = True
         except Exception as exc:  # a request of a page being torn down
             log.debug("requestfailed event: %s", exc)
 
@@ -474,6 +477,7 @@ class GuiEnv(Env):
         from playwright.async_api import Error as PlaywrightError
 
         self._events.clear()
+        self._nav_failed_now = False
         # _failed_nav is kept: a navigation that failed after the last step's read is this
         # step's to report (_check_site names its address instead of the error page's)
         before = self._snap
@@ -663,6 +667,7 @@ class GuiEnv(Env):
         """
         from playwright.async_api import Error as PlaywrightError
 
+        await self._let_navigation_land()
         away: str | None = None
         for attempt in range(3):
             away = await self._check_site() or away  # a return home already made is still reported
@@ -673,6 +678,21 @@ class GuiEnv(Env):
                     raise
                 await self._page.wait_for_load_state("load", timeout=self.action_timeout_s * 1000)
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _let_navigation_land(self) -> None:
+        """A click on a link leaving the app returns before the browser has committed the error page
+        of the blocked request. One round trip to the page lets the request's failure be seen; if
+        the action's navigation failed and its error page is not shown yet, wait for it (briefly),
+        so this step reports where the action led rather than the next one."""
+        page = self._page
+        start_url = page.url
+        with contextlib.suppress(Exception):  # a page being replaced: the read below deals with it
+            await asyncio.wait_for(page.evaluate("1"), 2.0)
+        if not self._nav_failed_now or page.url != start_url:
+            return
+        with contextlib.suppress(Exception):  # it never commits (e.g. a download): nothing to wait for
+            await page.wait_for_url(lambda url: url != start_url, timeout=1500)
+            await page.wait_for_load_state("load", timeout=self.action_timeout_s * 1000)
 
     async def _check_site(self) -> str | None:
         """If the page left the app (another site, a blocked address), go back to the last app URL."""
