@@ -220,8 +220,7 @@ class Serving:
         self.sessions = SessionManager(store)
         self.model_name = self.pcfg.model
         self._in_system = 0
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._jobs: set[Job] = set()  # generating now (forget_user stops a deleted user's)
+        self._jobs: set[Job] = set()  # generating now: drained at shutdown; forget_user stops a user's
         self._swap_lock = threading.Lock()
         self._resumed: asyncio.Event | None = None  # created in the server's loop on first use
         self.started_at = time.time()
@@ -334,7 +333,7 @@ class Serving:
 
     async def drain(self, timeout: float | None = None) -> int:
         """Wait for every generation task (including ones whose client left) to finish and record."""
-        pending = [t for t in self._tasks if not t.done()]
+        pending = [j.task for j in self._jobs if j.task is not None and not j.task.done()]
         if pending:
             await asyncio.wait(pending, timeout=timeout or self.pcfg.request_timeout_sec)
         return len(pending)
@@ -473,9 +472,7 @@ class Serving:
             self._in_system -= 1
             raise
         job.task = asyncio.create_task(self._run(job))
-        self._tasks.add(job.task)
-        self._jobs.add(job)
-        job.task.add_done_callback(self._tasks.discard)
+        self._jobs.add(job)  # the set holds the task too, so it is not garbage-collected mid-run
         job.task.add_done_callback(lambda _: self._jobs.discard(job))
         return job
 
