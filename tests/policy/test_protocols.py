@@ -205,7 +205,7 @@ def test_the_model_calling_a_tool_becomes_a_function_call_item(tiny_service):
         body = {"input": "Weather in Oslo?", "tools": [WEATHER], "stream": stream}
         call = ResponsesCall(svc.serving, json.dumps(body).encode(), {}, Caller(None, True))
         job = await call.start()
-        await asyncio.wait_for(asyncio.gather(*svc.serving._tasks), 60)  # let the real generation end
+        await svc.serving.drain(60)  # let the real generation end
         while not job.events.empty():
             job.events.get_nowait()
         await job.events.put(Delta(text, [1], [-0.1], [text]))
