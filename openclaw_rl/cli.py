@@ -89,26 +89,22 @@ def _cmd_users(args: argparse.Namespace) -> int:
     return users_list(cfg)
 
 
-def _count(text: str) -> int:
-    """An argument that counts something: 0 or more."""
-    n = int(text)
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
-    return n
+def _int_in(low: int, high: int | None = None, what: str = "") -> Callable[[str], int]:
+    """An argparse type: an integer from ``low`` (to ``high``), refused with a message otherwise."""
+
+    def parse(text: str) -> int:
+        n = int(text)
+        if n < low or (high is not None and n > high):
+            span = f"{low}-{high}" if high is not None else f"{low} or more"
+            raise argparse.ArgumentTypeError(f"{what or 'must be'} {span}, got {n}")
+        return n
+
+    parse.__name__ = "integer"  # argparse names the type in "invalid integer value: 'abc'"
+    return parse
 
 
-def _positive(text: str) -> int:
-    n = int(text)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {n}")
-    return n
-
-
-def _port(text: str) -> int:
-    n = int(text)
-    if not 0 <= n <= 65535:
-        raise argparse.ArgumentTypeError(f"a TCP port is 0-65535 (0: any free one), got {n}")
-    return n
+_count, _positive = _int_in(0), _int_in(1)
+_port = _int_in(0, 65535, "a TCP port is")  # 0: any free one
 
 
 def build_parser() -> argparse.ArgumentParser:

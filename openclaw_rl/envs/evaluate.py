@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tempfile
 import threading
 import time
@@ -225,12 +226,15 @@ def eval_command(
     target = Path(out) if out else Path(cfg.global_.log_dir) / "eval" / f"eval-{int(time.time())}.json"
     try:  # checked before the model loads: an evaluation is minutes of work to lose at the end
         target.parent.mkdir(parents=True, exist_ok=True)
+        problem = None
         if target.is_dir():
-            raise IsADirectoryError(f"{target} is a directory")
-        with target.open("a"):
-            pass
+            problem = "it is a directory"
+        elif not os.access(target.parent, os.W_OK):
+            problem = "its folder is not writable"
     except OSError as exc:
-        print(f"[eval] error: cannot write the summary to {target}: {exc.strerror or exc}", flush=True)
+        problem = exc.strerror or str(exc)
+    if problem:
+        print(f"[eval] error: cannot write the summary to {target}: {problem}", flush=True)
         return 2
     tmp = tempfile.TemporaryDirectory(prefix="openclaw_eval_")
     # A private port and store: evaluation traffic never reaches the training store.

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import contextlib
 import importlib.util
 import shlex
 import shutil
@@ -36,6 +35,7 @@ from openclaw_rl.config import (
     print_warnings,
 )
 from openclaw_rl.runtime.rundir import RunDir
+from openclaw_rl.runtime.store import store_problem
 
 DRY_RUN_DEADLINE_S = 25.0
 PROBE_TIMEOUT_S = 8.0
@@ -247,19 +247,7 @@ def check_training(cfg: Config) -> Check:
 def log_dir_problem(cfg: Config) -> str | None:
     """What is wrong with ``log_dir`` as it is now, read without writing (the dry run's check): a
     file where the folder should be, or a store file that is no store."""
-    log_dir = cfg.log_dir
-    if log_dir.exists() and not log_dir.is_dir():
-        return f"[global] log_dir = {str(log_dir)!r} is a file, not a directory"
-    store = RunDir.of(cfg).store
-    if store.is_file():
-        import sqlite3
-
-        try:
-            with contextlib.closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=5)) as db:
-                db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
-        except sqlite3.DatabaseError as exc:
-            return f"{store} is not a usable openclaw-rl store ({exc}); move it aside or use another log_dir"
-    return None
+    return store_problem(RunDir.of(cfg).store)
 
 
 def check_log_dir(cfg: Config) -> str | None:

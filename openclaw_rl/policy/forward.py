@@ -140,8 +140,8 @@ class ForwardEngine(Engine):
         body: dict[str, Any] = {
             "model": own[0] if own is not None else self.serve_model,
             "messages": messages,
-            "temperature": p.temperature if p.top_p > 0 else 0.0,  # vLLM / SGLang refuse top_p = 0
-            "top_p": p.top_p if p.top_p > 0 else 1.0,
+            "temperature": p.temperature,
+            "top_p": p.top_p,
             "max_tokens": p.max_tokens,
             "stream": True,
             "stream_options": {"include_usage": True},

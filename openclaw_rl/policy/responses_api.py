@@ -207,6 +207,11 @@ def delete_response(
     return {"id": response_id, "object": "response.deleted", "deleted": True}
 
 
+def _call_item_id(call_id: str) -> str:
+    """The ``function_call`` item id of a call: the same in the response and in its input items."""
+    return f"fc_{call_id[-24:]}"
+
+
 def _items_of(response_id: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Chat messages as Responses API items, oldest first, with ids stable for this response."""
     items: list[dict[str, Any]] = []
@@ -248,7 +253,7 @@ def _items_of(response_id: str, messages: list[dict[str, Any]]) -> list[dict[str
             items.append(
                 {
                     "type": "function_call",
-                    "id": f"fc_{str(call.get('id', ''))[-24:]}",  # the id its response gave it
+                    "id": _call_item_id(str(call.get("id", ""))),  # the id its response gave it
                     "call_id": call.get("id", ""),
                     "name": fn.get("name", ""),
                     "arguments": fn.get("arguments", ""),
@@ -406,7 +411,7 @@ class ResponsesCall:
         fn = call["function"]
         return {
             "type": "function_call",
-            "id": f"fc_{call['id'][-24:]}",
+            "id": _call_item_id(call["id"]),
             "call_id": call["id"],
             "name": fn["name"],
             "arguments": fn.get("arguments", "") if arguments is None else arguments,

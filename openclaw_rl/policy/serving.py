@@ -53,7 +53,7 @@ from openclaw_rl.policy.protocol import (
     validation_message,
 )
 from openclaw_rl.policy.sessions import Assignment, SessionManager
-from openclaw_rl.policy.tools import OPEN, parse_tool_calls, without_unfinished_call
+from openclaw_rl.policy.tools import OPEN, call_markup_start, parse_tool_calls, without_unfinished_call
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.runtime.users import Feedback, adapter_meta
 from openclaw_rl.types import EpisodeTag, Turn
@@ -369,9 +369,10 @@ class Serving:
                 param="max_tokens",
                 code="context_length_exceeded",
             )
+        greedy = req.top_p == 0  # OpenAI's top_p 0: a nucleus of the likeliest token alone
         params = SamplingParams(
-            temperature=req.temperature,
-            top_p=req.top_p,
+            temperature=0.0 if greedy else req.temperature,
+            top_p=1.0 if greedy else req.top_p,
             top_k=max(req.top_k, 0),
             max_tokens=requested if requested is not None else self.pcfg.max_tokens_default,
             stop=req.stops,
@@ -761,14 +762,9 @@ class Serving:
             text += event.text
             safe = len(text)
             if tools and not held:
-                at = text.find(OPEN)
-                if at >= 0:
-                    safe, held = at, True
-                else:  # a partial "<tool_call" at the end may still become one
-                    for k in range(min(len(OPEN) - 1, len(text)), 0, -1):
-                        if text.endswith(OPEN[:k]):
-                            safe = len(text) - k
-                            break
+                at = call_markup_start(text)
+                if at is not None:  # a whole "<tool_call>" holds the rest; a begun one may become one
+                    safe, held = at, text.startswith(OPEN, at)
             elif held:
                 safe = sent
             piece = text[sent:safe] if safe > sent else ""

@@ -59,14 +59,22 @@ def parse_tool_calls(
     return (content or None), calls
 
 
+def call_markup_start(text: str) -> int | None:
+    """Where our call markup begins in ``text``: a whole ``<tool_call>``, or the start of one at the
+    very end (``"<tool_"``, which the next tokens may complete); None when there is neither."""
+    at = text.find(OPEN)
+    if at >= 0:
+        return at
+    for k in range(min(len(OPEN) - 1, len(text)), 0, -1):
+        if text.endswith(OPEN[:k]):
+            return len(text) - k
+    return None
+
+
 def without_unfinished_call(content: str | None) -> str | None:
     """``content`` less a tool call the reply started but did not finish (cut by ``max_tokens``):
-    our call markup, whole or begun (``"<tool_"``), is never reply text for a client."""
+    our call markup, whole or begun, is never reply text for a client."""
     if not content:
         return content
-    at = content.find(OPEN)
-    if at < 0:
-        at = next((len(content) - k for k in range(len(OPEN) - 1, 0, -1) if content.endswith(OPEN[:k])), -1)
-    if at < 0:
-        return content
-    return content[:at].rstrip() or None
+    at = call_markup_start(content)
+    return content if at is None else (content[:at].rstrip() or None)

@@ -645,7 +645,7 @@ class TransformersEngine(Engine):
         plain: list[int] = []  # rows sampled with the shared generator, in one multinomial call
         for i, row in enumerate(rows):
             p = row.req.params
-            if p.temperature <= 0 or p.top_p <= 0:  # top_p 0: a nucleus of the likeliest token alone
+            if p.temperature <= 0:
                 toks[i] = int(torch.argmax(logp[i]).item())
                 continue
             if 0 < p.top_k < logp.shape[-1]:

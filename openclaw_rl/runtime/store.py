@@ -42,6 +42,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -215,6 +216,33 @@ class StoreError(RuntimeError):
     """The store file cannot be opened: its folder is no folder, or the file is no store."""
 
 
+def _not_a_folder(folder: Path) -> str:
+    return f"{folder} is a file, not a directory: [global] log_dir must name a folder"
+
+
+def _not_a_store(path: Path, exc: Exception) -> str:
+    return (
+        f"{path} is not a usable openclaw-rl store ({exc}); move it aside, or point [global] log_dir "
+        "at another folder"
+    )
+
+
+def store_problem(path: Path) -> str | None:
+    """Why the store at ``path`` could not be opened, read without writing anything (the dry
+    run's check); None when it could (or does not exist yet)."""
+    folder = Path(path).parent
+    if folder.exists() and not folder.is_dir():
+        return _not_a_folder(folder)
+    if not Path(path).is_file():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)) as db:
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        return _not_a_store(Path(path), exc)
+    return None
+
+
 class Store:
     """Thread-safe handle on the store file; one per process is enough."""
 
@@ -223,9 +251,7 @@ class Store:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
-            raise StoreError(
-                f"{path.parent} is a file, not a directory: [global] log_dir must name a folder"
-            ) from None
+            raise StoreError(_not_a_folder(path.parent)) from None
         self.path = path
         self._lock = threading.RLock()
         self._db = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
@@ -238,10 +264,7 @@ class Store:
             self._migrate()
         except sqlite3.DatabaseError as exc:
             self._db.close()
-            raise StoreError(
-                f"{path} is not a usable openclaw-rl store ({exc}); move it aside, or point "
-                "[global] log_dir at another folder"
-            ) from None
+            raise StoreError(_not_a_store(path, exc)) from None
 
     def _migrate(self) -> None:
         """Add the columns newer versions need to an older store file.
