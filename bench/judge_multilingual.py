@@ -144,6 +144,11 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3, help="runs with different vote-sampling seeds")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-dups", action="store_true", help="skip the MiniLM near-duplicate check")
+    ap.add_argument(
+        "--hide-cases",
+        action="store_true",
+        help="print how many cases were judged wrong, not which (keeps a held-out set unseen)",
+    )
     args = ap.parse_args()
 
     import torch
@@ -213,6 +218,9 @@ def main() -> int:
         f"\ncases judged wrong in most runs: {len(wrong)}/{len(cases)} "
         "(label -> answers per run; lang, role, style; next state)"
     )
+    if args.hide_cases:
+        print("  (not listed: --hide-cases keeps this set held out for the next change)")
+        return 0
     for _, i in wrong:
         c = cases[i]
         answers = "/".join("err" if run[i] is None else f"{run[i]:+d}" for run in runs)
