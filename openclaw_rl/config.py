@@ -270,6 +270,16 @@ class EnvServiceConfig(_Section):
         'truth and keep the judge\'s score; docs/training.md "An oracle reward"',
     )
 
+    @field_validator("personas")
+    @classmethod
+    def _some_persona(cls, v: list[Persona]) -> list[Persona]:
+        if not v:
+            raise ValueError(
+                "is empty: chat episodes need at least one simulated user (to run no chat episodes, "
+                "leave chat out of interaction_types)"
+            )
+        return v
+
 
 class PrmServiceConfig(_Section):
     backend: str = Field(

@@ -185,7 +185,7 @@ def test_a_log_dir_that_is_a_file_or_holds_no_store_is_caught_by_the_dry_run_and
                 timeout=120,
             )
             assert "Traceback" not in out.stderr, out.stderr
-            assert out.returncode != 0
+            assert out.returncode == 2 and says in out.stderr, (verb, out.stdout, out.stderr)
 
 
 def test_command_line_numbers_are_checked_before_anything_starts(tmp_path):

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from openclaw_rl.config import resolve_data_path
-from openclaw_rl.envs.base import Env, Observation, StepResult, register
+from openclaw_rl.envs.base import Env, Observation, StepResult, check_turns, register, without_key
 from openclaw_rl.envs.data import GsmItem, gsm8k_split
 from openclaw_rl.runtime.metrics import repeat_share
 
@@ -530,6 +530,7 @@ class LLMUserWriter:
 
         if not base_url:
             raise ValueError('[api] base_url is required for env_service.user_mode = "llm"')
+        self._key = api_key
         self.client = OpenAI(
             base_url=base_url, api_key=api_key or "none", timeout=timeout_sec, max_retries=max_retries
         )
@@ -569,7 +570,7 @@ class LLMUserWriter:
             text = (resp.choices[0].message.content or "").strip().strip('"').strip()
         except Exception as exc:  # any API failure (network, auth, schema) uses the script
             log.warning("chat llm user: API call failed (%s); using the scripted reply", type(exc).__name__)
-            return fallback, f"{type(exc).__name__}: {exc}"
+            return fallback, f"{type(exc).__name__}: {without_key(str(exc), self._key)}"
         if not text:
             return fallback, "empty reply from the user model"
         return text, None
@@ -612,7 +613,7 @@ class ChatEnv(Env):
             if items is not None
             else gsm8k_split(resolve_data_path(data_path, config_source), eval_size, split)
         )
-        self.max_turns = max_turns
+        self.max_turns = check_turns("max_turns", max_turns)
         self.rng = random.Random(seed)
         self.context: dict[str, Any] = {}
         self.conversation: list[dict[str, Any]] = []

@@ -63,7 +63,7 @@ from typing import Any, Literal
 import httpx
 
 from openclaw_rl.config import OUTCOME_REWARDS, Config, Persona
-from openclaw_rl.envs.base import Env, make
+from openclaw_rl.envs.base import Env, make, without_key
 from openclaw_rl.runtime.chat_stream import add_tool_call_deltas, tool_calls_in_order
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
@@ -72,7 +72,17 @@ log = logging.getLogger("openclaw_rl.env_service")
 
 
 class PolicyRequestError(RuntimeError):
-    """The policy service refused a request (a 4xx other than 429); ends the episode, not the worker."""
+    """The policy service refused a request (a 4xx other than 429); ends the episode, not the worker.
+    ``status``: the HTTP status, or None for a reply that was not the stream it should have been."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def refused_key(self) -> bool:
+        """401 / 403: the service does not take this run's key; every next episode would meet it too."""
+        return self.status in (401, 403)
 
 
 @dataclass
@@ -122,6 +132,7 @@ class PolicyClient:
         self.model = model
         self.stop_event = stop_event
         self.backoff_max = backoff_max_sec
+        self._key = api_key or ""
         headers = {"X-Turn-Type": "main"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
@@ -185,14 +196,16 @@ class PolicyClient:
                         if warned and reply is not None:
                             log.info("[env_service] policy service is back at %s", self.url)
                         return reply
-                    detail = resp.read().decode("utf-8", "replace")[:300]
+                    detail = without_key(resp.read().decode("utf-8", "replace")[:300], self._key)
             except httpx.HTTPError as exc:
                 problem = f"{type(exc).__name__} ({exc})"
             except _StreamFailed as exc:
                 problem = str(exc)
             else:
                 if resp.status_code != 429 and resp.status_code < 500:
-                    raise PolicyRequestError(f"policy service answered {resp.status_code}: {detail}")
+                    raise PolicyRequestError(
+                        f"policy service answered {resp.status_code}: {detail}", resp.status_code
+                    )
                 problem = f"HTTP {resp.status_code}"
             self.retries += 1
             if not warned:
@@ -618,6 +631,16 @@ class EnvLoop:
                 )
             except PolicyRequestError as exc:
                 log.warning("[env_service] worker %d: %s", index, exc)
+                if exc.refused_key:
+                    # Not a burst of failed episodes (each builds a sandbox or a browser): wait, as
+                    # for a service that is down, until a restart with the right key or a stop.
+                    log.warning(
+                        "[env_service] worker %d: the policy service refuses this run's key "
+                        "([policy_service] api_key); waiting %.0f s before the next episode",
+                        index,
+                        self.backoff_max,
+                    )
+                    self.stop_event.wait(self.backoff_max)
                 return stats(False, str(exc))
             if reply is None:
                 return None

@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -49,6 +51,12 @@ SANDBOX_UID_BASE = 61000
 _uid_counter = itertools.count()
 _uid_lock = threading.Lock()
 _probed = False
+_swept: set[str] = set()
+#: The only variable bwrap itself needs; the command's own environment is set by --setenv.
+_BWRAP_ENV = {"PATH": "/usr/bin:/bin"}
+#: A sandbox folder names the process that made it, so a later process can remove what a killed one
+#: (``kill -9`` of the env loop) left behind.
+_FOLDER = re.compile(r"openclaw_sbx_(\d+)_")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -113,6 +121,30 @@ def check_available() -> None:
         raise SandboxUnavailable(f"prlimit not found at {PRLIMIT}: install util-linux")
 
 
+def _sweep_orphans(base_dir: str | Path | None) -> None:
+    """Once per folder and process: delete the sandbox folders of processes that no longer exist."""
+    base = Path(base_dir) if base_dir is not None else Path(tempfile.gettempdir())
+    if str(base) in _swept:
+        return
+    _swept.add(str(base))
+    try:
+        entries = list(base.iterdir())
+    except OSError:
+        return  # an unreadable temp folder: mkdtemp will say what is wrong with it
+    for entry in entries:
+        m = _FOLDER.match(entry.name)
+        if not m or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            if entry.lstat().st_uid != os.geteuid():
+                continue  # another user's sandbox: not ours to judge
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            continue  # alive under another uid (EPERM) or gone mid-scan
+
+
 class Sandbox:
     """One isolated directory plus a way to run shell commands in it.
 
@@ -127,7 +159,8 @@ class Sandbox:
     def __init__(self, limits: SandboxLimits | None = None, base_dir: str | Path | None = None):
         check_available()
         self.limits = limits or SandboxLimits()
-        self.root = Path(tempfile.mkdtemp(prefix="openclaw_sbx_", dir=base_dir))
+        _sweep_orphans(base_dir)
+        self.root = Path(tempfile.mkdtemp(prefix=f"openclaw_sbx_{os.getpid()}_", dir=base_dir))
         self.workdir = self.root / "work"
         self.home = self.root / "home"
         self._etc = self.root / "etc"
@@ -328,9 +361,19 @@ class Sandbox:
         if self._closed:
             raise RuntimeError("sandbox is closed")
         lim = self.limits
+        if "\x00" in command:
+            # No program can receive a NUL in its argv; a model that emits one gets told, not a crash.
+            return CommandResult(
+                command=command.replace("\x00", "\\0"),
+                stdout="",
+                stderr="the command contains a NUL byte (\\0); it cannot be run",
+                exit_code=2,
+                elapsed_s=0.0,
+            )
         kwargs: dict = {}
         if self.is_root:
             kwargs.update(user=self.uid, group=self.gid, extra_groups=[])
+        self._keep_workdir_usable()
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
@@ -340,6 +383,9 @@ class Sandbox:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 cwd=self.root,
+                # bwrap's own PID-1 process keeps the environment it was started with, and a command
+                # inside can read it from /proc/1/environ: it gets nothing of the service's (API keys).
+                env=_BWRAP_ENV,
                 **kwargs,
             )
         except OSError as exc:
@@ -422,6 +468,14 @@ class Sandbox:
             output_truncated=truncated,
             notes=notes,
         )
+
+    def _keep_workdir_usable(self) -> None:
+        """Give /work and the home folder back their owner's rwx: after a ``chmod 000 .`` inside,
+        bwrap itself could no longer enter /work and every later command would fail before it ran."""
+        for top in (self.workdir, self.home):
+            mode = stat.S_IMODE(top.lstat().st_mode)
+            if mode & 0o700 != 0o700:
+                os.chmod(top, mode | 0o700)
 
     @staticmethod
     def _kill(proc: subprocess.Popen) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from openclaw_rl.envs.base import Env, Observation, StepResult, register
+from openclaw_rl.envs.base import Env, Observation, StepResult, check_turns, register
 from openclaw_rl.envs.sandbox import CommandResult, Sandbox, SandboxLimits
 
 Checker = Callable[[Sandbox, CommandResult], bool]
@@ -416,7 +416,7 @@ class TerminalEnv(Env):
             raise ValueError(f"unknown terminal task {task!r}; known: {sorted(TASKS_BY_NAME)}")
         self.fixed_task = task
         self.names = task_names(split)
-        self.max_turns = max_turns
+        self.max_turns = check_turns("max_turns", max_turns)
         self.limits = limits or SandboxLimits()
         self.rng = random.Random(seed)
         self.sandbox: Sandbox | None = None

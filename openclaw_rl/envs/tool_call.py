@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any, Literal, TypedDict
 
 from openclaw_rl.config import resolve_data_path
-from openclaw_rl.envs.base import Env, Observation, StepResult, register
+from openclaw_rl.envs.base import Env, Observation, StepResult, check_turns, register
 from openclaw_rl.envs.data import GsmItem, gsm8k_split
 from openclaw_rl.envs.sandbox import Sandbox, SandboxLimits
 
@@ -236,8 +236,10 @@ class ToolCallEnv(Env):
         self.split = split
         self._data = (data_path, eval_size, config_source)
         self._items = items
+        if kind not in (None, "gsm8k", "lookup"):
+            raise ValueError(f"kind must be 'gsm8k', 'lookup' or None (either), got {kind!r}")
         self.kind = kind
-        self.max_turns = max_turns
+        self.max_turns = check_turns("max_turns", max_turns)
         self.limits = limits or SandboxLimits(timeout_sec=10)
         self.rng = random.Random(seed)
         self.sandbox: Sandbox | None = None
@@ -418,6 +420,8 @@ class ToolCallEnv(Env):
         assert self.sandbox is not None
         action = self._arg(args, "action", "file")
         path = self._arg(args, "path", "file", required=action != "list", default=".")
+        if "\x00" in path:
+            raise ToolError(f"file: the path {path!r} contains a NUL byte")
         try:
             if action == "list":
                 target = self.sandbox.path(path)

@@ -7,7 +7,7 @@ from typing import Any
 from openclaw_rl.config import Config
 from openclaw_rl.runtime.metrics import read_metrics
 from openclaw_rl.runtime.rundir import RunDir
-from openclaw_rl.runtime.store import Counters, Store
+from openclaw_rl.runtime.store import Counters, Store, StoreError, store_problem
 
 
 def progress_line(c: Counters, evaluation: dict[str, Any] | None = None, run_name: str | None = None) -> str:
@@ -49,6 +49,9 @@ def existing_store(cfg: Config) -> Store | None:
     """The run's store, or None (after saying so) when the run has none yet: a read-only command
     must not create an empty store where a user mistyped ``log_dir``."""
     path = RunDir.of(cfg).store
+    problem = store_problem(path)
+    if problem:
+        raise StoreError(problem)  # the CLI's one "error:" line, exit 2, as for every other command
     if not path.is_file():
         print(f"no run found: {path} does not exist")
         return None

@@ -34,7 +34,11 @@ class ChatServer:
         @app.post("/v1/chat/completions")
         async def complete(request: Request):
             if api_key and request.headers.get("authorization") != f"Bearer {api_key}":
-                return JSONResponse({"error": {"message": "bad key"}}, status_code=401)
+                # as some providers do: the refused credentials quoted back in the error
+                sent = request.headers.get("authorization", "")
+                return JSONResponse(
+                    {"error": {"message": f"Incorrect API key provided: {sent}"}}, status_code=401
+                )
             body = await request.json()
             self.requests.append(
                 {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body}

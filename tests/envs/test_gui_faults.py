@@ -210,7 +210,7 @@ def test_steps_outside_an_episode(host):
 def test_bad_constructor_and_reset_arguments(host):
     with pytest.raises(KeyError, match="unknown gui task 'nope'; known:"):
         GuiEnv(browser=host, tasks=["nope"])
-    with pytest.raises(ValueError, match="max_steps must be >= 1"):
+    with pytest.raises(ValueError, match="max_steps must be an integer >= 1"):
         GuiEnv(browser=host, max_steps=0)
     env = GuiEnv(browser=host)
     try:

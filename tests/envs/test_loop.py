@@ -113,15 +113,22 @@ def test_policy_down_workers_wait_and_retry(tmp_path, caplog):
     assert "not available" in caplog.text
 
 
-def test_refused_request_ends_episode_not_worker(tmp_path):
+def test_refused_request_ends_episode_not_worker(tmp_path, caplog):
+    # The server quotes the refused key back, as some do: it reaches neither the stats nor the log.
     with ChatServer(_terminal_agent, api_key="right") as srv:
-        cfg = _cfg(tmp_path, srv.port, api_key="wrong", num_envs=1)
-        svc = EnvLoop(cfg, max_episodes=2, env_overrides={"terminal": {"task": "count_lines"}})
-        svc.start()
-        stats = svc.wait_episodes(2, timeout=30)
-        svc.stop()
+        cfg = _cfg(tmp_path, srv.port, api_key="wrong-run-key", num_envs=1)
+        svc = EnvLoop(
+            cfg, max_episodes=2, backoff_max_sec=0.5, env_overrides={"terminal": {"task": "count_lines"}}
+        )
+        with caplog.at_level(logging.WARNING, logger="openclaw_rl.env_service"):
+            svc.start()
+            stats = svc.wait_episodes(2, timeout=30)
+            svc.stop()
     assert len(stats) == 2 and all(not s.success and "401" in (s.error or "") for s in stats)
-    assert all("wrong" not in (s.error or "") for s in stats)
+    assert all("wrong-run-key" not in (s.error or "") for s in stats)
+    assert "wrong-run-key" not in caplog.text
+    # a refused key is waited on like a service that is down, not met by a burst of episodes
+    assert "refuses this run's key" in caplog.text
 
 
 def test_unavailable_type_is_skipped(tmp_path, monkeypatch):

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -138,3 +142,42 @@ def test_terminal_env_reports_escape_as_observation():
     obs, reward, term, trunc, info = env.step("wc -l < access.log")
     assert info["success"] and term
     env.close()
+
+
+def test_the_services_environment_is_not_readable_inside(monkeypatch):
+    # bwrap's own PID 1 inside the namespace is readable by the command; it must not hold the
+    # service's variables, where the users' API keys live.
+    monkeypatch.setenv("OPENCLAW_TEST_SECRET", "sk-must-not-leak")
+    with Sandbox(LIMITS) as s:
+        r = s.run("cat /proc/1/environ /proc/self/environ | tr '\\0' '\\n'; env")
+        assert r.exit_code == 0
+        assert "sk-must-not-leak" not in r.stdout + r.stderr
+        assert "OPENCLAW_TEST_SECRET" not in r.stdout
+
+
+def test_a_nul_byte_or_chmod_000_does_not_break_the_sandbox(sb):
+    r = sb.run("echo a\x00b")
+    assert r.exit_code != 0 and "NUL" in r.stderr
+    _alive(sb)
+    assert sb.run("chmod 000 .").exit_code == 0
+    _alive(sb)  # bwrap can still enter /work
+
+
+def test_a_killed_process_s_sandbox_folder_is_removed_by_the_next_one():
+    # A folder the sandbox's own uid can pass through (pytest's tmp_path is 0700 to root).
+    base = Path(tempfile.mkdtemp(prefix="sbx-sweep-"))
+    base.chmod(0o755)
+    try:
+        # a process that made a sandbox and died without closing it (kill -9 of the env loop)
+        code = (
+            "import os; from openclaw_rl.envs.sandbox import Sandbox; "
+            f"s = Sandbox(base_dir={str(base)!r}); print(s.root, flush=True); os._exit(0)"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        left = Path(out.stdout.strip())
+        assert left.exists()
+        with Sandbox(LIMITS, base_dir=base) as s:
+            assert not left.exists()
+            assert s.root.exists()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -91,6 +91,7 @@ def test_malformed_calls_get_error_observations():
         (_call("file", {"action": "read", "path": "../../etc/passwd"}), "outside the working directory"),
         (_call("file", {"action": "read", "path": "nope.txt"}), "does not exist"),
         (_call("file", {"action": "delete", "path": "x"}), "unknown action"),
+        (_call("file", {"action": "write", "path": "x\x00y", "content": "hi"}), "NUL byte"),
         ({"id": "x", "function": "calculator"}, "malformed tool call"),
         ("garbage", "malformed tool call"),
     ]

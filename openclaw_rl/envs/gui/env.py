@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from openclaw_rl.envs.base import Env, Observation, StepResult, register
+from openclaw_rl.envs.base import Env, Observation, StepResult, check_turns, register
 from openclaw_rl.envs.gui.actions import GRAMMAR, TOOLS, Action, ActionError, Unwrapped, parse_action, unwrap
 from openclaw_rl.envs.gui.apps import AppServer
 from openclaw_rl.envs.gui.browser import (
@@ -128,8 +128,7 @@ class GuiEnv(Env):
             max_steps = max_turns
         if split not in (None, "train", "eval", "all"):
             raise ValueError(f"split must be train, eval or all, got {split!r}")
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        check_turns("max_turns" if max_turns is not None else "max_steps", max_steps)
         if action_timeout_s <= 0:
             raise ValueError(f"action_timeout_s must be > 0, got {action_timeout_s}")
         if max_lines < 5:
