@@ -459,9 +459,17 @@ def redo_complaint(
 
 def redo_request(lead: str, points: list[str]) -> str:
     """A scripted persona's request for another attempt: a redo lead and its complaints, joined."""
-    body = " and ".join(points)
+    # Whole sentences (the analyst's) follow each other; fragments (the student's) are joined by "and".
+    whole = all(p.rstrip().endswith((".", "?", "!")) for p in points)
+    body = (" " if whole else " and ").join(points)
     if lead.endswith((".", "?", "!")):  # a new sentence starts with a capital, as people type it
         body = body[0].upper() + body[1:]
+    else:  # the lead's sentence goes on: "Thank you, however, please ..."
+        if lead.endswith("however"):
+            lead += ","
+        first = body.split(" ", 1)[0]
+        if first != "I" and not first.startswith("I'") and (len(first) == 1 or first[1:].islower()):
+            body = body[0].lower() + body[1:]
     return f"{lead} {body}"
 
 

@@ -251,6 +251,16 @@ def eval_command(
             f"sizes=chat:{sizes.chat}/persona terminal:{sizes.terminal} tool_call:{sizes.tool_call}",
             flush=True,
         )
+        for part, asked, held_out in (
+            ("chat", sizes.chat, cfg.env_service.eval_size),
+            ("terminal", sizes.terminal, len(EVAL_TASKS)),
+        ):
+            if asked > held_out:
+                print(
+                    f"[eval] note: {part} asks for {asked} but {held_out} held-out "
+                    f"{'problems' if part == 'chat' else 'tasks'} exist; all {held_out} are run",
+                    flush=True,
+                )
         summary = evaluate(ecfg, url, sizes)
     except (PolicyRequestError, RuntimeError, OSError, ValueError) as exc:
         print(f"[eval] error: {exc}", flush=True)

@@ -366,14 +366,17 @@ class TrainingLoop:
             metrics["user_updates"] = float(self._user_updates[user])
         self.metrics.write(trainer.step, metrics, user=user)
         self.store.set_meta("trainer_updates", trainer.step)  # progress shows updates before their checkpoint
+        # The last update of a run publishes too, so what it trained after the last interval is
+        # served, exported and evaluated (max_steps = 2 with weight_sync_interval = 4 trained for nothing).
+        last = self.done
         if user is not None:
-            if self._user_updates[user] % self.cfg.policy_service.weight_sync_interval == 0:
+            if self._user_updates[user] % self.cfg.policy_service.weight_sync_interval == 0 or last:
                 self._publish(user)
             # every per-user update: the user's adapter, optimiser and (just published) version
             trainer.save_checkpoint()
             self._commit_checkpoint()
         else:
-            if trainer.step % self.cfg.policy_service.weight_sync_interval == 0:
+            if trainer.step % self.cfg.policy_service.weight_sync_interval == 0 or last:
                 self._publish()
             if trainer.step % tc.checkpoint_interval == 0:
                 self._commit_checkpoint()

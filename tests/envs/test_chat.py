@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import pytest
 
 from openclaw_rl.envs import make
@@ -244,3 +245,13 @@ def test_per_user_mode_makes_each_persona_a_user_of_its_own():
     assert simulated_user(shared, {"persona": "student"}) is None
     assert simulated_user(per_user, {"persona": "analyst"}) == "sim-analyst"
     assert simulated_user(per_user, {"task": "ls"}) is None  # not a chat episode
+
+
+@pytest.mark.parametrize("persona", ["student", "teacher", "analyst"])
+def test_a_redo_request_reads_as_one_message_a_person_would_write(persona):
+    # These sentences are the judge's input and the hint's source: no ". and", no "however Please".
+    env = make("chat", persona=persona, split="eval")
+    for seed in range(12):
+        env.reset(seed=seed)
+        reply = env.step("I'd be happy to help! **Answer**: 5")[0]
+        assert ". and " not in reply and not re.search(r"however,? [A-Z][a-z]", reply), reply

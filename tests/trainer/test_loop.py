@@ -60,6 +60,20 @@ def test_loop_trains_publishes_and_checkpoints(make_cfg):
     assert any((cfg.log_dir / "tensorboard").iterdir())
 
 
+def test_the_last_update_of_a_run_is_published_whatever_the_sync_interval(make_cfg):
+    # max_steps = 3 with weight_sync_interval = 4: without a final publish, three updates would be
+    # trained and never served, exported or evaluated.
+    cfg = make_cfg(max_steps=3, checkpoint_interval=100)
+    cfg.policy_service.weight_sync_interval = 4
+    store = Store(cfg.log_dir / "store.sqlite")
+    store.add_samples(_samples(3 * cfg.training.batch_size))
+    loop = TrainingLoop(cfg, policy_url=None, store=store)
+    loop.start()
+    assert loop.run() == 0
+    version, path = RunDir.of(cfg).read_policy_pointer()
+    assert loop.started_trainer.step == 3 and version == 1 and (path / "adapter_config.json").is_file()
+
+
 def test_a_stop_mid_update_returns_its_batch_to_the_queue_and_checkpoints_the_weights_before_it(
     make_cfg, capsys
 ):
