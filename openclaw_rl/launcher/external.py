@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -251,12 +252,17 @@ class ExternalEngine:
             flush=True,
         )
 
-    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
-        """Block until ``GET /v1/models`` answers 200; EngineError if it exits or the time runs out."""
+    def wait_ready(
+        self, timeout: float = READY_TIMEOUT_S, should_stop: Callable[[], bool] | None = None
+    ) -> None:
+        """Block until ``GET /v1/models`` answers 200; EngineError if it exits, the time runs out or
+        ``should_stop()`` turns true (Ctrl-C while a model loads for minutes)."""
         if self.proc is None:
             raise EngineError("wait_ready() before start()")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if should_stop is not None and should_stop():
+                raise EngineError(f"stopped while the {self.cfg.policy_service.backend} engine was starting")
             code = self.proc.poll()
             if code is not None:
                 raise EngineError(
@@ -278,14 +284,26 @@ class ExternalEngine:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM the engine's process group, SIGKILL after ``timeout``."""
-        if self.proc is None or self.proc.poll() is not None:
+        """SIGTERM the engine's process group, SIGKILL after ``timeout``. The group, even when its
+        leader is gone: vLLM's engine-core and worker processes outlive a killed API server."""
+        if self.proc is None:
             return
+        if self.proc.poll() is not None:
+            self._kill_group(signal.SIGKILL)
+            return
+        self._kill_group(signal.SIGTERM)
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            self._kill_group(signal.SIGKILL)
             self.proc.wait(timeout=10)
+        self._kill_group(signal.SIGKILL)  # whatever of the group did not follow its leader
+
+    def _kill_group(self, sig: signal.Signals) -> bool:
+        """Send ``sig`` to the engine's process group; False when none of it is left."""
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, sig)
         except ProcessLookupError:
-            pass  # already gone
+            return False
+        return True

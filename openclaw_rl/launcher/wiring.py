@@ -214,11 +214,14 @@ def supervise(children: dict[str, Child]) -> int | None:
     return None
 
 
-def start_serving(cfg: Config, server: Child) -> tuple[bool, Any]:
+def start_serving(
+    cfg: Config, server: Child, should_stop: Callable[[], bool] | None = None
+) -> tuple[bool, Any]:
     """Start what serves the policy and wait until it answers: the external SGLang / vLLM engine when
     ``launch = true``, then the policy service, which a restarted run points at its newest published
     weights (not the base). Returns (ok, the external engine or None); on failure whatever was
-    started here is stopped again. Used by both the local and the cluster launcher."""
+    started here is stopped again. ``should_stop``: Ctrl-C while the engine loads ends the wait.
+    Used by both the local and the cluster launcher."""
     from openclaw_rl.policy.admin import request_swap
 
     url = policy_url(cfg)
@@ -229,7 +232,7 @@ def start_serving(cfg: Config, server: Child) -> tuple[bool, Any]:
         try:
             engine = ExternalEngine(cfg)
             engine.start()
-            engine.wait_ready()
+            engine.wait_ready(should_stop=should_stop)
         except EngineError as exc:
             print(f"[launch] {exc}", flush=True)
             if engine is not None:
@@ -272,10 +275,10 @@ def run_all(cfg: Config, config_path: str) -> int:
     eval_problem = live_eval_problem(cfg)
     if eval_problem is not None and cfg.training.eval_interval > 0:
         print(f"[launch] {eval_problem}", flush=True)
-    ok, engine = start_serving(cfg, children["policy_service"])
+    ok, engine = start_serving(cfg, children["policy_service"], lambda: stopping)
     if not ok:
         store.close()
-        return 1
+        return 0 if stopping else 1
     for name in ("prm_service", "training", "env_service", "evaluator"):
         if name in children:
             children[name].start()
@@ -294,6 +297,16 @@ def run_all(cfg: Config, config_path: str) -> int:
             failed = supervise(children)
             if failed is not None:
                 stopping, rc = True, failed
+                break
+            if engine is not None and not engine.alive():
+                # Nothing answers the policy service's requests any more: a run that waited would
+                # make no progress and never reach max_steps.
+                print(
+                    f"[launch] the {cfg.policy_service.backend} engine exited with code "
+                    f"{engine.proc.returncode}; see {engine.log_path}; stopping the run",
+                    flush=True,
+                )
+                stopping, rc = True, 1
                 break
             if time.monotonic() - last_progress >= PROGRESS_EVERY_S:
                 line = run_progress_line(cfg, store)

@@ -3,7 +3,8 @@
 The request is translated into a chat-completions request — ``system`` → a system message, text
 blocks → text, ``tool_use`` blocks → assistant tool calls, ``tool_result`` blocks → tool messages,
 ``tools`` (``input_schema``) → chat tools, ``tool_choice`` (auto / any / tool / none),
-``stop_sequences`` → ``stop``, ``metadata.user_id`` → the OpenAI ``user`` field — served and recorded
+``stop_sequences`` → ``stop``, ``metadata.user_id`` → the OpenAI ``user`` field (when it can be a user
+name; Claude Code's opaque ids are left out) — served and recorded
 exactly like a chat turn, and rendered as a ``message`` object or as Anthropic's SSE events
 (``message_start``, ``content_block_start`` / ``_delta`` / ``_stop``, ``message_delta``,
 ``message_stop``). Keys come as ``x-api-key`` or ``Authorization: Bearer``; errors have Anthropic's
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
+from openclaw_rl.config import USER_NAME
 from openclaw_rl.policy.chat_events import chat_events, token_counts
 from openclaw_rl.policy.protocol import MAX_STOP, APIError, LenientModel, parse_body
 
@@ -200,7 +202,9 @@ def chat_body(req: MessagesRequest) -> dict[str, Any]:
             "json_schema": {"name": "output", "schema": fmt["schema"]},
         }
     user = (req.metadata or {}).get("user_id")
-    if isinstance(user, str) and user:
+    if isinstance(user, str) and USER_NAME.match(user):
+        # Anthropic's user_id is opaque: Claude Code sends a JSON string or a 159-character id. Only
+        # a value that can be a user name names one; anything else is not an error, just no name.
         body["user"] = user
     return body
 

@@ -3,6 +3,8 @@ subprocess lifecycle (start, readiness over real HTTP, early exit, stop) with a 
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 
@@ -120,3 +122,48 @@ def test_lifecycle_against_a_stand_in_server(tmp_path):
     with pytest.raises(EngineError, match="exited with code 3"):
         dead.wait_ready(timeout=30)
     assert time.monotonic() - t0 < 15
+
+
+def test_stop_ends_the_whole_group_even_after_its_leader_died(tmp_path):
+    # vLLM's API server can die (kill -9, OOM) and leave its engine-core workers behind, holding
+    # gigabytes: stop() must end them too. A stand-in leader with one child in its group.
+    pid_file = tmp_path / "child.pid"
+    cfg = _cfg(tmp_path, "vllm")
+    engine = ExternalEngine(cfg, command=["bash", "-c", f"sleep 300 & echo $! > {pid_file}; wait"])
+    engine.start()
+    deadline = time.monotonic() + 10
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    assert engine.proc is not None
+    os.kill(engine.proc.pid, signal.SIGKILL)
+    engine.proc.wait(timeout=10)
+    assert not engine.alive()
+    engine.stop(timeout=5)
+    deadline = time.monotonic() + 10
+    while _running(child):
+        assert time.monotonic() < deadline, "the engine's worker outlived stop()"
+        time.sleep(0.05)
+
+
+def test_a_stop_while_the_engine_loads_ends_the_wait(tmp_path):
+    cfg = _cfg(tmp_path, "vllm", engine_url=f"http://127.0.0.1:{free_port()}")
+    engine = ExternalEngine(cfg, command=["sleep", "300"])  # never listens
+    engine.start()
+    asked = []
+    try:
+        with pytest.raises(EngineError, match="stopped while"):
+            engine.wait_ready(timeout=300, should_stop=lambda: asked.append(1) or len(asked) > 2)
+    finally:
+        engine.stop(timeout=5)
+    assert not engine.alive()
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie awaiting its reaper counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -261,6 +261,23 @@ def test_messages_create_with_the_anthropic_sdk_is_recorded(tiny_service):
     )
 
 
+def test_an_opaque_metadata_user_id_as_claude_code_sends_it_is_served(tiny_service):
+    # Anthropic's user_id is opaque; Claude Code sends a JSON string or a 159-character id. Neither
+    # can be a user name: served as an unnamed request, not refused.
+    svc, url = tiny_service
+    for user_id in (
+        json.dumps({"device_id": "abc", "account_uuid": "", "session_id": "4f1c"}),
+        "user_" + "a" * 64 + "_account_" + "b" * 36 + "_session_" + "c" * 36,
+    ):
+        msg = _anthropic(url).messages.create(
+            model="policy",
+            max_tokens=3,
+            metadata={"user_id": user_id},
+            messages=[{"role": "user", "content": "Hi"}],
+        )
+        assert _turn(svc, msg.id).user == "default"
+
+
 def test_a_messages_conversation_is_stitched_and_its_reply_is_the_next_state(tiny_service):
     svc, url = tiny_service
     client = _anthropic(url)
