@@ -52,7 +52,7 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True)
 
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -620,6 +620,21 @@ def _expand(value: Any, where: str, problems: list[str], environ: dict[str, str]
     return value
 
 
+def _coerce_from_environment(model: type[_Section], clean: dict[str, Any], body: dict[str, Any]) -> None:
+    """Values are strictly typed ("8" is not 8), but ``${VAR}`` can only be written in a string:
+    ``port = "${PORT}"`` takes the variable's text as the number it spells. A variable that spells
+    no such value is left as it is, for the strict pass to report."""
+    for key in [k for k, v in body.items() if k in clean and isinstance(v, str) and ENV_VAR.search(v)]:
+        try:
+            clean[key] = getattr(model.model_validate({key: clean[key]}, strict=False), key)
+        except ValidationError:
+            pass
+
+
+#: Pydantic's strict-type errors for a number or a boolean given as a TOML string.
+_QUOTED_SCALAR = {"int_type", "float_type", "bool_type"}
+
+
 def _literal_choices(model: type[_Section], field: str) -> list[str]:
     """The string values a ``Literal`` field (or a list of one) accepts, for a did-you-mean."""
     found: list[str] = []
@@ -672,6 +687,7 @@ def build_config(
                 problems.append(f"[{name}] {key}: unknown key{_suggest(key, known)}")
                 continue
             clean[key] = _expand(value, f"[{name}] {key}", problems, environ)
+        _coerce_from_environment(model, clean, body)
         try:
             sections[name] = model(**clean)
         except ValidationError as exc:
@@ -689,6 +705,13 @@ def build_config(
                 msg = err["msg"].removeprefix("Value error, ")
                 if err["type"] == "literal_error" and isinstance(err.get("input"), str):
                     msg += _suggest(err["input"], _literal_choices(model, str(err["loc"][0])))
+                raw_value = body.get(str(err["loc"][0])) if err["loc"] else None
+                from_env = isinstance(raw_value, str) and ENV_VAR.search(raw_value)
+                if err["type"] in _QUOTED_SCALAR and isinstance(err.get("input"), str) and not from_env:
+                    # strict types: "8" is not 8, "yes" not true (TOML writes both without quotes)
+                    msg += (
+                        "; write it without quotes" if err["type"] != "bool_type" else "; write true or false"
+                    )
                 problems.append(f"[{name}] {loc}: {msg}{shown}")
     cfg = Config(**{("global_" if k == "global" else k): v for k, v in sections.items()})
     cfg.source = source

@@ -225,3 +225,24 @@ def test_users_section_is_validated_with_the_other_sections():
             build_config({"users": {"header": taken}}, environ={})
     with pytest.raises(ConfigError, match=r"per_user\" needs \[training\] lora = true"):
         build_config({"users": {"mode": "per_user"}, "training": {"lora": False}}, environ={})
+
+
+def test_a_quoted_number_or_boolean_is_refused_but_a_variable_may_spell_one():
+    # "8" in TOML is text: silently taking it as 8 (or "yes" as true) hides a typo'd config.
+    with pytest.raises(ConfigError) as exc:
+        build_config(
+            {"env_service": {"num_envs": "8", "enabled": "yes", "personas": []}, "training": {"lr": "1e-6"}},
+            environ={},
+        )
+    text = str(exc.value)
+    assert "[env_service] num_envs" in text and "write it without quotes" in text
+    assert "[env_service] enabled" in text and "write true or false" in text
+    assert "[training] lr" in text and "personas: is empty" in text
+    # ${VAR} can only be written inside a string: the variable's text is read as the number it spells
+    cfg = build_config(
+        {"policy_service": {"port": "${PORT}", "max_concurrent": "${MC}"}},
+        environ={"PORT": "30123", "MC": "4"},
+    )
+    assert (cfg.policy_service.port, cfg.policy_service.max_concurrent) == (30123, 4)
+    with pytest.raises(ConfigError, match="port: Input should be a valid integer"):
+        build_config({"policy_service": {"port": "${PORT}"}}, environ={"PORT": "thirty"})

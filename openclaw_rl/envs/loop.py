@@ -80,6 +80,11 @@ class PolicyRequestError(RuntimeError):
         self.status = status
 
     @property
+    def too_long(self) -> bool:
+        """400 ``context_length_exceeded``: the conversation outgrew the policy's window."""
+        return self.status == 400 and "context_length_exceeded" in str(self)
+
+    @property
     def refused_key(self) -> bool:
         """401 / 403: the service does not take this run's key; every next episode would meet it too."""
         return self.status in (401, 403)
@@ -630,6 +635,8 @@ class EnvLoop:
                     user=user,
                 )
             except PolicyRequestError as exc:
+                if exc.too_long and drop_oldest_exchange(messages):
+                    continue  # as an agent compacts: the task and the newest exchanges stay
                 log.warning("[env_service] worker %d: %s", index, exc)
                 if exc.refused_key:
                     # Not a burst of failed episodes (each builds a sandbox or a browser): wait, as
@@ -662,23 +669,43 @@ class EnvLoop:
                 closing_headers = dict(headers)
                 if group and reports_outcome(self.cfg, itype):
                     closing_headers["X-Episode-Outcome"] = str(episode_outcome(info))
-                try:
-                    closing = client.complete(
-                        messages,
-                        session_id,
-                        done=True,
-                        tools=tools,
-                        max_tokens=self.final_max_tokens,
-                        temperature=temperature,
-                        top_p=self.top_p,
-                        extra_headers=closing_headers,
-                        user=user,
-                    )
-                except PolicyRequestError as exc:
-                    return stats(bool(info.get("success")), f"closing request refused: {exc}")
+                while True:
+                    try:
+                        closing = client.complete(
+                            messages,
+                            session_id,
+                            done=True,
+                            tools=tools,
+                            max_tokens=self.final_max_tokens,
+                            temperature=temperature,
+                            top_p=self.top_p,
+                            extra_headers=closing_headers,
+                            user=user,
+                        )
+                        break
+                    except PolicyRequestError as exc:
+                        if exc.too_long and drop_oldest_exchange(messages):
+                            continue
+                        return stats(bool(info.get("success")), f"closing request refused: {exc}")
                 if closing is None:
                     return None
                 return stats(bool(info.get("success")), None, truncated=truncated)
+
+
+def drop_oldest_exchange(messages: list[dict[str, Any]]) -> bool:
+    """Drop the oldest exchange (an assistant message and the observations after it) that is not
+    the newest, keeping the system messages and the task (the first user message); False when only
+    the newest exchange is left. A GUI page or a terminal's output adds hundreds of tokens a step:
+    an episode longer than the policy's window goes on with its older steps left out."""
+    head = 0
+    while head < len(messages) and messages[head].get("role") == "system":
+        head += 1
+    head += 1  # the task
+    starts = [i for i in range(head, len(messages)) if messages[i].get("role") == "assistant"]
+    if len(starts) < 2:
+        return False
+    del messages[starts[0] : starts[1]]
+    return True
 
 
 #: The user name a chat persona talks as in per_user mode: ``sim-<persona>``.

@@ -120,7 +120,10 @@ def check_policy(cfg: Config) -> Check:
         if problem:
             return Check("policy_service", False, problem)
         return Check("policy_service", True, f"backend={pol.backend}: the engine will be launched at start")
-    ok, detail = _probe_openai(url if url.endswith("/v1") else f"{url}/v1", None, PROBE_TIMEOUT_S)
+    v1 = url if url.endswith("/v1") else f"{url}/v1"
+    ok, detail = _probe_openai(v1, None, PROBE_TIMEOUT_S)
+    if ok:
+        detail += _window_note(v1, pol.max_model_len)
     if not ok:
         from openclaw_rl.launcher.external import engine_command
 
@@ -132,6 +135,25 @@ def check_policy(cfg: Config) -> Check:
             "[policy_service] launch = true to have the launcher start it"
         )
     return Check("policy_service", ok, f"backend={pol.backend}: {detail}{_front_door(cfg)}")
+
+
+def _window_note(base_v1: str, configured: int) -> str:
+    """A warning when the running engine's window (vLLM names it in ``/v1/models``) is smaller than
+    ``[policy_service] max_model_len``: the service would accept prompts the engine then refuses."""
+    import httpx
+
+    try:
+        data = httpx.get(f"{base_v1}/models", timeout=PROBE_TIMEOUT_S).json()["data"]
+        windows = [m["max_model_len"] for m in data if isinstance(m.get("max_model_len"), int)]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
+        return ""  # an engine that does not say: nothing to compare
+    if not windows or min(windows) >= configured:
+        return ""
+    return (
+        f"; warning: the engine's window is {min(windows)} tokens, below [policy_service] "
+        f"max_model_len = {configured}: set max_model_len = {min(windows)}, or start the engine with "
+        f"--max-model-len {configured}"
+    )
 
 
 def _engine_install_hint(backend: str) -> str:

@@ -82,6 +82,7 @@ class ForwardEngine(Engine):
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.serve_model = pcfg.model
         self._user_models: dict[str, tuple[str, int]] = {}  # per_user, vllm: user -> (LoRA name, version)
+        self._lora_paths: dict[str, Path] = {}  # vllm: each LoRA name this service loaded -> its folder
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._sem: asyncio.Semaphore | None = None
@@ -204,85 +205,85 @@ class ForwardEngine(Engine):
         async with self._sem:
             self.active_count += 1
             try:
-                async with client.stream("POST", f"{self.v1}/chat/completions", json=self.body(req)) as resp:
-                    if resp.status_code != 200:
-                        detail = (await resp.aread()).decode("utf-8", "replace")[:500]
-                        try:
-                            detail = json.loads(detail)["error"]["message"]
-                        except (ValueError, KeyError, TypeError):
-                            pass
-                        status = (
-                            resp.status_code
-                            if 400 <= resp.status_code < 500 and resp.status_code != 401
-                            else 502
-                        )
-                        raise APIError(
-                            status,
-                            f"the {self.backend} engine at {self.v1} answered {resp.status_code}: {detail}",
-                            type_="upstream_error",
-                        )
-                    async for line in resp.aiter_lines():
-                        if not line.startswith("data:"):
-                            continue
-                        data = line[5:].strip()
-                        if data == "[DONE]":
-                            break
-                        chunk = json.loads(data)
-                        if "error" in chunk:
-                            raise APIError(
-                                502,
-                                f"the {self.backend} engine failed mid-stream: "
-                                f"{chunk['error'].get('message', chunk['error'])}",
-                                type_="upstream_error",
-                            )
-                        if chunk.get("prompt_token_ids") is not None:
-                            prompt_ids = list(chunk["prompt_token_ids"])
-                        for choice in chunk.get("choices") or []:
-                            delta = choice.get("delta") or {}
-                            entries = ((choice.get("logprobs") or {}).get("content")) or []
-                            new_lp = [float(e.get("logprob", 0.0)) for e in entries]
-                            new_ids = choice.get("token_ids")
-                            if new_ids is None:
-                                parsed = [_token_id(e) for e in entries]
-                                new_ids = parsed if all(i is not None for i in parsed) else None
-                            if new_ids is None or len(new_ids) != len(new_lp):
-                                ids_ok = ids_ok and not entries
-                                new_ids = []
-                            ids.extend(int(i) for i in new_ids)
-                            lps.extend(new_lp)
-                            add_tool_call_deltas(calls, delta.get("tool_calls"))
-                            piece = delta.get("content") or ""
-                            text.append(piece)
-                            if forced:  # the call's JSON is not content: it becomes tool_calls at the end
-                                piece = ""
-                            if piece or entries:
-                                top = None
-                                if req.params.top_logprobs:
-                                    top = [
-                                        [
-                                            (t.get("token", ""), float(t.get("logprob", 0.0)))
-                                            for t in e.get("top_logprobs") or []
-                                        ]
-                                        for e in entries
-                                    ]
-                                yield Delta(
-                                    piece,
-                                    [int(i) for i in new_ids],
-                                    new_lp,
-                                    [str(e.get("token", "")) for e in entries],
-                                    top,
+                body = self.body(req)
+                # vllm: a restarted engine has forgotten the LoRAs loaded into it; reload once and retry
+                for attempt in (0, 1):
+                    async with client.stream("POST", f"{self.v1}/chat/completions", json=body) as resp:
+                        if resp.status_code != 200:
+                            detail = (await resp.aread()).decode("utf-8", "replace")[:500]
+                            try:
+                                detail = json.loads(detail)["error"]["message"]
+                            except (ValueError, KeyError, TypeError):
+                                pass
+                            if attempt == 0 and await self._reloaded(resp.status_code, body["model"]):
+                                continue
+                            raise self._engine_error(resp.status_code, str(detail))
+                        async for line in resp.aiter_lines():
+                            if not line.startswith("data:"):
+                                continue
+                            data = line[5:].strip()
+                            if data == "[DONE]":
+                                break
+                            chunk = json.loads(data)
+                            if "error" in chunk:
+                                raise APIError(
+                                    502,
+                                    f"the {self.backend} engine failed mid-stream: "
+                                    f"{chunk['error'].get('message', chunk['error'])}",
+                                    type_="upstream_error",
                                 )
-                            if choice.get("finish_reason"):
-                                finish = choice["finish_reason"]
-                            # vLLM names the stop string that ended the reply (a token id for a stop token)
-                            said = choice.get("stop_reason") or choice.get("matched_stop")
-                            if isinstance(said, str) and said in req.params.stop:
-                                stop_string = said
+                            if chunk.get("prompt_token_ids") is not None:
+                                prompt_ids = list(chunk["prompt_token_ids"])
+                            for choice in chunk.get("choices") or []:
+                                delta = choice.get("delta") or {}
+                                entries = ((choice.get("logprobs") or {}).get("content")) or []
+                                new_lp = [float(e.get("logprob", 0.0)) for e in entries]
+                                new_ids = choice.get("token_ids")
+                                if new_ids is None:
+                                    parsed = [_token_id(e) for e in entries]
+                                    new_ids = parsed if all(i is not None for i in parsed) else None
+                                if new_ids is None or len(new_ids) != len(new_lp):
+                                    ids_ok = ids_ok and not entries
+                                    new_ids = []
+                                ids.extend(int(i) for i in new_ids)
+                                lps.extend(new_lp)
+                                add_tool_call_deltas(calls, delta.get("tool_calls"))
+                                piece = delta.get("content") or ""
+                                text.append(piece)
+                                if forced:  # the call's JSON is not content: it becomes tool_calls at the end
+                                    piece = ""
+                                if piece or entries:
+                                    top = None
+                                    if req.params.top_logprobs:
+                                        top = [
+                                            [
+                                                (
+                                                    self._token_text(t.get("token", "")),
+                                                    float(t.get("logprob", 0.0)),
+                                                )
+                                                for t in e.get("top_logprobs") or []
+                                            ]
+                                            for e in entries
+                                        ]
+                                    yield Delta(
+                                        piece,
+                                        [int(i) for i in new_ids],
+                                        new_lp,
+                                        [self._token_text(e.get("token", "")) for e in entries],
+                                        top,
+                                    )
+                                if choice.get("finish_reason"):
+                                    finish = choice["finish_reason"]
+                                # vLLM names the stop string that ended the reply (a token id for a stop token)
+                                said = choice.get("stop_reason") or choice.get("matched_stop")
+                                if isinstance(said, str) and said in req.params.stop:
+                                    stop_string = said
+                    break
             except httpx.HTTPError as exc:
                 raise APIError(
                     502,
                     f"the {self.backend} engine at {self.v1} is unreachable or failed: "
-                    f"{type(exc).__name__}: {exc}",
+                    f"{type(exc).__name__}: {exc or 'no answer within request_timeout_sec'}",
                     type_="upstream_error",
                 ) from exc
             finally:
@@ -316,6 +317,46 @@ class ForwardEngine(Engine):
             stop_string=stop_string if finish == "stop" else None,
         )
 
+    def _token_text(self, token: Any) -> str:
+        """A token as the client reads it: vllm names tokens ``token_id:N`` for this service's own
+        recording (``return_tokens_as_token_ids``); clients get the token's text, as OpenAI sends."""
+        tok = str(token)
+        if tok.startswith("token_id:") and self.tokenizer is not None:
+            tid = _token_id({"token": tok})
+            if tid is not None:
+                return str(self.tokenizer.decode([tid]))
+        return tok
+
+    def _engine_error(self, status: int, detail: str) -> Exception:
+        """The client's error for an engine that refused a request: a prompt longer than the
+        engine's window is the client's 400 ``context_length_exceeded`` (agents compact on it); any
+        other refusal but a bad request is the service's problem, a 502."""
+        from openclaw_rl.policy.protocol import APIError
+
+        message = f"the {self.backend} engine at {self.v1} answered {status}: {detail}"
+        if status == 400 and "context length" in detail.lower():
+            return APIError(400, message, type_="invalid_request_error", code="context_length_exceeded")
+        return APIError(status if status in (400, 422) else 502, message, type_="upstream_error")
+
+    async def _reloaded(self, status: int, model: str) -> bool:
+        """After a 404 for a LoRA this service loaded (the engine restarted, or something unloaded
+        it): load it again from where it was published; True when that worked."""
+        path = self._lora_paths.get(model)
+        if status != 404 or self.backend != "vllm" or path is None:
+            return False
+        try:
+            await asyncio.to_thread(
+                self._post_weights,
+                f"{self.v1}/load_lora_adapter",
+                {"lora_name": model, "lora_path": str(path)},
+                path,
+            )
+        except WeightLoadError as exc:
+            log.warning("could not reload %s into the vllm engine: %s", model, exc)
+            return False
+        log.info("the vllm engine had lost %s; loaded it again from %s", model, path)
+        return True
+
     # -------------------------------------------------------------- weight sync
     def swap_adapter(self, user: str, path: str | Path, version: int) -> None:
         """vllm: load ``user``'s adapter as the named LoRA ``user-<user>-v<version>``; their later
@@ -331,6 +372,7 @@ class ForwardEngine(Engine):
         name = f"user-{user}-v{version}"
         self._post_weights(f"{self.v1}/load_lora_adapter", {"lora_name": name, "lora_path": str(p)}, p)
         self._user_models[user] = (name, version)
+        self._lora_paths[name] = p
 
     def adapter_version(self, user: str) -> int:
         own = self._user_models.get(user)
@@ -339,6 +381,8 @@ class ForwardEngine(Engine):
     def forget_adapter(self, user: str) -> None:
         """vllm: unload ``user``'s named LoRA from the engine; their next request gets the base."""
         own = self._user_models.pop(user, None)
+        if own is not None:
+            self._lora_paths.pop(own[0], None)  # a deleted user's adapter is never loaded again
         if own is not None and self.backend == "vllm":
             self._post_weights(f"{self.v1}/unload_lora_adapter", {"lora_name": own[0]}, Path(own[0]))
 
@@ -362,6 +406,7 @@ class ForwardEngine(Engine):
         self._post_weights(url, body, p)
         if self.backend == "vllm":
             self.serve_model = f"policy-v{version}"
+            self._lora_paths[self.serve_model] = p
         self._version = version
 
     def _post_weights(self, url: str, body: dict[str, Any], p: Path) -> None:

@@ -4,8 +4,10 @@ Explicit identity comes from ``X-Session-Id`` / ``X-Turn-Type`` / ``X-Session-Do
 in the body). A plain OpenAI client sends none of them, yet re-sends the whole conversation on every
 call; peers drop such traffic as untrainable. We stitch it instead: after each main turn we remember
 a digest of *its messages plus the assistant reply we produced*; a later request whose messages start
-with such a prefix continues that session. The longest matching prefix wins, so a conversation that
-branches (the user edits an earlier message) starts a new session rather than corrupting the old one.
+with such a prefix continues that session. The longest matching prefix wins, and only the prefix of
+a session's *newest* turn continues it: a conversation that branches (the user edits an earlier
+message, or regenerates or edits their last one after the session went on) starts a new session
+rather than hanging its message on a turn it never answered.
 
 Digests use a canonical form of each message (role, stripped text, tool calls with parsed arguments)
 because clients re-serialise what they echo back (``content: null`` vs ``""``, argument whitespace).
@@ -107,6 +109,7 @@ class SessionManager:
         self._lock = threading.Lock()
         self._next_index: dict[str, int] = {}
         self._prefixes: OrderedDict[str, str] = OrderedDict()
+        self._latest: OrderedDict[str, str] = OrderedDict()  # session -> the prefix that continues it
         self._since_prune = 0
 
     def _allocate(self, session_id: str) -> int:
@@ -126,20 +129,37 @@ class SessionManager:
             for end in range(len(messages), 0, -1)
             if messages[end - 1].role == "assistant"
         ]
+        found: tuple[str, str] | None = None
         with self._lock:
-            for key in keys:
-                sid = self._prefixes.get(key)
-                if sid is not None:
-                    self._prefixes.move_to_end(key)
-                    return sid
-        if not keys:
+            hit = next((n for n, key in enumerate(keys) if key in self._prefixes), len(keys))
+            if hit < len(keys):
+                self._prefixes.move_to_end(keys[hit])
+                found = (keys[hit], self._prefixes[keys[hit]])
+        # Longer prefixes than the one in memory may be in the store only (remembered before a
+        # restart, or by a peer): the longest match wins wherever it is kept.
+        longer = keys[:hit]
+        if longer:
+            stored = self.store.sessions_for_prefixes(longer)
+            for key in longer:
+                if key in stored:
+                    self._cache(key, stored[key])
+                    found = (key, stored[key])
+                    break
+        if found is None:
             return None
-        stored = self.store.sessions_for_prefixes(keys)  # remembered before a restart (or by a peer)
-        for key in keys:
-            if key in stored:
-                self._cache(key, stored[key])
-                return stored[key]
-        return None
+        key, sid = found
+        # A shorter prefix is older still: if the longest is not the session's newest, none is.
+        return sid if self._newest(sid) == key else None
+
+    def _newest(self, session_id: str) -> str | None:
+        """The prefix of ``session_id``'s newest main turn (from the store after a restart)."""
+        with self._lock:
+            key = self._latest.get(session_id)
+        if key is None:
+            key = self.store.latest_prefix(session_id)
+            if key is not None:
+                self._remember_latest(session_id, key)
+        return key
 
     def assign(
         self,
@@ -188,6 +208,7 @@ class SessionManager:
         continues ``session_id``. The caller stores the key with the turn
         (``Store.record_turn(..., prefix_digest=key)``, one commit for both); this keeps it at hand."""
         self._cache(key, session_id)
+        self._remember_latest(session_id, key)
         with self._lock:
             self._since_prune += 1
             prune = self._since_prune >= PRUNE_EVERY
@@ -195,6 +216,13 @@ class SessionManager:
                 self._since_prune = 0
         if prune:
             self.store.prune_prefixes(self.max_prefixes)
+
+    def _remember_latest(self, session_id: str, key: str) -> None:
+        with self._lock:
+            self._latest[session_id] = key
+            self._latest.move_to_end(session_id)
+            while len(self._latest) > self.max_prefixes:
+                self._latest.popitem(last=False)
 
     def _cache(self, key: str, session_id: str) -> None:
         with self._lock:

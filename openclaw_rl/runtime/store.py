@@ -109,6 +109,7 @@ CREATE TABLE IF NOT EXISTS prefixes (
     session_id  TEXT NOT NULL,
     created_at  REAL NOT NULL
 );
+CREATE INDEX IF NOT EXISTS prefixes_session ON prefixes(session_id, created_at);
 CREATE TABLE IF NOT EXISTS users (
     name        TEXT PRIMARY KEY,
     key_id      TEXT UNIQUE,
@@ -430,6 +431,15 @@ class Store:
             )
             found.update(dict(rows))
         return found
+
+    def latest_prefix(self, session_id: str) -> str | None:
+        """The digest remembered with ``session_id``'s newest turn: the one conversation that still
+        continues it (an older one continued is a branch)."""
+        row = self._one(
+            "SELECT digest FROM prefixes WHERE session_id=? ORDER BY created_at DESC, rowid DESC LIMIT 1",
+            (session_id,),
+        )
+        return row[0] if row else None
 
     def prune_prefixes(self, keep: int) -> int:
         """Forget all but the ``keep`` newest remembered prefixes; returns how many were dropped."""
@@ -814,7 +824,10 @@ class Store:
                 (name,),
             ).fetchone()
             up, down = db.execute(
-                "SELECT COALESCE(SUM(rating=1), 0), COALESCE(SUM(rating=-1), 0) FROM feedback WHERE user=?",
+                # a response rated again counts once, as its latest rating (the one that trains)
+                "SELECT COALESCE(SUM(rating=1), 0), COALESCE(SUM(rating=-1), 0) FROM feedback f "
+                "WHERE user=? AND rowid = (SELECT MAX(rowid) FROM feedback g "
+                "WHERE g.response_id = f.response_id AND g.user = f.user)",
                 (name,),
             ).fetchone()
         return UserStats(

@@ -33,7 +33,7 @@ def train_command(cfg: Config, samples_path: str, steps: int | None, resume: boo
         print(f"error: --steps must be >= 1, got {steps}", file=sys.stderr)
         return 2
     tc = cfg.training
-    from openclaw_rl.trainer.ppo import Trainer
+    from openclaw_rl.trainer.ppo import CheckpointError, Trainer
 
     try:
         trainer = Trainer(cfg, cfg.policy_service.model)
@@ -47,7 +47,12 @@ def train_command(cfg: Config, samples_path: str, steps: int | None, resume: boo
         flush=True,
     )
     if resume:
-        if trainer.resume():
+        try:
+            resumed = trainer.resume()
+        except CheckpointError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if resumed:
             print(
                 f"[training] resumed at step={trainer.step}, policy_version={trainer.policy_version}",
                 flush=True,

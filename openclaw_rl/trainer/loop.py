@@ -221,6 +221,8 @@ class TrainingLoop:
         else:
             resumed = self.trainer.resume()
         released = self.store.recover_claims(self.trainer.step)
+        # an update that finished but was never checkpointed (kill -9) is undone: progress says so
+        self.store.set_meta("trainer_updates", self.trainer.step)
         pointer = self.run_dir.read_policy_pointer()
         self.version = pointer[0] if pointer else 0
         processes = f", num_processes={self.trainer.world}" if tc.backend == "fsdp" else ""

@@ -38,6 +38,7 @@ import copy
 import json
 import logging
 import math
+import pickle
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from torch import Tensor
 
 from openclaw_rl.config import Config
@@ -64,6 +66,11 @@ from openclaw_rl.trainer.checkpoint import (
 from openclaw_rl.trainer.logprobs import batch_token_stats
 from openclaw_rl.trainer.losses import balanced_rl_scale, compute_advantages, opd_advantage, ppo_loss
 from openclaw_rl.types import Sample
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed from: damaged, incomplete, or saved with another config.
+    The message names the checkpoint folder and what is wrong with it."""
 
 
 class UpdateInterrupted(Exception):
@@ -792,15 +799,32 @@ class Trainer:
         return latest_checkpoint(self.checkpoint_root)
 
     def resume(self) -> bool:
-        """Load the latest checkpoint (weights, optimizer, step, version); False when there is none."""
-        from safetensors.torch import load_file
-
+        """Load the latest checkpoint (weights, optimizer, step, version); False when there is none,
+        :class:`CheckpointError` (one line naming the checkpoint and the file) when it cannot be read."""
         ckpt = self.latest_checkpoint()
         if ckpt is None:
             return False
+        try:
+            self._load_checkpoint(ckpt)
+        except CheckpointError:
+            raise
+        except (OSError, ValueError, KeyError, RuntimeError, pickle.UnpicklingError, SafetensorError) as exc:
+            # safetensors' header errors, torch.load's refusals, a truncated JSON: what each says is
+            # the detail; the checkpoint is the news.
+            reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            raise CheckpointError(
+                f"checkpoint {ckpt} cannot be resumed ({type(exc).__name__}: {reason}); "
+                "move it aside to resume from the one before, or start without --resume"
+            ) from None
+        log.info("[train] resumed from %s (step=%d, policy_version=%d)", ckpt, self.step, self.policy_version)
+        return True
+
+    def _load_checkpoint(self, ckpt: Path) -> None:
+        from safetensors.torch import load_file
+
         state = json.loads((ckpt / STATE_FILE).read_text(encoding="utf-8"))
         if bool(state.get("lora")) != self.tc.lora:
-            raise ValueError(
+            raise CheckpointError(
                 f"checkpoint {ckpt} was saved with lora={state.get('lora')} but "
                 f"[training] lora = {self.tc.lora}"
             )
@@ -832,5 +856,3 @@ class Trainer:
         )
         self.step = int(state["step"])
         self.policy_version = int(state["policy_version"])
-        log.info("[train] resumed from %s (step=%d, policy_version=%d)", ckpt, self.step, self.policy_version)
-        return True

@@ -24,7 +24,10 @@ class ChatServer:
     """``with ChatServer(reply) as srv: srv.base_url`` — a uvicorn server in a background thread."""
 
     def __init__(
-        self, reply: Callable[[dict[str, Any]], str], api_key: str | None = None, port: int | None = None
+        self,
+        reply: Callable[[dict[str, Any]], str | tuple[int, dict[str, Any]]],
+        api_key: str | None = None,
+        port: int | None = None,
     ):
         self.requests: list[dict[str, Any]] = []
         self.closed: list[str] = []
@@ -44,6 +47,9 @@ class ChatServer:
                 {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body}
             )
             text = reply(body)
+            if isinstance(text, tuple):  # (status, error): a refusal, as the policy service words one
+                status, error = text
+                return JSONResponse({"error": error}, status_code=status)
             if body.get("stream"):  # as the policy service streams: one content chunk, then [DONE]
                 chunk = {"id": "cmpl-1", "object": "chat.completion.chunk", "model": body.get("model", "m")}
                 events = [

@@ -131,6 +131,30 @@ def test_refused_request_ends_episode_not_worker(tmp_path, caplog):
     assert "refuses this run's key" in caplog.text
 
 
+def test_an_episode_longer_than_the_window_goes_on_without_its_oldest_steps(tmp_path):
+    # A stand-in whose window holds the task and one exchange: the worker leaves older steps out
+    # (as an agent compacts) instead of ending the episode on the 400.
+    seen: list[int] = []
+
+    def agent(body: dict[str, Any]):
+        seen.append(len(body["messages"]))
+        if len(body["messages"]) > 4:
+            return 400, {
+                "message": "This model's maximum context length is ...",
+                "code": "context_length_exceeded",
+            }
+        return "```bash\nls\n```"
+
+    with ChatServer(agent) as srv:
+        cfg = _cfg(tmp_path, srv.port, num_envs=1, max_turns=4)
+        svc = EnvLoop(cfg, max_episodes=1, env_overrides={"terminal": {"task": "count_lines"}})
+        svc.start()
+        (stats,) = svc.wait_episodes(1, timeout=60)
+        svc.stop()
+    assert stats.error is None and stats.turns == 4, stats
+    assert max(seen) > 4 and seen[-1] <= 4  # refused once too long, then served trimmed
+
+
 def test_unavailable_type_is_skipped(tmp_path, monkeypatch):
     import openclaw_rl.envs.loop as service_mod
 

@@ -143,3 +143,34 @@ def test_the_default_data_ships_with_the_package():
     train = gsm8k_split(data, cfg.env_service.eval_size, "train")
     held = gsm8k_split(data, cfg.env_service.eval_size, "eval")
     assert len(train) + len(held) == 1319 and not {i.index for i in train} & {i.index for i in held}
+
+
+def test_the_dry_run_warns_when_a_running_engine_has_a_smaller_window(tmp_path):
+    # A vLLM started with --max-model-len 1024 under a config that says 8192: the service would take
+    # prompts the engine then refuses. The dry run names both numbers and the fix.
+    import http.server
+    import json
+    import threading
+
+    class Engine(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(json.dumps({"data": [{"id": "m", "max_model_len": 1024}]}).encode())
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), Engine)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        config = tmp_path / "c.toml"
+        config.write_text(
+            f'[global]\nlog_dir = "{tmp_path / "logs"}"\n[policy_service]\nbackend = "vllm"\nport = 0\n'
+            f'engine_url = "http://127.0.0.1:{srv.server_address[1]}"\nmax_model_len = 8192\n'
+        )
+        proc = _launch("--config", str(config), "--dry-run", timeout=120)
+    finally:
+        srv.shutdown()
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("[dry-run] policy_service"))
+    assert "the engine's window is 1024 tokens" in line and "max_model_len = 8192" in line, line

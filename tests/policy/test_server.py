@@ -238,6 +238,14 @@ def test_plain_client_is_stitched_by_prefix(tiny_service, client):
         json={"messages": first[:1] + [{"role": "user", "content": "Name a fruit."}], "max_tokens": 2},
     ).json()
     assert r3["session_id"] != r1["session_id"]
+    # the user regenerates their follow-up (same history, another last message): a branch, a new
+    # session, and the first reply keeps the next state it really got
+    edited = first + [r1["choices"][0]["message"], {"role": "user", "content": "No wait, name a shape."}]
+    r4 = client.post("/v1/chat/completions", json={"messages": edited, "max_tokens": 2}).json()
+    assert r4["session_id"] != r1["session_id"]
+    turns = _turns(svc, r1["session_id"])
+    assert len(turns) == 2 and turns[0].next_state.content == "Another one, please."
+    assert turns[1].next_state is None
 
 
 def test_a_plain_conversation_continues_its_session_after_a_restart(start_service, tiny_model_dir):

@@ -107,6 +107,32 @@ def test_prefix_stitching(tmp_path):
     assert sm.assign(other, None, None, False).session_id != a.session_id
 
 
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_regenerated_last_message_branches_instead_of_answering_a_later_turn(tmp_path, restart):
+    """A -> B continued the conversation; then the client sends A's conversation with a different
+    last message (regenerate / edit). It must not become turn 2 of the session, its message the
+    next state of B, which it never answered."""
+    store = Store(tmp_path / "s.sqlite")
+    sm = SessionManager(store)
+    first = _msgs(("user", "tell me a joke"))
+    a = sm.assign(first, None, None, False)
+    _record(sm, a.session_id, first, "joke A")
+    second = first + _msgs(("assistant", "joke A"), ("user", "another one please"))
+    b = sm.assign(second, None, None, False)
+    assert (b.session_id, b.turn_index) == (a.session_id, 1)
+    _record(sm, b.session_id, second, "joke B", index=1)
+    if restart:
+        store.close()
+        sm = SessionManager(Store(tmp_path / "s.sqlite"))  # the newest turn is read back from the store
+    edited = first + _msgs(("assistant", "joke A"), ("user", "EDITED: explain joke A"))
+    c = sm.assign(edited, None, None, False)
+    assert c.session_id != a.session_id and c.next_state is None and not c.stitched
+    # the conversation that did go on still continues its session
+    third = second + _msgs(("assistant", "joke B"), ("user", "ha, good one"))
+    d = sm.assign(third, None, None, False)
+    assert (d.session_id, d.turn_index, d.stitched) == (a.session_id, 2, True)
+
+
 def test_next_state_joins_parallel_tool_results():
     msgs = [
         ChatMessage(role="user", content="go"),

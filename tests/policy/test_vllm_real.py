@@ -310,6 +310,39 @@ def test_a_lora_version_swapped_in_while_requests_stream_refuses_none(real_vllm,
     assert (base - recorded).abs().max().item() > 0.05  # and it was not the base that answered
 
 
+def test_an_adapter_the_engine_lost_is_loaded_again_and_clients_read_token_text(
+    real_vllm, embedded, tmp_path
+):
+    # A restarted vLLM (or anything that unloads the LoRA) forgets the policy version this service
+    # serves; every request then got a 404 until the next publish. Now the service loads it again.
+    svc, url, engine = real_vllm
+    model, _tok = embedded
+    adapter, _merged = _lora_adapter(model, tmp_path / "policy-v7", rank=8)
+    svc.swap_weights(adapter, 7)
+    gone = httpx.post(engine.url + "/v1/unload_lora_adapter", json={"lora_name": "policy-v7"}, timeout=60)
+    assert gone.status_code == 200, gone.text
+    r = httpx.post(
+        url + "/v1/chat/completions",
+        timeout=300,
+        json={
+            "messages": [{"role": "user", "content": "Name a colour."}],
+            "max_tokens": 8,
+            "temperature": 0,
+            "logprobs": True,
+            "top_logprobs": 2,
+            "session_id": "after-unload",
+        },
+    )
+    assert r.status_code == 200, r.text
+    (turn,) = svc.store.session_turns("after-unload")
+    assert turn.policy_version == 7
+    choice = r.json()["choices"][0]
+    tokens = [e["token"] for e in choice["logprobs"]["content"]]
+    alternatives = [t["token"] for e in choice["logprobs"]["content"] for t in e["top_logprobs"]]
+    assert tokens and not any(t.startswith("token_id:") for t in tokens + alternatives)
+    assert "".join(tokens) == choice["message"]["content"]
+
+
 def _prefix_hits(engine: ExternalEngine) -> float:
     text = httpx.get(engine.url + "/metrics", timeout=30).text
     total = 0.0

@@ -403,6 +403,12 @@ def test_feedback_reopens_the_turn_and_withdraws_its_untrained_samples(store):
     assert again.next_state.content == "no, that was the wrong city"
     stats = store.user_stats("alice", "shared v0")
     assert (stats.turns, stats.feedback_up, stats.feedback_down) == (2, 0, 1)
+    # rated again (changed their mind twice): one response, counted once with its latest rating
+    _feedback(store, "chatcmpl-a", "alice", 1)
+    _feedback(store, "chatcmpl-a", "alice", -1)
+    _feedback(store, "chatcmpl-b", "alice", 1)
+    stats = store.user_stats("alice", "shared v0")
+    assert (stats.feedback_up, stats.feedback_down) == (1, 1)
 
 
 def test_feedback_wins_over_a_judge_still_working_on_the_old_next_state(store):

@@ -73,6 +73,23 @@ def test_train_command_replays_checkpoints_and_resumes(make_cfg, tmp_path, capsy
     assert (ckpts / "latest").read_text().strip() == "step_00000005"
 
 
+@pytest.mark.parametrize(
+    "damage",
+    ["optimizer.pt", "policy/adapter_model.safetensors", "trainer_state.json"],
+)
+def test_resuming_a_damaged_checkpoint_is_one_error_naming_it(make_cfg, tmp_path, capsys, damage):
+    cfg = make_cfg(checkpoint_interval=1, batch_size=2, mini_batch_size=1)
+    path = write_samples(tmp_path / "s.jsonl", _samples(2))
+    assert train_command(cfg, str(path), 1, resume=False) == 0
+    ckpt = cfg.log_dir / "checkpoints" / "step_00000001"
+    assert (ckpt / damage).is_file()
+    (ckpt / damage).write_bytes(b"garbage")
+    capsys.readouterr()
+    assert train_command(cfg, str(path), 2, resume=True) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: checkpoint ") and str(ckpt) in err, err
+
+
 def test_train_command_bad_input_exits_2(make_cfg, tmp_path, capsys):
     cfg = make_cfg()
     path = tmp_path / "bad.jsonl"
