@@ -457,6 +457,14 @@ class TrainingConfig(_Section):
     )
     baseline_momentum: float = Field(0.9, ge=0, lt=1, description="running baseline: b <- m*b + (1-m)*r")
     logprob_chunk_size: int = Field(256, ge=1)
+    recompute_above_tokens: int = Field(
+        2048,
+        ge=0,
+        description="a micro-batch whose longest sequence (prompt + response) is longer runs with "
+        "activation checkpointing: each decoder layer's activations are recomputed in the backward "
+        "pass instead of kept (an agent's 4k-token turn: 7.7 -> 3.6 GB on the embedded model, about "
+        "15% more time); 0 = always, for the smallest memory",
+    )
     device: str = "cpu"
     num_processes: int = Field(1, ge=1, description="backend fsdp: training processes (one per GPU)")
     num_cpus: float = Field(1, gt=0, description="cluster mode: CPUs the trainer actor reserves")

@@ -621,22 +621,31 @@ class EnvLoop:
         tools = info.get("tools")
         headers = dict(group or {})
         user = simulated_user(self.cfg, info)
+
+        def ask(done: bool, max_tokens: int | None, extra: dict[str, str]) -> dict[str, Any] | None:
+            """One request of the episode; a conversation longer than the policy's window loses
+            its oldest steps first, as an agent compacts (the task and the newest exchange stay)."""
+            while True:
+                try:
+                    return client.complete(
+                        messages,
+                        session_id,
+                        done=done,
+                        tools=tools,
+                        max_tokens=max_tokens,
+                        temperature=temperature,
+                        top_p=self.top_p,
+                        extra_headers=extra,
+                        user=user,
+                    )
+                except PolicyRequestError as exc:
+                    if not (exc.too_long and drop_oldest_exchange(messages)):
+                        raise
+
         while True:
             try:
-                reply = client.complete(
-                    messages,
-                    session_id,
-                    done=not capture,
-                    tools=tools,
-                    max_tokens=self.max_tokens,
-                    temperature=temperature,
-                    top_p=self.top_p,
-                    extra_headers=headers,
-                    user=user,
-                )
+                reply = ask(not capture, self.max_tokens, headers)
             except PolicyRequestError as exc:
-                if exc.too_long and drop_oldest_exchange(messages):
-                    continue  # as an agent compacts: the task and the newest exchanges stay
                 log.warning("[env_service] worker %d: %s", index, exc)
                 if exc.refused_key:
                     # Not a burst of failed episodes (each builds a sandbox or a browser): wait, as
@@ -669,24 +678,10 @@ class EnvLoop:
                 closing_headers = dict(headers)
                 if group and reports_outcome(self.cfg, itype):
                     closing_headers["X-Episode-Outcome"] = str(episode_outcome(info))
-                while True:
-                    try:
-                        closing = client.complete(
-                            messages,
-                            session_id,
-                            done=True,
-                            tools=tools,
-                            max_tokens=self.final_max_tokens,
-                            temperature=temperature,
-                            top_p=self.top_p,
-                            extra_headers=closing_headers,
-                            user=user,
-                        )
-                        break
-                    except PolicyRequestError as exc:
-                        if exc.too_long and drop_oldest_exchange(messages):
-                            continue
-                        return stats(bool(info.get("success")), f"closing request refused: {exc}")
+                try:
+                    closing = ask(True, self.final_max_tokens, closing_headers)
+                except PolicyRequestError as exc:
+                    return stats(bool(info.get("success")), f"closing request refused: {exc}")
                 if closing is None:
                     return None
                 return stats(bool(info.get("success")), None, truncated=truncated)

@@ -218,15 +218,15 @@ class SessionManager:
             self.store.prune_prefixes(self.max_prefixes)
 
     def _remember_latest(self, session_id: str, key: str) -> None:
-        with self._lock:
-            self._latest[session_id] = key
-            self._latest.move_to_end(session_id)
-            while len(self._latest) > self.max_prefixes:
-                self._latest.popitem(last=False)
+        self._put(self._latest, session_id, key)
 
     def _cache(self, key: str, session_id: str) -> None:
+        self._put(self._prefixes, key, session_id)
+
+    def _put(self, lru: OrderedDict[str, str], key: str, value: str) -> None:
+        """Set ``key`` in one of the two LRU maps, newest last, at most ``max_prefixes`` kept."""
         with self._lock:
-            self._prefixes[key] = session_id
-            self._prefixes.move_to_end(key)
-            while len(self._prefixes) > self.max_prefixes:
-                self._prefixes.popitem(last=False)
+            lru[key] = value
+            lru.move_to_end(key)
+            while len(lru) > self.max_prefixes:
+                lru.popitem(last=False)

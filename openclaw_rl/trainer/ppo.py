@@ -201,6 +201,7 @@ class Trainer:
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
         self.model = model
+        self._recomputing = False  # activation checkpointing, set per micro-batch (_recompute_if_long)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("no trainable parameters (check [training] lora_target_modules)")
@@ -330,6 +331,27 @@ class Trainer:
 
     # ------------------------------------------------------------------ the update
 
+    def _recompute_if_long(self, batch: Sequence[Sample]) -> None:
+        """Activation checkpointing on for a micro-batch of long sequences, off otherwise: kept
+        activations grow with every token (about 1.7 GB per 1k tokens on the embedded model), so an
+        agent's multi-thousand-token turns would not fit a CPU machine's memory; short chat turns
+        keep the faster path. docs/training.md, "Memory"."""
+        limit = self.tc.recompute_above_tokens
+        longest = max(len(s.prompt_ids) + len(s.response_ids) for s in batch)
+        want = longest > limit
+        if want == self._recomputing:
+            return
+        with warnings.catch_warnings():
+            # transformers 5 renames these; the old names warn, the new ones may be missing on 4.x
+            warnings.filterwarnings("ignore", message=".*checkpointing.*", category=FutureWarning)
+            if want:
+                self.model.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs={"use_reentrant": False}
+                )
+            else:
+                self.model.gradient_checkpointing_disable()
+        self._recomputing = want
+
     def _micro_step(
         self,
         batch: Sequence[Sample],
@@ -352,6 +374,7 @@ class Trainer:
                 t[i, : v.shape[0]] = v
             return t.to(dev)
 
+        self._recompute_if_long(batch)
         topk_rows = [self._uses_topk(s) for s in batch]
         gather = None
         if any(topk_rows):

@@ -66,6 +66,19 @@ def test_reward_sign_moves_response_logprob(make_cfg, reward):
     assert metrics["grad_norm"] > 0 and trainer.step == 3 and trainer.policy_version == 3
 
 
+def test_recomputing_activations_for_long_sequences_trains_the_same_update(make_cfg):
+    # recompute_above_tokens = 0 runs every micro-batch checkpointed (the memory-lean path of an
+    # agent's long turns): the update must be the one the plain path makes.
+    plain = Trainer(make_cfg(), make_cfg().policy_service.model)
+    lean = Trainer(make_cfg(recompute_above_tokens=0), make_cfg().policy_service.model)
+    batch = [_sample(plain, "a", reward=1.0), _sample(plain, "b", response=RESPONSE[::-1], reward=-1.0)]
+    plain.train_update(batch)
+    lean.train_update(batch)
+    assert lean._recomputing and not plain._recomputing
+    for a, b in zip(_weights(plain), _weights(lean), strict=True):
+        assert torch.allclose(a, b, atol=1e-6), (a - b).abs().max()
+
+
 def test_update_logs_spec_line(make_cfg, capsys):
     trainer = Trainer(make_cfg(), make_cfg().policy_service.model)
     trainer.train_update([_sample(trainer, reward=1.0)])
