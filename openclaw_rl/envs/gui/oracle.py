@@ -228,6 +228,7 @@ ORACLES: dict[str, Callable[[Driver], None]] = {
 
 def main(argv: list[str] | None = None) -> int:
     """Run every oracle once; exit 1 if any task is not solved."""
+    from openclaw_rl.envs.gui.browser import BrowserError
     from openclaw_rl.envs.gui.env import GuiEnv
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -240,7 +241,11 @@ def main(argv: list[str] | None = None) -> int:
         for task_id, solve in ORACLES.items():
             t0 = time.perf_counter()
             d = Driver(env)
-            d.reset(task_id)
+            try:
+                d.reset(task_id)
+            except BrowserError as exc:  # no browser to drive: one line, not a traceback
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
             try:
                 solve(d)
                 reward, info = d.done()
