@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from openclaw_rl.config import Config, ConfigError, load_config, print_warnings
 
@@ -46,7 +47,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_judge(args: argparse.Namespace) -> int:
     from openclaw_rl.judge.cli import judge_command
 
-    return judge_command(_config(args.config), args.response, args.next_state, args.role)
+    try:
+        response, state = _text_arg(args.response), _text_arg(args.next_state)
+    except OSError as exc:
+        print(f"error: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
+    return judge_command(_config(args.config), response, state, args.role)
+
+
+def _text_arg(value: str) -> str:
+    """A text argument as given, or read from ``@FILE`` / ``-`` (stdin): a 100 KB log does not fit
+    a command line."""
+    if value == "-":
+        return sys.stdin.read()
+    if value.startswith("@") and len(value) > 1:
+        return Path(value[1:]).read_text(encoding="utf-8", errors="replace")
+    return value
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -127,9 +143,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host")
     p.add_argument("--port", type=_port)
     p = verb("judge", _cmd_judge, "judge one (response, next state) pair and print JSON")
-    p.add_argument("--response", required=True)
-    p.add_argument("--next-state", required=True)
-    p.add_argument("--role", choices=["user", "tool", "environment"], default="user")
+    p.add_argument(
+        "--response", required=True, help="the assistant's reply; @FILE reads it from a file, - from stdin"
+    )
+    p.add_argument(
+        "--next-state",
+        required=True,
+        help="what followed it (the user's reply, a tool's output, a log); @FILE or - as for --response",
+    )
+    p.add_argument(
+        "--role",
+        choices=["user", "tool", "environment"],
+        default="user",
+        help="who wrote the next state (default: %(default)s)",
+    )
     p = verb("train", _cmd_train, "train offline on recorded samples (JSONL)")
     p.add_argument("--samples", required=True)
     p.add_argument("--steps", type=int)

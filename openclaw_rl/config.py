@@ -615,7 +615,8 @@ def _expand(value: Any, where: str, problems: list[str], environ: dict[str, str]
             name = m.group(1)
             if name not in environ:
                 problems.append(
-                    f"{where}: environment variable {name} is not set (referenced as ${{{name}}})"
+                    f"{where}: environment variable {name} is not set (referenced as ${{{name}}}); "
+                    f"export it, or remove the key if nothing in this run uses it"
                 )
                 return ""
             return environ[name]

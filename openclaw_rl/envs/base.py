@@ -17,7 +17,6 @@ training signal comes from the judge reading the next state. ``info`` carries at
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
@@ -50,17 +49,6 @@ def check_turns(name: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     return value
-
-
-#: What an API's error may quote of the credentials it was sent (OpenAI-style keys, a bearer token).
-_CREDENTIAL = re.compile(r"(Bearer\s+|\b(?:sk|pk|rk)-)[A-Za-z0-9._*\-]+")
-
-
-def without_key(text: str, key: str) -> str:
-    """An API's error text without the key it was sent: some echo it back in their 401."""
-    if key:
-        text = text.replace(key, "[key]")
-    return _CREDENTIAL.sub(lambda m: m.group(1) + "[key]", text)
 
 
 _REGISTRY: dict[str, Callable[..., Env]] = {}

@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from openclaw_rl.config import resolve_data_path
-from openclaw_rl.envs.base import Env, Observation, StepResult, check_turns, register, without_key
+from openclaw_rl.envs.base import Env, Observation, StepResult, check_turns, register
 from openclaw_rl.envs.data import GsmItem, gsm8k_split
 from openclaw_rl.runtime.metrics import repeat_share
+from openclaw_rl.runtime.secrets import without_key
 
 log = logging.getLogger(__name__)
 

@@ -63,9 +63,10 @@ from typing import Any, Literal
 import httpx
 
 from openclaw_rl.config import OUTCOME_REWARDS, Config, Persona
-from openclaw_rl.envs.base import Env, make, without_key
+from openclaw_rl.envs.base import Env, make
 from openclaw_rl.runtime.chat_stream import add_tool_call_deltas, tool_calls_in_order
 from openclaw_rl.runtime.rundir import RunDir
+from openclaw_rl.runtime.secrets import without_key
 from openclaw_rl.runtime.store import Store
 
 log = logging.getLogger("openclaw_rl.env_service")

@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 
 import openai
+from openai.types.chat import ChatCompletion
 
 from openclaw_rl.config import Config
 from openclaw_rl.judge.base import Judge
 from openclaw_rl.judge.errors import JudgeUnavailable
 from openclaw_rl.judge.prompts import evaluative_messages, hint_messages, parse_hint_vote, parse_score
+from openclaw_rl.runtime.secrets import without_key
 from openclaw_rl.types import NextState, Vote
 
 #: Reply budget per vote: enough for a short reasoning and the answer line.
@@ -37,9 +39,10 @@ def make_client(cfg: Config) -> openai.AsyncOpenAI:
     )
 
 
-def describe_failure(exc: Exception, url: str, retries: int) -> str:
-    """A clear, key-free message for an API failure."""
-    after = f" after {retries} retr{'y' if retries == 1 else 'ies'}" if retries else ""
+def describe_failure(exc: Exception, url: str, retries: int, key: str = "") -> str:
+    """A clear, key-free message for an API failure: what happened, where, and the endpoint's own
+    reason when it gave one (the client retries only timeouts, lost connections, 408/409/429/5xx)."""
+    after = f" (retried up to {retries} time{'' if retries == 1 else 's'})" if retries else ""
     if isinstance(exc, openai.APITimeoutError):
         return f"judge API at {url} timed out{after}"
     if isinstance(exc, openai.AuthenticationError):
@@ -53,8 +56,19 @@ def describe_failure(exc: Exception, url: str, retries: int) -> str:
     if isinstance(exc, openai.APIConnectionError):
         return f"judge API at {url} could not be reached{after}: {type(exc.__cause__ or exc).__name__}"
     if isinstance(exc, openai.APIStatusError):
-        return f"judge API at {url} failed with HTTP {exc.status_code}{after}"
+        retried = after if exc.status_code in (408, 409) or exc.status_code >= 500 else ""
+        return f"judge API at {url} failed with HTTP {exc.status_code}{retried}{_reason(exc, key)}"
     return f"judge API at {url} failed: {type(exc).__name__}"
+
+
+def _reason(exc: openai.APIStatusError, key: str) -> str:
+    """``: <the endpoint's error message>`` (first line, key masked), or nothing."""
+    body = exc.body
+    said = body.get("message") or body.get("error") if isinstance(body, dict) else body
+    if isinstance(said, dict):
+        said = said.get("message")
+    text = str(said).strip().splitlines()[0][:200] if said else ""
+    return f": {without_key(text, key)}" if text else ""
 
 
 class ApiJudge(Judge):
@@ -91,7 +105,17 @@ class ApiJudge(Judge):
                 max_tokens=MAX_TOKENS,
             )
         except openai.APIError as exc:
-            raise JudgeUnavailable(describe_failure(exc, self.url, self.cfg.api.max_retries)) from None
+            key = self.cfg.api.api_key.get_secret_value()
+            raise JudgeUnavailable(describe_failure(exc, self.url, self.cfg.api.max_retries, key)) from None
+        except ValueError as exc:  # a 200 whose body is cut-off JSON
+            raise JudgeUnavailable(
+                f"judge API at {self.url} answered with a body that is not JSON ({exc})"
+            ) from None
+        if not isinstance(resp, ChatCompletion):  # a 200 with an HTML page: the SDK hands back text
+            raise JudgeUnavailable(
+                f"judge API at {self.url} answered with a body that is not a chat completion "
+                f"({type(resp).__name__}: {str(resp)[:80]!r}); check [api] base_url (the API root)"
+            )
         if not resp.choices:
             return ""  # an empty reply is an invalid vote, not an outage
         return resp.choices[0].message.content or ""

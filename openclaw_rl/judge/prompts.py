@@ -23,6 +23,8 @@ HINT_END = "[HINT_END]"
 HINT_HEADING = "[Hint / instruction from hindsight]"
 #: Minimum length of a kept hint.
 MIN_HINT_CHARS = 10
+#: A hint longer than this is no hint (they are 1-3 sentences): not selected.
+MAX_HINT_CHARS = 2000
 
 # Answer words for probability-scored judging: one word per score, each a distinct first token.
 ANSWER_WORDS: dict[int, str] = {1: "GOOD", -1: "BAD", 0: "UNCLEAR"}
@@ -80,11 +82,26 @@ or
 VERDICT: -1"""
 
 
+#: What a judge request quotes of a response or a next state, at most: an 80,000-character log is
+#: not judged better whole, and an endpoint's window would refuse it on every retry.
+MAX_QUOTED_CHARS = 12_000
+
+
+def _quoted(text: str) -> str:
+    """``text`` stripped, its middle left out past :data:`MAX_QUOTED_CHARS` (a log's head names the
+    command, its tail the outcome)."""
+    text = text.strip()
+    if len(text) <= MAX_QUOTED_CHARS:
+        return text
+    head, tail = MAX_QUOTED_CHARS // 4, MAX_QUOTED_CHARS - MAX_QUOTED_CHARS // 4
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters left out ...]\n{text[-tail:]}"
+
+
 def _pair_text(response: str, next_state: NextState) -> str:
     who = _ROLE_NAMES.get(next_state.role, next_state.role)
     return (
-        f"Assistant response:\n<<<\n{response.strip()}\n>>>\n\n"
-        f"Next state ({who}):\n<<<\n{next_state.content.strip()}\n>>>"
+        f"Assistant response:\n<<<\n{_quoted(response)}\n>>>\n\n"
+        f"Next state ({who}):\n<<<\n{_quoted(next_state.content)}\n>>>"
     )
 
 
@@ -107,9 +124,21 @@ def hint_messages(response: str, next_state: NextState) -> list[dict[str, str]]:
     ]
 
 
-_SCORE_RE = re.compile(r"SCORE\s*[:=]\s*\**\s*([+-]?\s*[01])\b", re.IGNORECASE)
-_BOXED_RE = re.compile(r"\\boxed\{\s*([+-]?[01])\s*\}")
-_VERDICT_RE = re.compile(r"VERDICT\s*[:=]\s*\**\s*([+-]?\s*1)\b", re.IGNORECASE)
+# The whole answer after the label is captured, then checked: "SCORE: 1/10", "1.5" or "VERDICT: 7"
+# is an invalid vote, not a +1 read from its first digit. The full-width colon is how Chinese-tuned
+# models often write it.
+_SCORE_RE = re.compile(r"SCORE\s*[:=：]\s*\**\s*([+-]?\s*[^\s*]+)", re.IGNORECASE)
+_BOXED_RE = re.compile(r"\\boxed\{\s*([^{}]*?)\s*\}")
+_VERDICT_RE = re.compile(r"VERDICT\s*[:=：]\s*\**\s*([+-]?\s*[^\s*\[]+)", re.IGNORECASE)
+_UNIT = re.compile(r"[+-]?[01]")
+
+
+def _answer(token: str) -> int | None:
+    """``+1`` / ``1`` / ``-1`` / ``0`` (trailing full stop or comma allowed), else None."""
+    token = token.replace(" ", "").rstrip(".,;:!。)]\"'")
+    return int(token) if _UNIT.fullmatch(token) else None
+
+
 _HINT_RE = re.compile(re.escape(HINT_START) + r"(.*?)" + re.escape(HINT_END), re.DOTALL)
 
 
@@ -121,7 +150,7 @@ def parse_score(text: str, reward_space: list[int]) -> int | None:
     found = _SCORE_RE.findall(text) or _BOXED_RE.findall(text)
     if not found:
         return None
-    score = int(found[-1].replace(" ", ""))
+    score = _answer(found[-1])  # the last answer counts: a reply may think out loud before it
     return score if score in reward_space else None
 
 
@@ -136,7 +165,9 @@ def parse_hint_vote(text: str) -> tuple[int | None, str | None]:
     if not found:
         # A reply that wrote a marked hint but forgot the verdict line still means +1.
         return (1, hints[-1]) if hints else (None, None)
-    verdict = int(found[-1].replace(" ", ""))
+    verdict = _answer(found[-1])
+    if verdict not in (1, -1):
+        return None, None  # "VERDICT: 7", "VERDICT: 0": an invalid vote, and its hint goes with it
     if verdict != 1:
         return -1, None
     return 1, (hints[-1] if hints else None)

@@ -14,7 +14,7 @@ import math
 import random
 from collections import Counter
 
-from openclaw_rl.judge.prompts import MIN_HINT_CHARS
+from openclaw_rl.judge.prompts import MAX_HINT_CHARS, MIN_HINT_CHARS
 from openclaw_rl.types import Vote
 
 
@@ -33,9 +33,11 @@ def majority(votes: list[Vote], reward_space: list[int]) -> int:
 
 
 def select_hint(votes: list[Vote]) -> str | None:
-    """The longest hint among +1 hint votes, if longer than ``MIN_HINT_CHARS`` characters."""
+    """The longest hint among +1 hint votes, if longer than ``MIN_HINT_CHARS`` characters and no
+    longer than ``MAX_HINT_CHARS`` (a hint is 1-3 sentences; pages of text are not one, and the
+    teacher would read them all)."""
     hints = [v.hint.strip() for v in votes if v.score == 1 and v.hint]
-    hints = [h for h in hints if len(h) > MIN_HINT_CHARS]
+    hints = [h for h in hints if MIN_HINT_CHARS < len(h) <= MAX_HINT_CHARS]
     return max(hints, key=len) if hints else None
 
 

@@ -53,8 +53,11 @@ class Check:
         return f"[dry-run] {self.service}: {'ok' if self.ok else 'FAILED'} — {self.detail}"
 
 
-def _probe_openai(base_v1: str, key: str | None, timeout: float) -> tuple[bool, str]:
-    """GET {base}/models: reachable and key accepted? Never prints the key."""
+def _probe_openai(
+    base_v1: str, key: str | None, timeout: float, model: str | None = None
+) -> tuple[bool, str]:
+    """GET {base}/models: reachable and key accepted (and ``model`` listed, when given and the
+    endpoint lists models)? Never prints the key."""
     import httpx
 
     headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -66,8 +69,27 @@ def _probe_openai(base_v1: str, key: str | None, timeout: float) -> tuple[bool, 
         return False, f"{base_v1} is unreachable ({type(exc).__name__}: {exc})"
     if r.status_code in (401, 403):
         return False, f"{base_v1} refused the API key (HTTP {r.status_code}); check [api] api_key"
+    if r.status_code in (404, 405, 501):
+        # Some gateways serve chat completions but no model list: reachable, the rest unknown.
+        return (
+            True,
+            f"{base_v1} reachable (it lists no models: HTTP {r.status_code}; the first request will tell)",
+        )
+    if r.status_code == 429:
+        return True, f"{base_v1} reachable, rate-limiting for now (HTTP 429)"
     if r.status_code >= 400:
         return False, f"{base_v1}/models answered HTTP {r.status_code}"
+    if model is not None:
+        try:
+            listed = [m.get("id") for m in r.json().get("data", []) if isinstance(m, dict)]
+        except (ValueError, AttributeError):
+            listed = []
+        if listed and model not in listed:
+            shown = ", ".join(str(m) for m in listed[:5]) + (", ..." if len(listed) > 5 else "")
+            return (
+                True,
+                f"{base_v1} reachable, key accepted; warning: it does not list the model {model!r} ({shown})",
+            )
     return True, f"{base_v1} reachable, key accepted"
 
 
@@ -83,9 +105,9 @@ def _port_free(host: str, port: int) -> tuple[bool, str]:
     return True, f"{host}:{port} is free"
 
 
-def check_api(cfg: Config) -> tuple[bool, str]:
+def check_api(cfg: Config, model: str | None = None) -> tuple[bool, str]:
     timeout = min(cfg.api.timeout_sec, PROBE_TIMEOUT_S)
-    return _probe_openai(cfg.api.v1_url, cfg.api.api_key.get_secret_value() or None, timeout)
+    return _probe_openai(cfg.api.v1_url, cfg.api.api_key.get_secret_value() or None, timeout, model)
 
 
 def check_policy(cfg: Config) -> Check:
@@ -110,7 +132,7 @@ def check_policy(cfg: Config) -> Check:
             f"backend=transformers model {pol.model} at {directory}{replicas}{_front_door(cfg)}",
         )
     if pol.backend == "api":
-        ok, detail = check_api(cfg)
+        ok, detail = check_api(cfg, pol.model)
         return Check("policy_service", ok, f"backend=api: {detail}{_front_door(cfg)}")
     url = pol.engine_root
     if pol.launch:
@@ -198,7 +220,9 @@ def check_prm(cfg: Config) -> Check:
             return Check("prm_service", True, f"local judge model at {resolve_model_dir(prm.model)}")
         except ModelNotFoundError as exc:
             return Check("prm_service", False, str(exc))
-    ok, detail = check_api(cfg)
+    ok, detail = check_api(cfg, prm.model)
+    if not ok:
+        detail += '; or judge on this machine: [prm_service] backend = "minilm" (the embedded judge)'
     return Check("prm_service", ok, f"backend={prm.backend} (API channel): {detail}")
 
 

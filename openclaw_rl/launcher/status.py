@@ -53,7 +53,9 @@ def existing_store(cfg: Config) -> Store | None:
     if problem:
         raise StoreError(problem)  # the CLI's one "error:" line, exit 2, as for every other command
     if not path.is_file():
-        print(f"no run found: {path} does not exist")
+        # a relative log_dir is read from the folder the command runs in: say which one that was
+        where = "" if path.is_absolute() else " ([global] log_dir is read from the current folder)"
+        print(f"no run found: {path.absolute()} does not exist{where}")
         return None
     return Store(path)
 

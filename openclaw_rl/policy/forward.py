@@ -83,6 +83,9 @@ class ForwardEngine(Engine):
         self.serve_model = pcfg.model
         self._user_models: dict[str, tuple[str, int]] = {}  # per_user, vllm: user -> (LoRA name, version)
         self._lora_paths: dict[str, Path] = {}  # vllm: each LoRA name this service loaded -> its folder
+        self._retiring: dict[
+            str, str
+        ] = {}  # vllm: LoRA family ("policy", "user-x") -> version to unload next
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._sem: asyncio.Semaphore | None = None
@@ -371,8 +374,11 @@ class ForwardEngine(Engine):
             raise WeightLoadError(f"path: {p} is not a LoRA adapter directory (no adapter_config.json)")
         name = f"user-{user}-v{version}"
         self._post_weights(f"{self.v1}/load_lora_adapter", {"lora_name": name, "lora_path": str(p)}, p)
+        previous = self._user_models.get(user)
         self._user_models[user] = (name, version)
         self._lora_paths[name] = p
+        if previous is not None:
+            self._retire(previous[0], keep=name)
 
     def adapter_version(self, user: str) -> int:
         own = self._user_models.get(user)
@@ -405,9 +411,26 @@ class ForwardEngine(Engine):
             url, body = f"{self.v1}/load_lora_adapter", {"lora_name": name, "lora_path": str(p)}
         self._post_weights(url, body, p)
         if self.backend == "vllm":
-            self.serve_model = f"policy-v{version}"
+            previous, self.serve_model = self.serve_model, f"policy-v{version}"
             self._lora_paths[self.serve_model] = p
+            if previous in self._lora_paths:
+                self._retire(previous, keep=self.serve_model)
         self._version = version
+
+    def _retire(self, old: str, keep: str) -> None:
+        """Unload the LoRA ``old`` that ``keep`` replaced, lest a long run hold every version it ever
+        served. Only the version before it: one still streaming its last replies, ``keep``'s
+        predecessor, stays loaded until the next swap. A request that still names a retired version
+        gets it loaded again (:meth:`_reloaded`)."""
+        before = self._retiring.pop(keep.rsplit("-v", 1)[0], None)
+        self._retiring[keep.rsplit("-v", 1)[0]] = old
+        if before is None or before in (old, keep):
+            return
+        self._lora_paths.pop(before, None)
+        try:
+            self._post_weights(f"{self.v1}/unload_lora_adapter", {"lora_name": before}, Path(before))
+        except WeightLoadError as exc:
+            log.info("could not unload %s from the vllm engine (%s); it stays loaded", before, exc)
 
     def _post_weights(self, url: str, body: dict[str, Any], p: Path) -> None:
         """POST a weight-load request to the engine; :class:`WeightLoadError` unless it took them."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 
 KEY = "sk-test-judge"
 
@@ -30,6 +30,7 @@ class Remote:
     calls: int = 0
     url: str = ""
     prompt_logprobs: bool = True  # whether /v1/completions supports echo + logprobs
+    raw_body: str | None = None  # answer 200 with this text/html body instead (a misrouted base_url)
 
     def reset(self) -> None:
         self.eval_reply = "The user thanked the assistant.\nSCORE: +1"
@@ -38,6 +39,7 @@ class Remote:
         self.delay_s = 0.0
         self.calls = 0
         self.prompt_logprobs = True
+        self.raw_body = None
 
 
 def _app(remote: Remote) -> FastAPI:
@@ -54,6 +56,8 @@ def _app(remote: Remote) -> FastAPI:
             return JSONResponse(
                 {"error": {"message": f"canned {code}"}}, status_code=code, headers={"retry-after-ms": "20"}
             )
+        if remote.raw_body is not None:
+            return HTMLResponse(remote.raw_body)
         if remote.delay_s:
             await asyncio.sleep(remote.delay_s)
         body = await request.json()

@@ -67,7 +67,7 @@ def test_rate_limit_after_retries_is_an_error_not_a_zero(remote):
     remote.fail_next = [429] * 10
     result = run(make_judge(api_config(remote, vote_count=1, extract_instruction=False)))
     assert not result.ok
-    assert "rate-limiting (HTTP 429) after 2 retries" in result.error
+    assert "rate-limiting (HTTP 429) (retried up to 2 times)" in result.error
     assert result.votes == []
 
 
@@ -99,3 +99,44 @@ def test_unreachable_api_is_an_error():
     )
     result = run(make_judge(cfg))
     assert not result.ok and "could not be reached" in result.error
+
+
+def test_a_page_that_is_not_a_chat_completion_is_a_clear_error(remote):
+    # base_url pointing at a web page: a 200 whose body is HTML, or JSON cut short
+    for body in ("<html>oops</html>", '{"choices": ['):
+        remote.reset()
+        remote.raw_body = body
+        result = run(make_judge(api_config(remote, vote_count=1, extract_instruction=False)))
+        assert not result.ok and remote.url in result.error, result.error
+        assert "not a chat completion" in result.error or "not JSON" in result.error
+
+
+def test_a_refusal_says_the_endpoints_reason_and_is_not_called_retried(remote):
+    remote.fail_next = [400]
+    result = run(make_judge(api_config(remote, vote_count=1, extract_instruction=False)))
+    assert not result.ok and "HTTP 400: canned 400" in result.error and "retried" not in result.error
+    assert remote.calls == 1
+
+
+def test_votes_that_are_not_an_answer_in_reward_space_are_invalid(remote):
+    # "1/10" is no +1, a verdict of 7 is no verdict (and its hint goes with it)
+    remote.eval_reply = "I'd rate it SCORE: 1/10"
+    remote.hint_reply = "VERDICT: 7\n[HINT_START]Use a table.[HINT_END]"
+    result = run(make_judge(api_config(remote)))
+    assert result.ok and result.score == 0 and all(v.score is None for v in result.votes)
+    assert result.hint is None and all(v.score is None for v in result.hint_votes)
+    remote.reset()
+    remote.eval_reply = "用户在纠正。\nSCORE：-1"  # a full-width colon, as Chinese-tuned models write
+    assert run(make_judge(api_config(remote, extract_instruction=False))).score == -1
+
+
+def test_a_huge_next_state_is_sent_clipped_and_a_huge_hint_is_not_kept(remote):
+    remote.hint_reply = "VERDICT: +1\n[HINT_START]" + "Do this. " * 400 + "[HINT_END]"
+    log = "line\n" * 40_000 + "BUILD FAILED"
+    result = run(make_judge(api_config(remote)), state=NextState(role="environment", content=log))
+    assert result.ok and result.hint is None  # 3,600 characters is no 1-3 sentence hint
+    from openclaw_rl.judge.prompts import MAX_QUOTED_CHARS, evaluative_messages
+
+    sent = evaluative_messages("ok", NextState(role="environment", content=log))[1]["content"]
+    assert len(sent) < MAX_QUOTED_CHARS + 500 and sent.rstrip(">\n").endswith("BUILD FAILED")
+    assert "characters left out" in sent

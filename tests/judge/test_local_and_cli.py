@@ -54,3 +54,45 @@ def test_judge_command_reports_failure_and_bad_input(remote, capsys):
     assert code == 1 and out["score"] is None and "HTTP 500" in out["error"]
     assert judge_command(api_config(remote), "x", "   ", "user") == 2
     assert "next-state" in json.loads(capsys.readouterr().out)["error"]
+
+
+def test_the_judge_command_reads_a_long_next_state_from_a_file_or_stdin(tmp_path):
+    # A 120 KB build log does not fit a command line: --next-state @FILE or - (stdin).
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    log = tmp_path / "build.log"
+    log.write_text("compiling module\n" * 8000 + "ERROR: build failed\n")
+    base = [
+        sys.executable,
+        "-m",
+        "openclaw_rl.cli",
+        "judge",
+        "--config",
+        str(root / "configs" / "local.toml"),
+    ]
+    from_file = subprocess.run(
+        [*base, "--response", "Building it now.", "--next-state", f"@{log}", "--role", "environment"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert from_file.returncode == 0, from_file.stderr
+    assert json.loads(from_file.stdout)["score"] == -1
+    from_stdin = subprocess.run(
+        [*base, "--response", "Done.", "--next-state", "-"],
+        input="thanks, that's perfect",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert from_stdin.returncode == 0 and json.loads(from_stdin.stdout)["score"] == 1
+    missing = subprocess.run(
+        [*base, "--response", "x", "--next-state", f"@{tmp_path / 'nope.log'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert missing.returncode == 2 and "cannot read" in missing.stderr and "Traceback" not in missing.stderr

@@ -145,32 +145,65 @@ def test_the_default_data_ships_with_the_package():
     assert len(train) + len(held) == 1319 and not {i.index for i in train} & {i.index for i in held}
 
 
-def test_the_dry_run_warns_when_a_running_engine_has_a_smaller_window(tmp_path):
-    # A vLLM started with --max-model-len 1024 under a config that says 8192: the service would take
-    # prompts the engine then refuses. The dry run names both numbers and the fix.
+def _models_server(status: int, models: list[dict]):
+    """A stand-in engine / API whose ``GET /v1/models`` answers ``status`` with ``models``."""
     import http.server
     import json
     import threading
 
-    class Engine(http.server.BaseHTTPRequestHandler):
+    class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            self.send_response(200)
+            self.send_response(status)
             self.end_headers()
-            self.wfile.write(json.dumps({"data": [{"id": "m", "max_model_len": 1024}]}).encode())
+            self.wfile.write(json.dumps({"data": models}).encode())
 
         def log_message(self, *a):
             pass
 
-    srv = http.server.HTTPServer(("127.0.0.1", 0), Engine)
+    srv = http.server.HTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def _dry_run_line(tmp_path, service: str, body: str) -> str:
+    config = tmp_path / "c.toml"
+    config.write_text(f'[global]\nlog_dir = "{tmp_path / "logs"}"\n{body}')
+    proc = _launch("--config", str(config), "--dry-run", timeout=120)
+    return next(ln for ln in proc.stdout.splitlines() if ln.startswith(f"[dry-run] {service}"))
+
+
+def test_the_dry_run_warns_when_a_running_engine_has_a_smaller_window(tmp_path):
+    # A vLLM started with --max-model-len 1024 under a config that says 8192: the service would take
+    # prompts the engine then refuses. The dry run names both numbers and the fix.
+    srv = _models_server(200, [{"id": "m", "max_model_len": 1024}])
     try:
-        config = tmp_path / "c.toml"
-        config.write_text(
-            f'[global]\nlog_dir = "{tmp_path / "logs"}"\n[policy_service]\nbackend = "vllm"\nport = 0\n'
-            f'engine_url = "http://127.0.0.1:{srv.server_address[1]}"\nmax_model_len = 8192\n'
+        line = _dry_run_line(
+            tmp_path,
+            "policy_service",
+            f'[policy_service]\nbackend = "vllm"\nport = 0\nengine_url = "http://127.0.0.1:{srv.server_address[1]}"\n'
+            "max_model_len = 8192\n",
         )
-        proc = _launch("--config", str(config), "--dry-run", timeout=120)
     finally:
         srv.shutdown()
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("[dry-run] policy_service"))
     assert "the engine's window is 1024 tokens" in line and "max_model_len = 8192" in line, line
+
+
+@pytest.mark.parametrize(
+    "status, models, says",
+    [
+        (404, [], "ok — backend=api (API channel)"),  # a gateway with chat but no model list
+        (200, [{"id": "other-model"}], "does not list the model 'judge-model'"),
+    ],
+)
+def test_the_dry_run_judges_an_api_judge_by_what_it_can_tell(tmp_path, status, models, says):
+    srv = _models_server(status, models)
+    try:
+        line = _dry_run_line(
+            tmp_path,
+            "prm_service",
+            f'[api]\nbase_url = "http://127.0.0.1:{srv.server_address[1]}"\n'
+            '[prm_service]\nbackend = "api"\nmodel = "judge-model"\n',
+        )
+    finally:
+        srv.shutdown()
+    assert says in line, line

@@ -341,6 +341,11 @@ def test_an_adapter_the_engine_lost_is_loaded_again_and_clients_read_token_text(
     alternatives = [t["token"] for e in choice["logprobs"]["content"] for t in e["top_logprobs"]]
     assert tokens and not any(t.startswith("token_id:") for t in tokens + alternatives)
     assert "".join(tokens) == choice["message"]["content"]
+    # a long run does not keep every version it served: two swaps later, v7 is unloaded
+    for version in (8, 9):
+        svc.swap_weights(_lora_adapter(model, tmp_path / f"policy-v{version}", rank=8)[0], version)
+    loaded = {m["id"] for m in httpx.get(engine.url + "/v1/models", timeout=60).json()["data"]}
+    assert {"policy-v8", "policy-v9"} <= loaded and "policy-v7" not in loaded, loaded
 
 
 def _prefix_hits(engine: ExternalEngine) -> float:
