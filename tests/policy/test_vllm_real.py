@@ -290,16 +290,7 @@ def test_a_lora_version_swapped_in_while_requests_stream_refuses_none(real_vllm,
         t.join(timeout=300)
     assert statuses == [200] * 4
     assert svc.policy_version == 1 and svc.engine.serve_model == "policy-v1"
-    r = httpx.post(
-        url + "/v1/chat/completions",
-        timeout=300,
-        json={
-            "messages": [{"role": "user", "content": "What is a prime number?"}],
-            "max_tokens": 24,
-            "temperature": 0,
-            "session_id": "after-swap",
-        },
-    )
+    r = _greedy(url, "What is a prime number?", "after-swap", max_tokens=24)
     assert r.status_code == 200, r.text
     (turn,) = svc.store.session_turns("after-swap")
     assert turn.policy_version == 1
@@ -321,18 +312,7 @@ def test_an_adapter_the_engine_lost_is_loaded_again_and_clients_read_token_text(
     svc.swap_weights(adapter, 7)
     gone = httpx.post(engine.url + "/v1/unload_lora_adapter", json={"lora_name": "policy-v7"}, timeout=60)
     assert gone.status_code == 200, gone.text
-    r = httpx.post(
-        url + "/v1/chat/completions",
-        timeout=300,
-        json={
-            "messages": [{"role": "user", "content": "Name a colour."}],
-            "max_tokens": 8,
-            "temperature": 0,
-            "logprobs": True,
-            "top_logprobs": 2,
-            "session_id": "after-unload",
-        },
-    )
+    r = _greedy(url, "Name a colour.", "after-unload", max_tokens=8, logprobs=True, top_logprobs=2)
     assert r.status_code == 200, r.text
     (turn,) = svc.store.session_turns("after-unload")
     assert turn.policy_version == 7
@@ -346,6 +326,12 @@ def test_an_adapter_the_engine_lost_is_loaded_again_and_clients_read_token_text(
         svc.swap_weights(_lora_adapter(model, tmp_path / f"policy-v{version}", rank=8)[0], version)
     loaded = {m["id"] for m in httpx.get(engine.url + "/v1/models", timeout=60).json()["data"]}
     assert {"policy-v8", "policy-v9"} <= loaded and "policy-v7" not in loaded, loaded
+
+
+def _greedy(url: str, question: str, session_id: str, **extra: Any) -> httpx.Response:
+    """One greedy chat turn through the policy service, in its own session."""
+    body = {"messages": [{"role": "user", "content": question}], "temperature": 0, "session_id": session_id}
+    return httpx.post(url + "/v1/chat/completions", timeout=300, json={**body, **extra})
 
 
 def _prefix_hits(engine: ExternalEngine) -> float:
