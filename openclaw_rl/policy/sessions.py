@@ -4,10 +4,12 @@ Explicit identity comes from ``X-Session-Id`` / ``X-Turn-Type`` / ``X-Session-Do
 in the body). A plain OpenAI client sends none of them, yet re-sends the whole conversation on every
 call; peers drop such traffic as untrainable. We stitch it instead: after each main turn we remember
 a digest of *its messages plus the assistant reply we produced*; a later request whose messages start
-with such a prefix continues that session. The longest matching prefix wins, and only the prefix of
-a session's *newest* turn continues it: a conversation that branches (the user edits an earlier
-message, or regenerates or edits their last one after the session went on) starts a new session
-rather than hanging its message on a turn it never answered.
+with such a prefix continues that session. The longest matching prefix wins. A conversation that
+branches (the user edits an earlier message) starts a new session rather than corrupting the old one;
+so does a request that is an older turn's conversation plus one new message after the session went
+on past it (the last message regenerated or edited), which must not become the next state of a turn
+it never answered. A request that goes on past an older turn with assistant messages of its own is
+that later conversation with some of it rewritten (OpenClaw shortens old tool results): it continues.
 
 Digests use a canonical form of each message (role, stripped text, tool calls with parsed arguments)
 because clients re-serialise what they echo back (``content: null`` vs ``""``, argument whitespace).
@@ -124,32 +126,34 @@ class SessionManager:
         """The session of ``user`` whose remembered conversation is the longest prefix of ``messages``."""
         items = [canonical(m.role, m.text, m.tool_calls) for m in messages]
         # Longest first: every prefix that ends with an assistant message is a candidate.
-        keys = [
-            digest(items[:end], user)
-            for end in range(len(messages), 0, -1)
-            if messages[end - 1].role == "assistant"
-        ]
-        found: tuple[str, str] | None = None
+        ends = [end for end in range(len(messages), 0, -1) if messages[end - 1].role == "assistant"]
+        keys = [digest(items[:end], user) for end in ends]
+        found: tuple[int, str] | None = None  # (index into keys, session)
         with self._lock:
             hit = next((n for n, key in enumerate(keys) if key in self._prefixes), len(keys))
             if hit < len(keys):
                 self._prefixes.move_to_end(keys[hit])
-                found = (keys[hit], self._prefixes[keys[hit]])
+                found = (hit, self._prefixes[keys[hit]])
         # Longer prefixes than the one in memory may be in the store only (remembered before a
         # restart, or by a peer): the longest match wins wherever it is kept.
-        longer = keys[:hit]
-        if longer:
-            stored = self.store.sessions_for_prefixes(longer)
-            for key in longer:
+        if hit:
+            stored = self.store.sessions_for_prefixes(keys[:hit])
+            for n, key in enumerate(keys[:hit]):
                 if key in stored:
                     self._cache(key, stored[key])
-                    found = (key, stored[key])
+                    found = (n, stored[key])
                     break
         if found is None:
             return None
-        key, sid = found
-        # A shorter prefix is older still: if the longest is not the session's newest, none is.
-        return sid if self._newest(sid) == key else None
+        n, sid = found
+        if self._newest(sid) == keys[n] or n > 0:
+            # The session's newest turn; or an older one that the request goes on past (assistant
+            # messages follow it, not remembered as they are: a client such as OpenClaw shortens old
+            # tool results in what it re-sends), which is that later conversation: it continues.
+            return sid
+        # Only the client's new message follows a prefix the session went on past: the last message
+        # was regenerated or edited. A branch, which must not answer a later turn.
+        return None
 
     def _newest(self, session_id: str) -> str | None:
         """The prefix of ``session_id``'s newest main turn (from the store after a restart)."""

@@ -133,6 +133,23 @@ def test_a_regenerated_last_message_branches_instead_of_answering_a_later_turn(t
     assert (d.session_id, d.turn_index, d.stitched) == (a.session_id, 2, True)
 
 
+def test_a_history_re_sent_with_an_old_tool_result_shortened_still_continues(tmp_path):
+    """OpenClaw re-sends older tool results shortened: the request goes on past an older turn of the
+    session with assistant messages of its own, so it is that conversation, not a branch."""
+    sm = SessionManager(Store(tmp_path / "s.sqlite"))
+    first = _msgs(("user", "read the file"))
+    a = sm.assign(first, None, None, False)
+    _record(sm, a.session_id, first, "")  # the reply is a tool call; recorded by its text here
+    second = first + _msgs(("assistant", ""), ("tool", "x" * 5000))
+    b = sm.assign(second, None, None, False)
+    _record(sm, b.session_id, second, "It holds x.", index=1)
+    shortened = first + _msgs(("assistant", ""), ("tool", "[tool output shortened]"))
+    third = shortened + _msgs(("assistant", "It holds x."), ("user", "thanks"))
+    c = sm.assign(third, None, None, False)
+    assert (c.session_id, c.turn_index, c.stitched) == (a.session_id, 2, True)
+    assert c.next_state is not None and c.next_state.content == "thanks"
+
+
 def test_next_state_joins_parallel_tool_results():
     msgs = [
         ChatMessage(role="user", content="go"),
