@@ -191,7 +191,7 @@ def test_llm_user_mode_over_a_real_http_server(gsm8k_path):
         # a wrong key: the API refuses, the user falls back to the scripted reply and the env lives on
         bad = LLMUserWriter(
             base_url=srv.base_url + "/v1",
-            api_key="sk-wrong-user-key",
+            api_key="not-a-real-user-key",
             model="m",
             timeout_sec=5,
             max_retries=0,
@@ -201,7 +201,7 @@ def test_llm_user_mode_over_a_real_http_server(gsm8k_path):
         obs2, *_, info2 = env2.step(AI_STYLE)
         assert info2["user_error"] and "AuthenticationError" in info2["user_error"] and obs2
         assert "Incorrect API key" in info2["user_error"]  # the provider's reason stays readable
-        assert "sk-wrong-user-key" not in info2["user_error"] and "wrong-user" not in info2["user_error"]
+        assert "not-a-real-user-key" not in info2["user_error"] and "real-user" not in info2["user_error"]
 
 
 def test_bad_arguments_are_clear(gsm8k_path):

@@ -147,11 +147,11 @@ def test_terminal_env_reports_escape_as_observation():
 def test_the_services_environment_is_not_readable_inside(monkeypatch):
     # bwrap's own PID 1 inside the namespace is readable by the command; it must not hold the
     # service's variables, where the users' API keys live.
-    monkeypatch.setenv("OPENCLAW_TEST_SECRET", "sk-must-not-leak")
+    monkeypatch.setenv("OPENCLAW_TEST_SECRET", "not-a-real-secret")
     with Sandbox(LIMITS) as s:
         r = s.run("cat /proc/1/environ /proc/self/environ | tr '\\0' '\\n'; env")
         assert r.exit_code == 0
-        assert "sk-must-not-leak" not in r.stdout + r.stderr
+        assert "not-a-real-secret" not in r.stdout + r.stderr
         assert "OPENCLAW_TEST_SECRET" not in r.stdout
 
 
