@@ -74,6 +74,9 @@ def test_a_real_openclaw_session_is_served_recorded_and_judged(openclaw, tmp_pat
         assert config == json.loads(json.dumps(openclaw_fragment(cfg, api)))  # comments aside, the same data
         # a short answer keeps the test quick on 2 cores; everything else is the printed fragment
         config["models"]["providers"]["openclaw-rl"]["models"][0]["maxTokens"] = 48
+        # greedy: a sampled reply may begin a tool call that 48 tokens cut off, which OpenClaw rightly
+        # reports as no answer; greedy makes the three turns the same on every run
+        config["agents"]["defaults"]["params"] = {"temperature": 0}
         (tmp_path / "openclaw.json").write_text(json.dumps(config, indent=2))
         env = {
             **os.environ,
