@@ -203,23 +203,15 @@ def test_command_line_numbers_are_checked_before_anything_starts(tmp_path):
         )
         assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr
     (tmp_path / "afile").write_text("x")
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "openclaw_rl.cli",
-            "eval",
-            "--config",
-            config,
-            "--out",
-            str(tmp_path / "afile" / "x"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert (
-        out.returncode == 2
-        and "cannot write the summary" in out.stdout
-        and "[eval] policy=" not in out.stdout
-    )
+    for target, why in (
+        (tmp_path / "afile" / "x", "a part of its path is a file"),
+        (tmp_path, "it is a directory"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "openclaw_rl.cli", "eval", "--config", config, "--out", str(target)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 2 and "[eval] policy=" not in out.stdout, out.stdout
+        assert f"cannot write the summary to {target}: {why}" in out.stdout, out.stdout

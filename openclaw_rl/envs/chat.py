@@ -433,7 +433,7 @@ ANALYST = Persona(
         "For the quarterly report I need this problem worked out as a structured memo:\n\n{question}",
         "Kindly solve the following and present it formally, with the steps itemised:\n\n{question}",
     ),
-    redo_leads=("That is not quite what I asked for.", "Thank you, however", "Please revise it."),
+    redo_leads=("That is not quite what I asked for.", "Thank you, however,", "Please revise it."),
     corrections=("The reference solution gives {answer}. Please check the calculation and correct it.",),
     loop_complaints=(
         "The text repeats the same sentence and says nothing. Please write a proper memo.",
@@ -466,8 +466,6 @@ def redo_request(lead: str, points: list[str]) -> str:
     if lead.endswith((".", "?", "!")):  # a new sentence starts with a capital, as people type it
         body = body[0].upper() + body[1:]
     else:  # the lead's sentence goes on: "Thank you, however, please ..."
-        if lead.endswith("however"):
-            lead += ","
         first = body.split(" ", 1)[0]
         if first != "I" and not first.startswith("I'") and (len(first) == 1 or first[1:].islower()):
             body = body[0].lower() + body[1:]

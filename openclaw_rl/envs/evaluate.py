@@ -229,8 +229,12 @@ def eval_command(
         problem = None
         if target.is_dir():
             problem = "it is a directory"
+        elif target.exists() and not os.access(target, os.W_OK):
+            problem = "it is not writable"
         elif not os.access(target.parent, os.W_OK):
             problem = "its folder is not writable"
+    except (FileExistsError, NotADirectoryError):  # mkdir met a file where a folder should be
+        problem = "a part of its path is a file, not a folder"
     except OSError as exc:
         problem = exc.strerror or str(exc)
     if problem:

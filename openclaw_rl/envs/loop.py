@@ -64,7 +64,7 @@ import httpx
 
 from openclaw_rl.config import OUTCOME_REWARDS, Config, Persona
 from openclaw_rl.envs.base import Env, make
-from openclaw_rl.runtime.chat_stream import add_tool_call_deltas, tool_calls_in_order
+from openclaw_rl.runtime.chat_stream import add_tool_call_deltas, read_error, tool_calls_in_order
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.secrets import without_key
 from openclaw_rl.runtime.store import Store
@@ -74,16 +74,18 @@ log = logging.getLogger("openclaw_rl.env_service")
 
 class PolicyRequestError(RuntimeError):
     """The policy service refused a request (a 4xx other than 429); ends the episode, not the worker.
-    ``status``: the HTTP status, or None for a reply that was not the stream it should have been."""
+    ``status``: the HTTP status, or None for a reply that was not the stream it should have been;
+    ``code``: the error body's ``code``, when it had one."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.code = code
 
     @property
     def too_long(self) -> bool:
         """400 ``context_length_exceeded``: the conversation outgrew the policy's window."""
-        return self.status == 400 and "context_length_exceeded" in str(self)
+        return self.status == 400 and self.code == "context_length_exceeded"
 
     @property
     def refused_key(self) -> bool:
@@ -202,7 +204,8 @@ class PolicyClient:
                         if warned and reply is not None:
                             log.info("[env_service] policy service is back at %s", self.url)
                         return reply
-                    detail = without_key(resp.read().decode("utf-8", "replace")[:300], self._key)
+                    # masked before it is cut, so no piece of the key is left
+                    detail = without_key(resp.read().decode("utf-8", "replace"), self._key)
             except httpx.HTTPError as exc:
                 problem = f"{type(exc).__name__} ({exc})"
             except _StreamFailed as exc:
@@ -210,7 +213,9 @@ class PolicyClient:
             else:
                 if resp.status_code != 429 and resp.status_code < 500:
                     raise PolicyRequestError(
-                        f"policy service answered {resp.status_code}: {detail}", resp.status_code
+                        f"policy service answered {resp.status_code}: {detail[:300]}",
+                        resp.status_code,
+                        read_error(detail).code,
                     )
                 problem = f"HTTP {resp.status_code}"
             self.retries += 1
@@ -623,9 +628,16 @@ class EnvLoop:
         headers = dict(group or {})
         user = simulated_user(self.cfg, info)
 
+        window_full = False
+
         def ask(done: bool, max_tokens: int | None, extra: dict[str, str]) -> dict[str, Any] | None:
             """One request of the episode; a conversation longer than the policy's window loses
-            its oldest steps first, as an agent compacts (the task and the newest exchange stay)."""
+            its oldest steps first, as an agent compacts (the task and the newest exchange stay).
+            Once the window has been met, each step drops one exchange before it asks: a step adds
+            about one, so the next request is not another refusal."""
+            nonlocal window_full
+            if window_full:
+                drop_oldest_exchange(messages)
             while True:
                 try:
                     return client.complete(
@@ -642,12 +654,14 @@ class EnvLoop:
                 except PolicyRequestError as exc:
                     if not (exc.too_long and drop_oldest_exchange(messages)):
                         raise
+                    window_full = True
 
         while True:
             try:
                 reply = ask(not capture, self.max_tokens, headers)
             except PolicyRequestError as exc:
                 log.warning("[env_service] worker %d: %s", index, exc)
+                refused = stats(False, str(exc))  # the wait below is not the episode's time
                 if exc.refused_key:
                     # Not a burst of failed episodes (each builds a sandbox or a browser): wait, as
                     # for a service that is down, until a restart with the right key or a stop.
@@ -658,7 +672,7 @@ class EnvLoop:
                         self.backoff_max,
                     )
                     self.stop_event.wait(self.backoff_max)
-                return stats(False, str(exc))
+                return refused
             if reply is None:
                 return None
             messages.append(reply)

@@ -204,7 +204,10 @@ class Sandbox:
                     os.lchown(os.path.join(dirpath, name), self.uid, self.gid)
 
     def path(self, rel: str) -> Path:
-        """Absolute host path of ``rel`` inside /work; refuses anything resolving outside it."""
+        """Absolute host path of ``rel`` inside /work; refuses anything resolving outside it, and a
+        NUL byte (no path holds one)."""
+        if "\0" in rel:
+            raise PermissionError(f"{rel!r} holds a NUL byte, which no path can")
         target = Path(os.path.realpath(self.workdir / rel))
         base = Path(os.path.realpath(self.workdir))
         if target != base and base not in target.parents:
@@ -373,7 +376,6 @@ class Sandbox:
         kwargs: dict = {}
         if self.is_root:
             kwargs.update(user=self.uid, group=self.gid, extra_groups=[])
-        self._keep_workdir_usable()
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
@@ -454,6 +456,8 @@ class Sandbox:
             )
         elif exit_code == 128 + signal.SIGXFSZ:
             notes.append(f"file size limit of {lim.file_size_mb} MB exceeded")
+        # before anything reads /work: a command may have taken its permissions away
+        self._keep_workdir_usable()
         used = self.disk_usage()
         if used > lim.disk_mb << 20:
             notes.append(f"disk quota exceeded: /work holds {used >> 20} MB (limit {lim.disk_mb} MB)")

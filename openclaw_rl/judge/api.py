@@ -39,7 +39,7 @@ def make_client(cfg: Config) -> openai.AsyncOpenAI:
     )
 
 
-def describe_failure(exc: Exception, url: str, retries: int, key: str = "") -> str:
+def describe_failure(exc: Exception, url: str, retries: int, *, key: str) -> str:
     """A clear, key-free message for an API failure: what happened, where, and the endpoint's own
     reason when it gave one (the client retries only timeouts, lost connections, 408/409/429/5xx)."""
     after = f" (retried up to {retries} time{'' if retries == 1 else 's'})" if retries else ""
@@ -106,7 +106,9 @@ class ApiJudge(Judge):
             )
         except openai.APIError as exc:
             key = self.cfg.api.api_key.get_secret_value()
-            raise JudgeUnavailable(describe_failure(exc, self.url, self.cfg.api.max_retries, key)) from None
+            raise JudgeUnavailable(
+                describe_failure(exc, self.url, self.cfg.api.max_retries, key=key)
+            ) from None
         except ValueError as exc:  # a 200 whose body is cut-off JSON
             raise JudgeUnavailable(
                 f"judge API at {self.url} answered with a body that is not JSON ({exc})"

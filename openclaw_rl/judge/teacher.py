@@ -196,7 +196,12 @@ class ApiTeacher:
 
             raise JudgeUnavailable(
                 "teacher: "
-                + describe_failure(exc, f"{self.client.base_url}completions", self.client.max_retries)
+                + describe_failure(
+                    exc,
+                    f"{self.client.base_url}completions",
+                    self.client.max_retries,
+                    key=self.client.api_key,
+                )
             ) from None
         lp = resp.choices[0].logprobs if resp.choices else None
         token_lps = list(getattr(lp, "token_logprobs", None) or [])

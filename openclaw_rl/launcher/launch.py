@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from openclaw_rl.config import (
     Config,
@@ -53,44 +54,54 @@ class Check:
         return f"[dry-run] {self.service}: {'ok' if self.ok else 'FAILED'} — {self.detail}"
 
 
+@dataclass(frozen=True)
+class Probe:
+    """What ``GET {v1}/models`` showed: reachable (and the key accepted), in words, and the models
+    it listed (each as the endpoint describes it; empty when it lists none)."""
+
+    ok: bool
+    detail: str
+    models: list[dict[str, Any]]
+
+
 def _probe_openai(
-    base_v1: str, key: str | None, timeout: float, model: str | None = None
-) -> tuple[bool, str]:
+    base_v1: str, key: str | None, timeout: float, model: str | None = None, gateway: bool = False
+) -> Probe:
     """GET {base}/models: reachable and key accepted (and ``model`` listed, when given and the
-    endpoint lists models)? Never prints the key."""
+    endpoint lists models)? ``gateway``: an API gateway, which may serve chat completions without a
+    model list (an engine always has one: its 404 is a wrong address). Never prints the key."""
     import httpx
 
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
         r = httpx.get(f"{base_v1}/models", headers=headers, timeout=timeout)
     except httpx.TimeoutException:
-        return False, f"{base_v1} did not answer within {timeout:.0f}s"
+        return Probe(False, f"{base_v1} did not answer within {timeout:.0f}s", [])
     except httpx.HTTPError as exc:
-        return False, f"{base_v1} is unreachable ({type(exc).__name__}: {exc})"
+        return Probe(False, f"{base_v1} is unreachable ({type(exc).__name__}: {exc})", [])
     if r.status_code in (401, 403):
-        return False, f"{base_v1} refused the API key (HTTP {r.status_code}); check [api] api_key"
-    if r.status_code in (404, 405, 501):
-        # Some gateways serve chat completions but no model list: reachable, the rest unknown.
-        return (
-            True,
-            f"{base_v1} reachable (it lists no models: HTTP {r.status_code}; the first request will tell)",
-        )
+        return Probe(False, f"{base_v1} refused the API key (HTTP {r.status_code}); check [api] api_key", [])
+    if gateway and r.status_code in (404, 405, 501):
+        said = f"it lists no models: HTTP {r.status_code}; the first request will tell"
+        return Probe(True, f"{base_v1} reachable ({said})", [])
     if r.status_code == 429:
-        return True, f"{base_v1} reachable, rate-limiting for now (HTTP 429)"
+        return Probe(True, f"{base_v1} reachable, rate-limiting for now (HTTP 429)", [])
     if r.status_code >= 400:
-        return False, f"{base_v1}/models answered HTTP {r.status_code}"
-    if model is not None:
-        try:
-            listed = [m.get("id") for m in r.json().get("data", []) if isinstance(m, dict)]
-        except (ValueError, AttributeError):
-            listed = []
-        if listed and model not in listed:
-            shown = ", ".join(str(m) for m in listed[:5]) + (", ..." if len(listed) > 5 else "")
-            return (
-                True,
-                f"{base_v1} reachable, key accepted; warning: it does not list the model {model!r} ({shown})",
-            )
-    return True, f"{base_v1} reachable, key accepted"
+        return Probe(False, f"{base_v1}/models answered HTTP {r.status_code}", [])
+    try:
+        data = r.json().get("data", [])
+        models = [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+    except (ValueError, AttributeError):
+        models = []
+    listed = [m.get("id") for m in models]
+    if model is not None and listed and model not in listed:
+        shown = ", ".join(str(m) for m in listed[:5]) + (", ..." if len(listed) > 5 else "")
+        return Probe(
+            True,
+            f"{base_v1} reachable, key accepted; warning: it does not list the model {model!r} ({shown})",
+            models,
+        )
+    return Probe(True, f"{base_v1} reachable, key accepted", models)
 
 
 def _port_free(host: str, port: int) -> tuple[bool, str]:
@@ -107,7 +118,9 @@ def _port_free(host: str, port: int) -> tuple[bool, str]:
 
 def check_api(cfg: Config, model: str | None = None) -> tuple[bool, str]:
     timeout = min(cfg.api.timeout_sec, PROBE_TIMEOUT_S)
-    return _probe_openai(cfg.api.v1_url, cfg.api.api_key.get_secret_value() or None, timeout, model)
+    key = cfg.api.api_key.get_secret_value() or None
+    probe = _probe_openai(cfg.api.v1_url, key, timeout, model, gateway=True)
+    return probe.ok, probe.detail
 
 
 def check_policy(cfg: Config) -> Check:
@@ -143,9 +156,8 @@ def check_policy(cfg: Config) -> Check:
             return Check("policy_service", False, problem)
         return Check("policy_service", True, f"backend={pol.backend}: the engine will be launched at start")
     v1 = url if url.endswith("/v1") else f"{url}/v1"
-    ok, detail = _probe_openai(v1, None, PROBE_TIMEOUT_S)
-    if ok:
-        detail += _window_note(v1, pol.max_model_len)
+    probe = _probe_openai(v1, None, PROBE_TIMEOUT_S)
+    ok, detail = probe.ok, probe.detail + _window_note(probe.models, pol.max_model_len)
     if not ok:
         from openclaw_rl.launcher.external import engine_command
 
@@ -159,16 +171,10 @@ def check_policy(cfg: Config) -> Check:
     return Check("policy_service", ok, f"backend={pol.backend}: {detail}{_front_door(cfg)}")
 
 
-def _window_note(base_v1: str, configured: int) -> str:
+def _window_note(models: list[dict[str, Any]], configured: int) -> str:
     """A warning when the running engine's window (vLLM names it in ``/v1/models``) is smaller than
     ``[policy_service] max_model_len``: the service would accept prompts the engine then refuses."""
-    import httpx
-
-    try:
-        data = httpx.get(f"{base_v1}/models", timeout=PROBE_TIMEOUT_S).json()["data"]
-        windows = [m["max_model_len"] for m in data if isinstance(m.get("max_model_len"), int)]
-    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
-        return ""  # an engine that does not say: nothing to compare
+    windows = [m["max_model_len"] for m in models if isinstance(m.get("max_model_len"), int)]
     if not windows or min(windows) >= configured:
         return ""
     return (

@@ -48,7 +48,8 @@ from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest
 from openclaw_rl.policy.guided import call_schema
 from openclaw_rl.policy.weights import WeightLoadError
 from openclaw_rl.runtime import chat_format
-from openclaw_rl.runtime.chat_stream import add_tool_call_deltas, tool_calls_in_order
+from openclaw_rl.runtime.chat_stream import add_tool_call_deltas, read_error, tool_calls_in_order
+from openclaw_rl.runtime.secrets import without_key
 
 log = logging.getLogger("openclaw_rl.policy")
 
@@ -79,16 +80,16 @@ class ForwardEngine(Engine):
             self.v1 = root if root.endswith("/v1") else f"{root}/v1"
             key = pcfg.engine_api_key.get_secret_value() if pcfg.engine_api_key is not None else ""
         self.root = self.v1.removesuffix("/v1")
+        self._key = key  # masked out of any engine error a client is shown
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.serve_model = pcfg.model
         self._user_models: dict[str, tuple[str, int]] = {}  # per_user, vllm: user -> (LoRA name, version)
         self._lora_paths: dict[str, Path] = {}  # vllm: each LoRA name this service loaded -> its folder
-        self._retiring: dict[
-            str, str
-        ] = {}  # vllm: LoRA family ("policy", "user-x") -> version to unload next
+        self._retiring: dict[str, str] = {}  # vllm: LoRA family ("policy", "user-x") -> name to unload next
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._sem: asyncio.Semaphore | None = None
+        self._reload_lock: asyncio.Lock | None = None
         self._warned = False
         self.active_count = 0
 
@@ -116,6 +117,7 @@ class ForwardEngine(Engine):
             self._client = httpx.AsyncClient(timeout=timeout, headers=self._headers)
             self._client_loop = loop
             self._sem = asyncio.Semaphore(self.pcfg.max_concurrent)
+            self._reload_lock = asyncio.Lock()
         return self._client
 
     @property
@@ -213,14 +215,10 @@ class ForwardEngine(Engine):
                 for attempt in (0, 1):
                     async with client.stream("POST", f"{self.v1}/chat/completions", json=body) as resp:
                         if resp.status_code != 200:
-                            detail = (await resp.aread()).decode("utf-8", "replace")[:500]
-                            try:
-                                detail = json.loads(detail)["error"]["message"]
-                            except (ValueError, KeyError, TypeError):
-                                pass
+                            detail = read_error((await resp.aread()).decode("utf-8", "replace")).message
                             if attempt == 0 and await self._reloaded(resp.status_code, body["model"]):
                                 continue
-                            raise self._engine_error(resp.status_code, str(detail))
+                            raise self._engine_error(resp.status_code, detail[:500])
                         async for line in resp.aiter_lines():
                             if not line.startswith("data:"):
                                 continue
@@ -232,7 +230,9 @@ class ForwardEngine(Engine):
                                 raise APIError(
                                     502,
                                     f"the {self.backend} engine failed mid-stream: "
-                                    f"{chunk['error'].get('message', chunk['error'])}",
+                                    + without_key(
+                                        str(chunk["error"].get("message", chunk["error"])), self._key
+                                    ),
                                     type_="upstream_error",
                                 )
                             if chunk.get("prompt_token_ids") is not None:
@@ -286,7 +286,7 @@ class ForwardEngine(Engine):
                 raise APIError(
                     502,
                     f"the {self.backend} engine at {self.v1} is unreachable or failed: "
-                    f"{type(exc).__name__}: {exc or 'no answer within request_timeout_sec'}",
+                    f"{type(exc).__name__}: {str(exc) or 'no answer within request_timeout_sec'}",
                     type_="upstream_error",
                 ) from exc
             finally:
@@ -336,27 +336,32 @@ class ForwardEngine(Engine):
         other refusal but a bad request is the service's problem, a 502."""
         from openclaw_rl.policy.protocol import APIError
 
-        message = f"the {self.backend} engine at {self.v1} answered {status}: {detail}"
+        message = (
+            f"the {self.backend} engine at {self.v1} answered {status}: {without_key(detail, self._key)}"
+        )
         if status == 400 and "context length" in detail.lower():
             return APIError(400, message, type_="invalid_request_error", code="context_length_exceeded")
         return APIError(status if status in (400, 422) else 502, message, type_="upstream_error")
 
     async def _reloaded(self, status: int, model: str) -> bool:
         """After a 404 for a LoRA this service loaded (the engine restarted, or something unloaded
-        it): load it again from where it was published; True when that worked."""
+        it): load it again from where it was published; True when the request is worth one retry.
+        Requests that meet the 404 together reload one at a time; a load refused because a request
+        beside this one has just loaded the LoRA is still a reason to retry."""
         path = self._lora_paths.get(model)
-        if status != 404 or self.backend != "vllm" or path is None:
+        if status != 404 or self.backend != "vllm" or path is None or self._reload_lock is None:
             return False
-        try:
-            await asyncio.to_thread(
-                self._post_weights,
-                f"{self.v1}/load_lora_adapter",
-                {"lora_name": model, "lora_path": str(path)},
-                path,
-            )
-        except WeightLoadError as exc:
-            log.warning("could not reload %s into the vllm engine: %s", model, exc)
-            return False
+        async with self._reload_lock:
+            try:
+                await asyncio.to_thread(
+                    self._post_weights,
+                    f"{self.v1}/load_lora_adapter",
+                    {"lora_name": model, "lora_path": str(path)},
+                    path,
+                )
+            except WeightLoadError as exc:
+                log.info("reloading %s into the vllm engine: %s; retrying the request", model, exc)
+                return True
         log.info("the vllm engine had lost %s; loaded it again from %s", model, path)
         return True
 
@@ -377,8 +382,8 @@ class ForwardEngine(Engine):
         previous = self._user_models.get(user)
         self._user_models[user] = (name, version)
         self._lora_paths[name] = p
-        if previous is not None:
-            self._retire(previous[0], keep=name)
+        if previous is not None and previous[0] != name:
+            self._retire(f"user-{user}", previous[0])
 
     def adapter_version(self, user: str) -> int:
         own = self._user_models.get(user)
@@ -387,10 +392,12 @@ class ForwardEngine(Engine):
     def forget_adapter(self, user: str) -> None:
         """vllm: unload ``user``'s named LoRA from the engine; their next request gets the base."""
         own = self._user_models.pop(user, None)
-        if own is not None:
-            self._lora_paths.pop(own[0], None)  # a deleted user's adapter is never loaded again
-        if own is not None and self.backend == "vllm":
-            self._post_weights(f"{self.v1}/unload_lora_adapter", {"lora_name": own[0]}, Path(own[0]))
+        for name in (own[0] if own else None, self._retiring.pop(f"user-{user}", None)):
+            if name is None:
+                continue
+            self._lora_paths.pop(name, None)  # a deleted user's adapter is never loaded again
+            if self.backend == "vllm":
+                self._post_weights(f"{self.v1}/unload_lora_adapter", {"lora_name": name}, Path(name))
 
     def swap_weights(self, path: str | Path, version: int) -> None:
         """Ask the engine to load ``path``; see the module docstring for each backend."""
@@ -413,18 +420,18 @@ class ForwardEngine(Engine):
         if self.backend == "vllm":
             previous, self.serve_model = self.serve_model, f"policy-v{version}"
             self._lora_paths[self.serve_model] = p
-            if previous in self._lora_paths:
-                self._retire(previous, keep=self.serve_model)
+            if previous in self._lora_paths and previous != self.serve_model:
+                self._retire("policy", previous)
         self._version = version
 
-    def _retire(self, old: str, keep: str) -> None:
-        """Unload the LoRA ``old`` that ``keep`` replaced, lest a long run hold every version it ever
-        served. Only the version before it: one still streaming its last replies, ``keep``'s
-        predecessor, stays loaded until the next swap. A request that still names a retired version
-        gets it loaded again (:meth:`_reloaded`)."""
-        before = self._retiring.pop(keep.rsplit("-v", 1)[0], None)
-        self._retiring[keep.rsplit("-v", 1)[0]] = old
-        if before is None or before in (old, keep):
+    def _retire(self, family: str, old: str) -> None:
+        """A new version of ``family`` ("policy", "user-<name>") replaced the LoRA ``old``: unload
+        the version before ``old``, lest a long run hold every version it ever served. ``old`` itself,
+        which may still be streaming its last replies, stays loaded until the next swap. A retired
+        version is not loaded again; a request still naming it meets the engine's 404."""
+        before = self._retiring.get(family)
+        self._retiring[family] = old
+        if before is None or before == old:
             return
         self._lora_paths.pop(before, None)
         try:

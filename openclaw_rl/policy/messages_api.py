@@ -19,6 +19,7 @@ provider) send the whole conversation each time, so sessions are stitched by pre
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, Literal
@@ -202,11 +203,17 @@ def chat_body(req: MessagesRequest) -> dict[str, Any]:
             "json_schema": {"name": "output", "schema": fmt["schema"]},
         }
     user = (req.metadata or {}).get("user_id")
-    if isinstance(user, str) and USER_NAME.match(user):
-        # Anthropic's user_id is opaque: Claude Code sends a JSON string or a 159-character id. Only
-        # a value that can be a user name names one; anything else is not an error, just no name.
+    if isinstance(user, str) and USER_NAME.match(user) and not _PER_SESSION_ID.match(user):
+        # Anthropic's user_id is opaque: Claude Code sends a JSON string or an id with the session in
+        # it. Only a value that can be a user name names one, and a per-session id is none (each
+        # session would be a user of its own); anything else is not an error, just no name.
         body["user"] = user
     return body
+
+
+#: Claude Code's ``user_<device hash>_account_<uuid or nothing>_session_<uuid>``: it changes with
+#: every session, and with an API key login (no account) it is short enough to pass for a name.
+_PER_SESSION_ID = re.compile(r"^user_[0-9a-f]{64}_account_")
 
 
 def conversation_body(req: CountTokensRequest) -> dict[str, Any]:

@@ -146,7 +146,7 @@ class SessionManager:
         if found is None:
             return None
         n, sid = found
-        if self._newest(sid) == keys[n] or n > 0:
+        if n > 0 or self._newest(sid) == keys[n]:
             # The session's newest turn; or an older one that the request goes on past (assistant
             # messages follow it, not remembered as they are: a client such as OpenClaw shortens old
             # tool results in what it re-sends), which is that later conversation: it continues.

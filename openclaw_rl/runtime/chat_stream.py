@@ -1,4 +1,5 @@
-"""Reading an OpenAI chat-completions stream: the pieces of a tool call, added up.
+"""Reading an OpenAI chat-completions stream: the pieces of a tool call, added up, and the error
+body an endpoint answers instead.
 
 A streamed reply sends each tool call in pieces (``delta.tool_calls``: an ``index``, then the id,
 name and argument text in any number of chunks). The policy service reads such streams from a
@@ -8,7 +9,9 @@ both add the pieces up here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -30,3 +33,29 @@ def add_tool_call_deltas(
 def tool_calls_in_order(calls: dict[int, dict[str, Any]]) -> list[dict[str, Any]] | None:
     """The added-up calls in index order; None if there were none."""
     return [calls[i] for i in sorted(calls)] or None
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    """What an OpenAI-style error body (``{"error": {"message", "code", "param"}}``) says; for a body
+    of another shape, ``message`` is its text and the rest is None."""
+
+    message: str
+    code: str | None = None
+    param: str | None = None
+
+
+def read_error(text: str) -> ErrorReply:
+    """The error an endpoint answered, read from its body text (never raises)."""
+    try:
+        err = json.loads(text)["error"]
+    except (ValueError, KeyError, TypeError):
+        return ErrorReply(text)
+    if not isinstance(err, dict):
+        return ErrorReply(str(err))
+
+    def field(name: str) -> str | None:
+        value = err.get(name)
+        return value if isinstance(value, str) else None
+
+    return ErrorReply(field("message") or text, field("code"), field("param"))

@@ -825,9 +825,8 @@ class Store:
             ).fetchone()
             up, down = db.execute(
                 # a response rated again counts once, as its latest rating (the one that trains)
-                "SELECT COALESCE(SUM(rating=1), 0), COALESCE(SUM(rating=-1), 0) FROM feedback f "
-                "WHERE user=? AND rowid = (SELECT MAX(rowid) FROM feedback g "
-                "WHERE g.response_id = f.response_id AND g.user = f.user)",
+                "SELECT COALESCE(SUM(rating=1), 0), COALESCE(SUM(rating=-1), 0) FROM feedback "
+                "WHERE rowid IN (SELECT MAX(rowid) FROM feedback WHERE user=? GROUP BY response_id)",
                 (name,),
             ).fetchone()
         return UserStats(

@@ -255,4 +255,4 @@ def test_a_redo_request_reads_as_one_message_a_person_would_write(persona):
     for seed in range(12):
         env.reset(seed=seed)
         reply = env.step("I'd be happy to help! **Answer**: 5")[0]
-        assert ". and " not in reply and not re.search(r"however,? [A-Z][a-z]", reply), reply
+        assert ". and " not in reply and not re.search(r"however(?!, [a-zI])", reply), reply

@@ -12,6 +12,7 @@ import pytest
 from openclaw_rl.config import build_config
 from openclaw_rl.envs import make
 from openclaw_rl.envs.loop import EnvLoop
+from openclaw_rl.policy.protocol import APIError
 from openclaw_rl.runtime.ports import free_port
 from openclaw_rl.types import DEFAULT_USER, Sample
 
@@ -121,38 +122,47 @@ def test_refused_request_ends_episode_not_worker(tmp_path, caplog):
             cfg, max_episodes=2, backoff_max_sec=0.5, env_overrides={"terminal": {"task": "count_lines"}}
         )
         with caplog.at_level(logging.WARNING, logger="openclaw_rl.env_service"):
+            began = time.monotonic()
             svc.start()
             stats = svc.wait_episodes(2, timeout=30)
+            waited = time.monotonic() - began
             svc.stop()
     assert len(stats) == 2 and all(not s.success and "401" in (s.error or "") for s in stats)
     assert all("wrong-run-key" not in (s.error or "") for s in stats)
     assert "wrong-run-key" not in caplog.text
     # a refused key is waited on like a service that is down, not met by a burst of episodes
-    assert "refuses this run's key" in caplog.text
+    assert "refuses this run's key" in caplog.text and waited >= 0.5  # backoff_max before episode 2
 
 
 def test_an_episode_longer_than_the_window_goes_on_without_its_oldest_steps(tmp_path):
     # A stand-in whose window holds the task and one exchange: the worker leaves older steps out
-    # (as an agent compacts) instead of ending the episode on the 400.
+    # (as an agent compacts) instead of ending the episode on the 400. The refusal is the policy
+    # service's own, worded in full (its code comes after a message of 300+ characters).
     seen: list[int] = []
+    refusal = APIError(
+        400,
+        "This model's maximum context length is 2048 tokens. However, you requested 2417 tokens "
+        "(2161 in the messages, 256 in the completion). Please reduce the length of the messages or "
+        "completion (ask for at most max_tokens = 0).",
+        param="max_tokens",
+        code="context_length_exceeded",
+    ).body()["error"]
 
     def agent(body: dict[str, Any]):
         seen.append(len(body["messages"]))
         if len(body["messages"]) > 4:
-            return 400, {
-                "message": "This model's maximum context length is ...",
-                "code": "context_length_exceeded",
-            }
+            return 400, refusal
         return "```bash\nls\n```"
 
     with ChatServer(agent) as srv:
-        cfg = _cfg(tmp_path, srv.port, num_envs=1, max_turns=4)
+        cfg = _cfg(tmp_path, srv.port, num_envs=1, max_turns=8)
         svc = EnvLoop(cfg, max_episodes=1, env_overrides={"terminal": {"task": "count_lines"}})
         svc.start()
         (stats,) = svc.wait_episodes(1, timeout=60)
         svc.stop()
-    assert stats.error is None and stats.turns == 4, stats
-    assert max(seen) > 4 and seen[-1] <= 4  # refused once too long, then served trimmed
+    assert stats.error is None and stats.turns == 8, stats
+    # refused once when the window first fills; after that each step leaves one exchange out first
+    assert sum(n > 4 for n in seen) == 1 and seen[-1] <= 4, seen
 
 
 def test_unavailable_type_is_skipped(tmp_path, monkeypatch):

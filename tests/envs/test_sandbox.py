@@ -159,7 +159,11 @@ def test_a_nul_byte_or_chmod_000_does_not_break_the_sandbox(sb):
     r = sb.run("echo a\x00b")
     assert r.exit_code != 0 and "NUL" in r.stderr
     _alive(sb)
+    assert sb.read_file("a\x00b") is None and not sb.exists("a\x00b")  # no path holds a NUL
+    sb.write_file("kept.txt", "kept")
     assert sb.run("chmod 000 .").exit_code == 0
+    # usable again as soon as the command returns: a checker reads /work right after it
+    assert sb.workdir.stat().st_mode & 0o700 == 0o700 and sb.read_file("kept.txt") == "kept"
     _alive(sb)  # bwrap can still enter /work
 
 

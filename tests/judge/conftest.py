@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 KEY = "sk-test-judge"
 
@@ -30,7 +30,9 @@ class Remote:
     calls: int = 0
     url: str = ""
     prompt_logprobs: bool = True  # whether /v1/completions supports echo + logprobs
-    raw_body: str | None = None  # answer 200 with this text/html body instead (a misrouted base_url)
+    raw_body: str | None = None  # answer 200 with this body instead (a misrouted base_url)
+    key: str = KEY  # the key it takes; its canned failures quote the key they were sent, as some APIs do
+    completions_fail: list[int] = field(default_factory=list)  # as fail_next, for /v1/completions
 
     def reset(self) -> None:
         self.eval_reply = "The user thanked the assistant.\nSCORE: +1"
@@ -40,6 +42,17 @@ class Remote:
         self.calls = 0
         self.prompt_logprobs = True
         self.raw_body = None
+        self.key = KEY
+        self.completions_fail = []
+
+
+def _failure(request: Request, code: int) -> JSONResponse:
+    sent = request.headers.get("authorization", "").removeprefix("Bearer ")
+    return JSONResponse(
+        {"error": {"message": f"canned {code} for the key {sent}"}},
+        status_code=code,
+        headers={"retry-after-ms": "20"},
+    )
 
 
 def _app(remote: Remote) -> FastAPI:
@@ -49,15 +62,13 @@ def _app(remote: Remote) -> FastAPI:
     @app.post("/api/v1/chat/completions")
     async def chat(request: Request) -> JSONResponse:
         remote.calls += 1
-        if request.headers.get("authorization") != f"Bearer {KEY}":
+        if request.headers.get("authorization") != f"Bearer {remote.key}":
             return JSONResponse({"error": {"message": "invalid api key"}}, status_code=401)
         if remote.fail_next:
-            code = remote.fail_next.pop(0)
-            return JSONResponse(
-                {"error": {"message": f"canned {code}"}}, status_code=code, headers={"retry-after-ms": "20"}
-            )
-        if remote.raw_body is not None:
-            return HTMLResponse(remote.raw_body)
+            return _failure(request, remote.fail_next.pop(0))
+        if remote.raw_body is not None:  # a page, or JSON cut short (sent as JSON)
+            kind = "application/json" if remote.raw_body.startswith("{") else "text/html"
+            return Response(remote.raw_body, media_type=kind)
         if remote.delay_s:
             await asyncio.sleep(remote.delay_s)
         body = await request.json()
@@ -80,6 +91,8 @@ def _app(remote: Remote) -> FastAPI:
     async def completions(request: Request) -> JSONResponse:
         """Prompt log-probs the vLLM way: echo=True returns one log-prob per prompt token, here the
         canned value -(position / 100) so a test can check which positions were taken."""
+        if remote.completions_fail:
+            return _failure(request, remote.completions_fail.pop(0))
         body = await request.json()
         if not remote.prompt_logprobs or not body.get("echo"):
             return JSONResponse({"error": {"message": "echo is not supported"}}, status_code=400)

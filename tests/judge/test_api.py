@@ -103,18 +103,20 @@ def test_unreachable_api_is_an_error():
 
 def test_a_page_that_is_not_a_chat_completion_is_a_clear_error(remote):
     # base_url pointing at a web page: a 200 whose body is HTML, or JSON cut short
-    for body in ("<html>oops</html>", '{"choices": ['):
+    for body, says in (("<html>oops</html>", "not a chat completion"), ('{"choices": [', "not JSON")):
         remote.reset()
         remote.raw_body = body
         result = run(make_judge(api_config(remote, vote_count=1, extract_instruction=False)))
-        assert not result.ok and remote.url in result.error, result.error
-        assert "not a chat completion" in result.error or "not JSON" in result.error
+        assert not result.ok and remote.url in result.error and says in result.error, result.error
 
 
 def test_a_refusal_says_the_endpoints_reason_and_is_not_called_retried(remote):
-    remote.fail_next = [400]
-    result = run(make_judge(api_config(remote, vote_count=1, extract_instruction=False)))
-    assert not result.ok and "HTTP 400: canned 400" in result.error and "retried" not in result.error
+    # the endpoint's reason quotes the key it was sent (a key of no known shape): masked
+    remote.fail_next, remote.key = [400], "plainjudgesecret42"
+    cfg = api_config(remote, api={"api_key": "plainjudgesecret42"}, vote_count=1, extract_instruction=False)
+    result = run(make_judge(cfg))
+    assert not result.ok and "HTTP 400: canned 400 for the key [key]" in result.error, result.error
+    assert "retried" not in result.error and "plainjudgesecret42" not in result.error
     assert remote.calls == 1
 
 

@@ -119,10 +119,10 @@ def test_teacher_logprobs_equal_a_direct_forward_pass(tiny):
     assert out.logprobs != pytest.approx(plain, abs=1e-4)
 
 
-def _api_turn_setup(remote, tiny_model_dir, tok):
+def _api_turn_setup(remote, tiny_model_dir, tok, api: dict | None = None):
     from .conftest import api_config
 
-    cfg = api_config(remote, training={"opd_enabled": True}, teacher="api")
+    cfg = api_config(remote, api=api, training={"opd_enabled": True}, teacher="api")
     cfg.policy_service.model = str(tiny_model_dir)
     remote.eval_reply = "SCORE: -1"
     remote.hint_reply = f"VERDICT: +1\n[HINT_START]{HINT}[HINT_END]"
@@ -155,6 +155,18 @@ def test_api_without_prompt_logprobs_says_opd_needs_a_capable_teacher(remote, ti
     # The RL part is still judged; only the OPD part is missing, and the log says why.
     assert result.ok and result.score == -1 and result.teacher_logprobs is None
     assert "OPD needs a local teacher" in caplog.text
+
+
+def test_an_api_teachers_outage_is_reported_without_the_key(remote, tiny, tiny_model_dir):
+    from openclaw_rl.judge import make_judge
+
+    _, tok = tiny
+    remote.key = "plainteachersecret7"  # a key of no known shape
+    cfg, turn = _api_turn_setup(remote, tiny_model_dir, tok, api={"api_key": remote.key})
+    remote.completions_fail = [422]  # its message quotes the key it was sent
+    result = asyncio.run(make_judge(cfg).judge(turn))
+    assert not result.ok and "teacher:" in (result.error or "") and "HTTP 422" in result.error, result
+    assert remote.key not in result.error and "[key]" in result.error
 
 
 WEATHER_TOOL = {

@@ -146,13 +146,17 @@ def test_the_default_data_ships_with_the_package():
 
 
 def _models_server(status: int, models: list[dict]):
-    """A stand-in engine / API whose ``GET /v1/models`` answers ``status`` with ``models``."""
+    """A stand-in engine / API whose ``GET /v1/models`` answers ``status`` with ``models``; the
+    paths it was asked for are in ``srv.asked``."""
     import http.server
     import json
     import threading
 
+    asked: list[str] = []
+
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
+            asked.append(self.path)
             self.send_response(status)
             self.end_headers()
             self.wfile.write(json.dumps({"data": models}).encode())
@@ -161,6 +165,7 @@ def _models_server(status: int, models: list[dict]):
             pass
 
     srv = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    srv.asked = asked  # type: ignore[attr-defined]
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
 
@@ -172,10 +177,18 @@ def _dry_run_line(tmp_path, service: str, body: str) -> str:
     return next(ln for ln in proc.stdout.splitlines() if ln.startswith(f"[dry-run] {service}"))
 
 
-def test_the_dry_run_warns_when_a_running_engine_has_a_smaller_window(tmp_path):
-    # A vLLM started with --max-model-len 1024 under a config that says 8192: the service would take
-    # prompts the engine then refuses. The dry run names both numbers and the fix.
-    srv = _models_server(200, [{"id": "m", "max_model_len": 1024}])
+@pytest.mark.parametrize(
+    "status, says",
+    [
+        # A vLLM started with --max-model-len 1024 under a config that says 8192: the service would
+        # take prompts the engine then refuses. The dry run names both numbers and the fix.
+        (200, ["ok —", "the engine's window is 1024 tokens", "max_model_len = 8192"]),
+        # an engine always lists its models: a 404 is a wrong engine_url, not a gateway without a list
+        (404, ["FAILED", "/models answered HTTP 404"]),
+    ],
+)
+def test_the_dry_run_checks_a_running_engine_and_its_window(tmp_path, status, says):
+    srv = _models_server(status, [{"id": "m", "max_model_len": 1024}])
     try:
         line = _dry_run_line(
             tmp_path,
@@ -185,7 +198,8 @@ def test_the_dry_run_warns_when_a_running_engine_has_a_smaller_window(tmp_path):
         )
     finally:
         srv.shutdown()
-    assert "the engine's window is 1024 tokens" in line and "max_model_len = 8192" in line, line
+    assert all(s in line for s in says), line
+    assert srv.asked == ["/v1/models"]  # the window comes from the same answer
 
 
 @pytest.mark.parametrize(
@@ -193,6 +207,7 @@ def test_the_dry_run_warns_when_a_running_engine_has_a_smaller_window(tmp_path):
     [
         (404, [], "ok — backend=api (API channel)"),  # a gateway with chat but no model list
         (200, [{"id": "other-model"}], "does not list the model 'judge-model'"),
+        (429, [], "reachable, rate-limiting for now"),
     ],
 )
 def test_the_dry_run_judges_an_api_judge_by_what_it_can_tell(tmp_path, status, models, says):

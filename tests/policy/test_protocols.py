@@ -262,12 +262,14 @@ def test_messages_create_with_the_anthropic_sdk_is_recorded(tiny_service):
 
 
 def test_an_opaque_metadata_user_id_as_claude_code_sends_it_is_served(tiny_service):
-    # Anthropic's user_id is opaque; Claude Code sends a JSON string or a 159-character id. Neither
-    # can be a user name: served as an unnamed request, not refused.
+    # Anthropic's user_id is opaque; Claude Code sends a JSON string or an id with its session in
+    # it (123 characters with an API-key login, no account). None is a user name: served as an
+    # unnamed request, not refused.
     svc, url = tiny_service
     for user_id in (
         json.dumps({"device_id": "abc", "account_uuid": "", "session_id": "4f1c"}),
         "user_" + "a" * 64 + "_account_" + "b" * 36 + "_session_" + "c" * 36,
+        "user_" + "0123456789abcdef" * 4 + "_account__session_" + "9d8e7f60-1a2b-4c3d-8e9f-0a1b2c3d4e5f",
     ):
         msg = _anthropic(url).messages.create(
             model="policy",

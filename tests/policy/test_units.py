@@ -133,6 +133,31 @@ def test_a_regenerated_last_message_branches_instead_of_answering_a_later_turn(t
     assert (d.session_id, d.turn_index, d.stitched) == (a.session_id, 2, True)
 
 
+def test_after_a_restart_a_branch_goes_on_in_its_own_session_though_a_shorter_prefix_is_in_memory(
+    tmp_path,
+):
+    """The longest remembered prefix wins wherever it is kept: one in the store only (from before a
+    restart) beats a shorter one the process has met since."""
+    store = Store(tmp_path / "s.sqlite")
+    sm = SessionManager(store)
+    first = _msgs(("user", "q1"))
+    a = sm.assign(first, None, None, False)
+    _record(sm, a.session_id, first, "A1")
+    second = first + _msgs(("assistant", "A1"), ("user", "q2"))
+    _record(sm, sm.assign(second, None, None, False).session_id, second, "A2", index=1)
+    edited = first + _msgs(("assistant", "A1"), ("user", "q2 edited"))
+    branch = sm.assign(edited, None, None, False)
+    assert branch.session_id != a.session_id
+    _record(sm, branch.session_id, edited, "B2")
+    store.close()
+    sm = SessionManager(Store(tmp_path / "s.sqlite"))
+    sm.assign(
+        first + _msgs(("assistant", "A1"), ("user", "q2 other")), None, None, False
+    )  # [q1, A1] in memory
+    on = sm.assign(edited + _msgs(("assistant", "B2"), ("user", "thanks")), None, None, False)
+    assert (on.session_id, on.turn_index, on.stitched) == (branch.session_id, 1, True)
+
+
 def test_a_history_re_sent_with_an_old_tool_result_shortened_still_continues(tmp_path):
     """OpenClaw re-sends older tool results shortened: the request goes on past an older turn of the
     session with assistant messages of its own, so it is that conversation, not a branch."""

@@ -7,6 +7,8 @@ import json
 import shutil
 import sqlite3
 import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -15,6 +17,8 @@ import torch
 from openclaw_rl.policy.weights import WeightLoadError
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.types import Turn
+
+from .conftest import make_config
 
 pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
 
@@ -252,3 +256,70 @@ def test_vllm_forwarding_serves_each_user_their_named_lora(
     sg, _ = start_service(tiny_model_dir, "sg", backend="sglang", engine_url=engine_url)
     with pytest.raises(WeightLoadError, match="does not serve per-user adapters"):
         sg.engine.swap_adapter("alice", adapter, 1)
+
+
+class _RefusingEngine(BaseHTTPRequestHandler):
+    """An upstream API that quotes the key it was sent in its 401, as some do, or (for a body that
+    asks for ``"slow"``) answers nothing within the client's timeout."""
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if b"slow" in body:
+            time.sleep(3)
+            return
+        sent = self.headers.get("Authorization", "").removeprefix("Bearer ")
+        reply = json.dumps({"error": {"message": f"Incorrect API key provided: {sent}"}}).encode()
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_an_engine_refusal_reaches_the_client_without_the_key(start_service, tiny_model_dir):
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _RefusingEngine)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{srv.server_port}"
+    try:
+        _, url = start_service(
+            tiny_model_dir,
+            "quoted",
+            backend="api",
+            request_timeout_sec=1,
+            api={"base_url": base, "api_key": "plainsecretvalue123"},
+        )
+        r = httpx.post(url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 2}, timeout=60)
+        slow = [{"role": "user", "content": "slow"}]
+        late = httpx.post(url + "/v1/chat/completions", json={"messages": slow, "max_tokens": 2}, timeout=60)
+    finally:
+        srv.shutdown()
+    said = r.json()["error"]["message"]
+    assert r.status_code == 502 and "Incorrect API key provided: [key]" in said, said
+    assert "plainsecretvalue123" not in r.text
+    # a timeout names what happened, though httpx's exception has no text of its own
+    assert late.status_code == 502 and "no answer within request_timeout_sec" in late.text, late.text
+
+
+def test_a_deleted_users_adapters_are_all_unloaded_and_old_versions_retired(
+    tiny_model_dir, weight_dirs, tmp_path
+):
+    # The engine's weight routes are recorded, not served: the real vLLM test loads and unloads them.
+    from openclaw_rl.policy.forward import ForwardEngine
+
+    cfg = make_config(tmp_path, tiny_model_dir, backend="vllm", engine_url="http://127.0.0.1:9")
+    engine = ForwardEngine(cfg)
+    calls: list[tuple[str, str]] = []
+    engine._post_weights = lambda url, body, p: calls.append((url.rsplit("/", 1)[1], body["lora_name"]))  # type: ignore[method-assign]
+    for version in (1, 2, 3):
+        engine.swap_adapter("bob", weight_dirs["adapter"], version)
+        engine.swap_weights(weight_dirs["adapter"], version)
+    unloaded = [name for route, name in calls if route == "unload_lora_adapter"]
+    assert unloaded == ["user-bob-v1", "policy-v1"]  # two swaps old; v2 may still be streaming
+    calls.clear()
+    engine.forget_adapter("bob")
+    assert sorted(name for _, name in calls) == ["user-bob-v2", "user-bob-v3"]  # current and retiring
+    assert not any("bob" in name for name in engine._lora_paths)  # never loaded again
+    assert engine.adapter_version("bob") == 0 and engine.serve_model == "policy-v3"
