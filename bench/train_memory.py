@@ -22,23 +22,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 ONE = """
-import json, resource, sys, time, warnings
+import json, resource, sys, time
 sys.path.insert(0, {root!r})
 from openclaw_rl.config import EMBEDDED_MODEL, build_config
 from openclaw_rl.trainer.ppo import Trainer
 from openclaw_rl.trainer.logprobs import batch_token_stats
-cfg = build_config({{"training": {{"lora": True}}, "global": {{"log_dir": sys.argv[3]}}}}, environ={{}})
+from openclaw_rl.types import Sample
+limit = 0 if sys.argv[2] == "on" else 10**9  # the trainer's own switch decides, as in training
+training = {{"lora": True, "recompute_above_tokens": limit}}
+cfg = build_config({{"training": training, "global": {{"log_dir": sys.argv[3]}}}}, environ={{}})
 trainer = Trainer(cfg, EMBEDDED_MODEL)
 model = trainer.model
 model.train()
-if sys.argv[2] == "on":
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={{"use_reentrant": False}})
 length = int(sys.argv[1])
 loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 prompt = [1 + (7 * j) % 1000 for j in range(length)]
 response = [5 + j % 100 for j in range(64)]
+trainer._recompute_if_long([Sample(sample_id="b", session_id="b", turn_index=0, prompt_ids=prompt,
+    response_ids=response, rollout_logprobs=[0.0] * 64, loss_mask=[1] * 64, reward=1.0)])
 start = time.perf_counter()
 stats = batch_token_stats(model, [prompt], [response])
 stats.logprobs.sum().backward()

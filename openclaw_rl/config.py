@@ -629,11 +629,12 @@ def _expand(value: Any, where: str, problems: list[str], environ: dict[str, str]
     return value
 
 
-def _coerce_from_environment(model: type[_Section], clean: dict[str, Any], body: dict[str, Any]) -> None:
+def _coerce_from_environment(model: type[_Section], clean: dict[str, Any], from_env: set[str]) -> None:
     """Values are strictly typed ("8" is not 8), but ``${VAR}`` can only be written in a string:
     ``port = "${PORT}"`` takes the variable's text as the number it spells. A variable that spells
-    no such value is left as it is, for the strict pass to report."""
-    for key in [k for k, v in body.items() if k in clean and isinstance(v, str) and ENV_VAR.search(v)]:
+    no such value is left as it is, for the strict pass to report. ``from_env``: the keys written
+    with a ``${VAR}``."""
+    for key in from_env:
         try:
             clean[key] = getattr(model.model_validate({key: clean[key]}, strict=False), key)
         except ValidationError:
@@ -696,7 +697,8 @@ def build_config(
                 problems.append(f"[{name}] {key}: unknown key{_suggest(key, known)}")
                 continue
             clean[key] = _expand(value, f"[{name}] {key}", problems, environ)
-        _coerce_from_environment(model, clean, body)
+        from_env = {k for k, v in body.items() if k in clean and isinstance(v, str) and ENV_VAR.search(v)}
+        _coerce_from_environment(model, clean, from_env)
         try:
             sections[name] = model(**clean)
         except ValidationError as exc:
@@ -714,9 +716,8 @@ def build_config(
                 msg = err["msg"].removeprefix("Value error, ")
                 if err["type"] == "literal_error" and isinstance(err.get("input"), str):
                     msg += _suggest(err["input"], _literal_choices(model, str(err["loc"][0])))
-                raw_value = body.get(str(err["loc"][0])) if err["loc"] else None
-                from_env = isinstance(raw_value, str) and ENV_VAR.search(raw_value)
-                if err["type"] in _QUOTED_SCALAR and isinstance(err.get("input"), str) and not from_env:
+                quoted = err["type"] in _QUOTED_SCALAR and isinstance(err.get("input"), str)
+                if quoted and not (err["loc"] and str(err["loc"][0]) in from_env):
                     # strict types: "8" is not 8, "yes" not true (TOML writes both without quotes)
                     msg += (
                         "; write it without quotes" if err["type"] != "bool_type" else "; write true or false"

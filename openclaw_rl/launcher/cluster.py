@@ -415,7 +415,7 @@ def run_cluster(
     """
     import signal
 
-    from openclaw_rl.launcher.wiring import build_children, policy_url, start_serving
+    from openclaw_rl.launcher.wiring import build_children, engine_gone, policy_url, start_serving
 
     cfg = cfg.with_absolute_paths()
     try:
@@ -430,9 +430,9 @@ def run_cluster(
     if install_signals:
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    ok, engine = start_serving(cfg, server)
+    ok, engine = start_serving(cfg, server, stop.is_set)
     if not ok:
-        return 1
+        return 0 if stop.is_set() else 1
     runner: ClusterEnvRunner | None = None
     judges: list[Any] = []
     trainer = None
@@ -481,6 +481,10 @@ def run_cluster(
                 break
             if not server.alive():
                 print("[cluster] policy service exited; stopping the run", flush=True)
+                break
+            gone = engine_gone(cfg, engine)
+            if gone is not None:
+                print(f"[cluster] {gone}", flush=True)
                 break
         stop.set()
         if result is None and trainer is not None:

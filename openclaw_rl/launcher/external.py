@@ -299,11 +299,10 @@ class ExternalEngine:
             self.proc.wait(timeout=10)
         self._kill_group(signal.SIGKILL)  # whatever of the group did not follow its leader
 
-    def _kill_group(self, sig: signal.Signals) -> bool:
-        """Send ``sig`` to the engine's process group; False when none of it is left."""
+    def _kill_group(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the engine's process group (nothing when none of it is left)."""
         assert self.proc is not None
         try:
             os.killpg(self.proc.pid, sig)
         except ProcessLookupError:
-            return False
-        return True
+            pass  # the whole group has exited: nothing to stop

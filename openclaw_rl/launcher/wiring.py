@@ -252,6 +252,18 @@ def start_serving(
     return True, engine
 
 
+def engine_gone(cfg: Config, engine: Any) -> str | None:
+    """Why the run must stop when the engine it launched has exited (None while it runs, or when it
+    launched none): nothing answers the policy service's requests any more, so a run that waited
+    would make no progress and never reach max_steps. Used by both launchers."""
+    if engine is None or engine.alive():
+        return None
+    return (
+        f"the {cfg.policy_service.backend} engine exited with code {engine.proc.returncode}; "
+        f"see {engine.log_path}; stopping the run"
+    )
+
+
 def run_all(cfg: Config, config_path: str) -> int:
     """Start the loops, watch them, restart a crashed one, stop all on max_steps or Ctrl-C."""
     store = Store(RunDir.of(cfg).store)
@@ -298,14 +310,9 @@ def run_all(cfg: Config, config_path: str) -> int:
             if failed is not None:
                 stopping, rc = True, failed
                 break
-            if engine is not None and not engine.alive():
-                # Nothing answers the policy service's requests any more: a run that waited would
-                # make no progress and never reach max_steps.
-                print(
-                    f"[launch] the {cfg.policy_service.backend} engine exited with code "
-                    f"{engine.proc.returncode}; see {engine.log_path}; stopping the run",
-                    flush=True,
-                )
+            gone = engine_gone(cfg, engine)
+            if gone is not None:
+                print(f"[launch] {gone}", flush=True)
                 stopping, rc = True, 1
                 break
             if time.monotonic() - last_progress >= PROGRESS_EVERY_S:

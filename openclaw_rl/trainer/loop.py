@@ -206,6 +206,8 @@ class TrainingLoop:
         self.per_user = cfg.users.mode == "per_user"
         self._passed_over: dict[str, int] = {}  # per_user: updates each waiting user was passed over
         self._user_updates: dict[str, int] = {}  # per_user: updates of each user's adapter in this run
+        # adapters trained since their last publish (None: the shared policy); published at the end
+        self._unpublished: set[str | None] = set()
         self.cores: CoreBudget | None = None  # [training] use_idle_cores: set by start()
 
     def start(self) -> None:
@@ -278,6 +280,7 @@ class TrainingLoop:
                 self.update_once()
         finally:
             self._set_paused(False)
+            self._publish_the_rest()
             self._checkpoint()
             self.metrics.close()
             if self._swap_thread is not None:
@@ -329,11 +332,7 @@ class TrainingLoop:
             user = self._next_user()
             if user is None:
                 return {}
-            trainer.use_user(user)
-            # the user's adapter version counts its publishes, as the shared policy's does, so
-            # max_staleness means the same in both modes (not the adapter's update count)
-            published = self.run_dir.read_published_policy(user)
-            self.version = published.version if published else 0
+            self._use_user(user)
         batch = self.store.claim_samples(tc.batch_size, step, self.version, tc.max_staleness, user=user)
         if not batch:
             return {}
@@ -368,17 +367,15 @@ class TrainingLoop:
             metrics["user_updates"] = float(self._user_updates[user])
         self.metrics.write(trainer.step, metrics, user=user)
         self.store.set_meta("trainer_updates", trainer.step)  # progress shows updates before their checkpoint
-        # The last update of a run publishes too, so what it trained after the last interval is
-        # served, exported and evaluated (max_steps = 2 with weight_sync_interval = 4 trained for nothing).
-        last = self.done
+        self._unpublished.add(user)
         if user is not None:
-            if self._user_updates[user] % self.cfg.policy_service.weight_sync_interval == 0 or last:
+            if self._user_updates[user] % self.cfg.policy_service.weight_sync_interval == 0:
                 self._publish(user)
             # every per-user update: the user's adapter, optimiser and (just published) version
             trainer.save_checkpoint()
             self._commit_checkpoint()
         else:
-            if trainer.step % self.cfg.policy_service.weight_sync_interval == 0 or last:
+            if trainer.step % self.cfg.policy_service.weight_sync_interval == 0:
                 self._publish()
             if trainer.step % tc.checkpoint_interval == 0:
                 self._commit_checkpoint()
@@ -388,10 +385,27 @@ class TrainingLoop:
             self._set_paused(False)
         return metrics
 
+    def _publish_the_rest(self) -> None:
+        """At the end of a run (max_steps, Ctrl-C between updates), publish every adapter trained
+        since its last publish, so what a run learned after its last interval is served, exported and
+        evaluated (max_steps = 2 with weight_sync_interval = 4 would have trained for nothing)."""
+        for user in sorted(self._unpublished, key=lambda u: u or ""):
+            if user is not None:
+                self._use_user(user)
+            self._publish(user)
+
+    def _use_user(self, user: str) -> None:
+        """Per_user: train and publish ``user``'s adapter. Its version counts its publishes, as the
+        shared policy's does, so max_staleness means the same in both modes."""
+        self.started_trainer.use_user(user)
+        published = self.run_dir.read_published_policy(user)
+        self.version = published.version if published else 0
+
     def _publish(self, user: str | None = None) -> None:
         """Export a new policy version (``user``: of that user's adapter), repoint ``latest``, tell
         serving without waiting on it."""
         trainer = self.started_trainer
+        self._unpublished.discard(user)
         self.version += 1
         path = trainer.export_policy(self.run_dir.policy_dir(user), self.version)
         self.run_dir.publish_policy(self.version, path, step=trainer.step, user=user)

@@ -337,7 +337,7 @@ class Trainer:
         agent's multi-thousand-token turns would not fit a CPU machine's memory; short chat turns
         keep the faster path. docs/training.md, "Memory"."""
         limit = self.tc.recompute_above_tokens
-        longest = max(len(s.prompt_ids) + len(s.response_ids) for s in batch)
+        longest = max(s.num_tokens for s in batch)
         want = longest > limit
         if want == self._recomputing:
             return

@@ -19,6 +19,7 @@ from openclaw_rl.launcher.external import (
     engine_python,
     launch_problem,
 )
+from openclaw_rl.launcher.wiring import engine_gone
 from openclaw_rl.runtime.ports import free_port
 
 pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
@@ -122,6 +123,10 @@ def test_lifecycle_against_a_stand_in_server(tmp_path):
     with pytest.raises(EngineError, match="exited with code 3"):
         dead.wait_ready(timeout=30)
     assert time.monotonic() - t0 < 15
+    # what both launchers watch for while the run goes on: the engine they started has exited
+    assert engine_gone(cfg, None) is None
+    said = engine_gone(cfg, dead)
+    assert said is not None and "vllm engine exited with code 3" in said and str(dead.log_path) in said
 
 
 def test_stop_ends_the_whole_group_even_after_its_leader_died(tmp_path):

@@ -87,3 +87,14 @@ def test_the_run_name_leads_the_progress_line_and_status(tmp_path, capsys):
     Store(RunDir.of(cfg).store).close()
     assert status_command(cfg) == 0
     assert capsys.readouterr().out.startswith("[progress] run=alice_week2 turns=0 ")
+
+
+def test_status_without_a_run_names_the_folder_a_relative_log_dir_was_read_from(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    cfg = build_config({"global": {"log_dir": "runs/mine"}}, environ={})
+    assert status_command(cfg) == 1
+    out = capsys.readouterr().out
+    assert f"no run found: {tmp_path / 'runs' / 'mine'}" in out and "read from the current folder" in out
+    assert not (tmp_path / "runs").exists()  # a read-only command creates nothing

@@ -48,8 +48,10 @@ def test_loop_trains_publishes_and_checkpoints(make_cfg):
     cfg.policy_service.weight_sync_interval = 1
     store = Store(cfg.log_dir / "store.sqlite")
     store.add_samples(_samples(5))
+    store.set_meta("trainer_updates", 99)  # left by an earlier run whose checkpoints are gone
     loop = TrainingLoop(cfg, policy_url=None, store=store)
     loop.start()
+    assert store.get_meta("trainer_updates") == 0  # progress counts this trainer's updates
     assert loop.run() == 0
     c = store.counters()
     assert (c.samples_trained, c.samples_ready, c.samples_claimed) == (4, 1, 0)
@@ -72,6 +74,21 @@ def test_the_last_update_of_a_run_is_published_whatever_the_sync_interval(make_c
     assert loop.run() == 0
     version, path = RunDir.of(cfg).read_policy_pointer()
     assert loop.started_trainer.step == 3 and version == 1 and (path / "adapter_config.json").is_file()
+
+
+def test_a_stop_between_updates_publishes_what_was_trained(make_cfg):
+    # Ctrl-C after two updates, before the sync interval (4) came round: the run still serves them
+    cfg = make_cfg(checkpoint_interval=100)
+    cfg.policy_service.weight_sync_interval = 4
+    store = Store(cfg.log_dir / "store.sqlite")
+    store.add_samples(_samples(2 * cfg.training.batch_size))
+    loop = TrainingLoop(cfg, policy_url=None, store=store)
+    loop.start()
+    for _ in range(2):
+        assert loop.update_once()
+    loop.stop()
+    assert loop.run() == 0
+    assert RunDir.of(cfg).read_policy_pointer()[0] == 1
 
 
 def test_a_stop_mid_update_returns_its_batch_to_the_queue_and_checkpoints_the_weights_before_it(
