@@ -126,7 +126,7 @@ class JsonSchemaSpec(_Lenient):
 
     name: str = Field("response", min_length=1, max_length=64)
     description: str | None = None
-    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
     strict: bool | None = None
 
 
@@ -140,7 +140,8 @@ class ResponseFormat(_Lenient):
 
     @model_validator(mode="after")
     def _schema_given(self) -> ResponseFormat:
-        if self.type == "json_schema" and self.json_schema is None:
+        if self.type == "json_schema" and (self.json_schema is None or self.json_schema.schema_ is None):
+            # a misspelt "schema" would otherwise be JSON of any shape, silently
             raise ValueError(
                 "response_format of type 'json_schema' needs a 'json_schema' object with a 'schema'"
             )

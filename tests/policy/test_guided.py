@@ -220,6 +220,15 @@ def test_a_forced_call_in_the_responses_api_is_a_function_call_item(tiny_service
         ),
         ({"tool_choice": "required"}, "forcing a tool call needs 'tools'"),
         ({"response_format": {"type": "json_schema"}}, "needs a 'json_schema' object"),
+        (  # "schema" misspelt: not JSON of any shape, silently
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "scheme": {"type": "object"}},
+                }
+            },
+            "needs a 'json_schema' object with a 'schema'",
+        ),
         ({"response_format": {"type": "xml"}}, "response_format.type"),
         (
             {
