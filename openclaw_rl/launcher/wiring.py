@@ -218,12 +218,10 @@ def start_serving(
     cfg: Config, server: Child, should_stop: Callable[[], bool] | None = None
 ) -> tuple[bool, Any]:
     """Start what serves the policy and wait until it answers: the external SGLang / vLLM engine when
-    ``launch = true``, then the policy service, which a restarted run points at its newest published
-    weights (not the base). Returns (ok, the external engine or None); on failure whatever was
+    ``launch = true``, then the policy service (which serves the run's newest published weights, not
+    the base). Returns (ok, the external engine or None); on failure whatever was
     started here is stopped again. ``should_stop``: Ctrl-C while the engine loads ends the wait.
     Used by both the local and the cluster launcher."""
-    from openclaw_rl.policy.admin import request_swap
-
     url = policy_url(cfg)
     engine = None
     if cfg.policy_service.launch:
@@ -245,11 +243,7 @@ def start_serving(
         if engine is not None:
             engine.stop()
         return False, None
-    pointer = RunDir.of(cfg).read_policy_pointer()
-    if pointer is not None:
-        err = request_swap(cfg, url, pointer[1], pointer[0])
-        print(f"[async] serving policy version={pointer[0]}" + (f" failed: {err}" if err else ""), flush=True)
-    return True, engine
+    return True, engine  # the service loads the newest published policy itself (restarts too)
 
 
 def engine_gone(cfg: Config, engine: Any) -> str | None:

@@ -28,8 +28,9 @@ from openclaw_rl.policy.forward import ForwardEngine
 from openclaw_rl.policy.replicas import ReplicatedEngine
 from openclaw_rl.policy.serving import Serving
 from openclaw_rl.policy.transformers_engine import TransformersEngine
+from openclaw_rl.policy.weights import WeightLoadError
 from openclaw_rl.runtime.loop_main import run_loop_body
-from openclaw_rl.runtime.rundir import RunDir
+from openclaw_rl.runtime.rundir import PublishedPolicy, RunDir
 from openclaw_rl.runtime.store import Store
 
 log = logging.getLogger("openclaw_rl.policy")
@@ -66,11 +67,7 @@ class PolicyService:
         key = run.client_key(self.pcfg)
         self.engine.start()
         self.serving = Serving(self.cfg, self.engine, self.store)
-        if self.cfg.users.mode == "per_user":  # every user's newest adapter, loaded on their first request
-            for user in run.published_users():
-                published = run.read_published_policy(user)
-                if published is not None:
-                    self.serving.swap_weights(published.path, published.version, user)
+        self._serve_published(run)
         app = build_app(self.serving, key, admin_key=run.admin_key(), weights_root=run.policies)
         sock = socket.socket(socket.AF_INET6 if ":" in self.pcfg.host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -98,6 +95,31 @@ class PolicyService:
                 f"must send the generated key in {run.client_key_file} (Authorization: Bearer <key>)"
             )
         return server, sock
+
+    def _serve_published(self, run: RunDir) -> None:
+        """Serve what the run's trainer last published, not the base: a (re)started service goes
+        on where the run is (the shared policy; in per_user mode every user's newest adapter, loaded
+        on their first request). A published folder that cannot be loaded is reported, not fatal."""
+        assert self.serving is not None
+        published: list[tuple[str | None, PublishedPolicy | None]] = [(None, run.read_published_policy())]
+        if self.cfg.users.mode == "per_user":
+            published += [(user, run.read_published_policy(user)) for user in run.published_users()]
+        for user, policy in published:
+            if policy is None:
+                continue
+            who = f" of user {user}" if user is not None else ""
+            try:
+                self.serving.swap_weights(policy.path, policy.version, user)
+            except WeightLoadError as exc:
+                print(
+                    f"[policy_service] could not load policy version={policy.version}{who}: {exc}", flush=True
+                )
+                continue
+            if user is None:
+                print(
+                    f"[policy_service] serving policy version={policy.version} (the newest published)",
+                    flush=True,
+                )
 
     # ------------------------------------------------------------------ background
     def start(self) -> str:

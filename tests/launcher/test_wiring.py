@@ -84,11 +84,15 @@ def test_a_stopping_run_asks_every_loop_at_once_and_the_server_last(tmp_path):
 
 
 def test_a_restarted_run_serves_its_newest_published_policy(tmp_path, tiny_model_dir):
-    """Both launchers start serving through start_serving: a run with a published policy resumes it."""
+    """A run with a published policy resumes it: when the run starts, and when the policy service
+    alone was killed and the launcher restarts it (not the base until the next publish)."""
+    import os
+    import signal
+
     import httpx
 
     from openclaw_rl.config import build_config
-    from openclaw_rl.launcher.wiring import build_children, policy_url, start_serving
+    from openclaw_rl.launcher.wiring import build_children, policy_url, start_serving, supervise, wait_healthy
     from openclaw_rl.runtime.ports import free_port
     from openclaw_rl.runtime.rundir import RunDir
     from tests.helpers import save_tiny_model
@@ -112,6 +116,12 @@ def test_a_restarted_run_serves_its_newest_published_policy(tmp_path, tiny_model
     ok, engine = start_serving(cfg, server)
     try:
         assert ok and engine is None
+        assert httpx.get(f"{policy_url(cfg)}/healthz", timeout=10).json()["policy_version"] == 3
+        assert server.proc is not None
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait(timeout=30)
+        assert supervise({"policy_service": server}) is None and server.restarts == 1
+        assert wait_healthy(policy_url(cfg), server)
         assert httpx.get(f"{policy_url(cfg)}/healthz", timeout=10).json()["policy_version"] == 3
     finally:
         server.stop(timeout=30)
@@ -148,3 +158,29 @@ def test_each_loop_process_gets_its_share_of_threads(tmp_path, monkeypatch):
     assert threads_in_child(tmp_path / "a") == "1 1"
     monkeypatch.setenv("OMP_NUM_THREADS", "5")  # a user's own setting wins
     assert threads_in_child(tmp_path / "b").endswith(" 5")
+
+
+def test_a_published_policy_that_cannot_be_loaded_is_reported_and_the_base_served(
+    tmp_path, tiny_model_dir, capsys
+):
+    from openclaw_rl.config import build_config
+    from openclaw_rl.policy.server import PolicyService
+    from openclaw_rl.runtime.rundir import RunDir
+
+    cfg = build_config(
+        {
+            "global": {"log_dir": str(tmp_path / "logs")},
+            "policy_service": {"model": str(tiny_model_dir), "port": 0},
+        },
+        environ={},
+    )
+    run = RunDir.of(cfg)
+    (run.policies / "v000002").mkdir(parents=True)  # emptied by hand, or a disk that lost it
+    run.publish_policy(2, run.policies / "v000002")
+    svc = PolicyService(cfg)
+    svc.start()
+    try:
+        assert svc.policy_version == 0
+    finally:
+        svc.stop()
+    assert "could not load policy version=2" in capsys.readouterr().out
