@@ -6,6 +6,7 @@
     openclaw-rl train  --config FILE --samples F.jsonl [--steps N] [--resume]
     openclaw-rl eval   --config FILE [--checkpoint PATH]
     openclaw-rl status --config FILE
+    openclaw-rl samples --config FILE --out F.jsonl [--status S]  the run's samples, for train --samples
     openclaw-rl openclaw-config --config FILE [--api T]   the openclaw.json fragment for this service
     openclaw-rl users add NAME --config FILE              a user and their key (shown once)
     openclaw-rl users list --config FILE                  per user: turns, samples, feedback, ...
@@ -84,6 +85,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from openclaw_rl.launcher.status import status_command
 
     return status_command(_config(args.config))
+
+
+def _cmd_samples(args: argparse.Namespace) -> int:
+    from openclaw_rl.launcher.status import samples_command
+
+    return samples_command(_config(args.config), args.out, args.status)
 
 
 def _cmd_openclaw_config(args: argparse.Namespace) -> int:
@@ -191,6 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", help="where to write the JSON summary (default <log_dir>/eval/)")
     verb("status", _cmd_status, "print the run's counters")
+    from openclaw_rl.launcher.status import SAMPLE_STATUSES
+
+    p = verb(
+        "samples", _cmd_samples, "write the run's recorded samples as JSONL (what train --samples reads)"
+    )
+    p.add_argument("--out", required=True, help="the JSONL file to write")
+    p.add_argument("--status", choices=SAMPLE_STATUSES, help="only these samples (default: all)")
     verb(
         "openclaw-config",
         _cmd_openclaw_config,

@@ -696,7 +696,12 @@ def build_config(
             if key not in known:
                 problems.append(f"[{name}] {key}: unknown key{_suggest(key, known)}")
                 continue
-            clean[key] = _expand(value, f"[{name}] {key}", problems, environ)
+            said = len(problems)
+            expanded = _expand(value, f"[{name}] {key}", problems, environ)
+            if len(problems) > said:  # an unset variable, said once: its default stands in
+                failed.add(f"[{name}] {key}")
+                continue
+            clean[key] = expanded
         from_env = {k for k, v in body.items() if k in clean and isinstance(v, str) and ENV_VAR.search(v)}
         _coerce_from_environment(model, clean, from_env)
         try:

@@ -45,6 +45,15 @@ def test_unset_variable_is_named_and_value_never_shown():
     assert "[api] api_key" in str(exc.value)
 
 
+def test_an_unset_variable_in_a_number_is_one_problem_not_two():
+    with pytest.raises(ConfigError) as exc:
+        build_config({"policy_service": {"port": "${NO_SUCH_PORT}"}, "training": {"lr": 0}}, environ={})
+    said = str(exc.value)
+    assert "NO_SUCH_PORT is not set" in said and "[policy_service] port" in said
+    assert "valid integer" not in said and "got ''" not in said, said
+    assert "[training] lr" in said  # the file's other problems are still all listed
+
+
 def test_secret_never_in_error_messages():
     raw = {"api": {"api_key": "sk-verysecretvalue", "timeout_sec": -1}}
     with pytest.raises(ConfigError) as exc:

@@ -265,6 +265,19 @@ def eval_command(
                     f"{'problems' if part == 'chat' else 'tasks'} exist; all {held_out} are run",
                     flush=True,
                 )
+        types = cfg.env_service.interaction_types
+        skipped = [
+            p
+            for p, n in (("chat", sizes.chat), ("terminal", sizes.terminal), ("tool_call", sizes.tool_call))
+            if n > 0 and p not in types
+        ]
+        if skipped:
+            print(
+                f"[eval] note: {', '.join(skipped)} not evaluated: not in [env_service] interaction_types "
+                f"({', '.join(types)}); add {'them' if len(skipped) > 1 else 'it'} there to evaluate "
+                f"{'them' if len(skipped) > 1 else 'it'}",
+                flush=True,
+            )
         summary = evaluate(ecfg, url, sizes)
     except (PolicyRequestError, RuntimeError, OSError, ValueError) as exc:
         print(f"[eval] error: {exc}", flush=True)

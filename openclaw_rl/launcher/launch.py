@@ -124,6 +124,13 @@ def check_api(cfg: Config, model: str | None = None) -> tuple[bool, str]:
 
 
 def check_policy(cfg: Config) -> Check:
+    """The policy's model or engine, and the service's own port: every problem of the two at once."""
+    free, door = _front_door(cfg)
+    backend = _check_policy_backend(cfg)
+    return Check("policy_service", backend.ok and free, backend.detail + door)
+
+
+def _check_policy_backend(cfg: Config) -> Check:
     pol = cfg.policy_service
     if pol.backend == "transformers":
         from openclaw_rl.runtime.models import ModelNotFoundError, resolve_model_dir
@@ -132,7 +139,6 @@ def check_policy(cfg: Config) -> Check:
             directory = resolve_model_dir(pol.model)
         except ModelNotFoundError as exc:
             return Check("policy_service", False, str(exc))
-        ok, _ = _port_free(pol.host, pol.port)
         replicas = (
             f"; {pol.num_engines} engine replicas on the cluster, {pol.engine_num_cpus:g} CPU / "
             f"{pol.engine_num_gpus:g} GPU each"
@@ -141,12 +147,12 @@ def check_policy(cfg: Config) -> Check:
         )
         return Check(
             "policy_service",
-            ok,
-            f"backend=transformers model {pol.model} at {directory}{replicas}{_front_door(cfg)}",
+            True,
+            f"backend=transformers model {pol.model} at {directory}{replicas}",
         )
     if pol.backend == "api":
         ok, detail = check_api(cfg, pol.model)
-        return Check("policy_service", ok, f"backend=api: {detail}{_front_door(cfg)}")
+        return Check("policy_service", ok, f"backend=api: {detail}")
     url = pol.engine_root
     if pol.launch:
         from openclaw_rl.launcher.external import launch_problem
@@ -168,7 +174,7 @@ def check_policy(cfg: Config) -> Check:
             f"({_engine_install_hint(pol.backend)}), or set "
             "[policy_service] launch = true to have the launcher start it"
         )
-    return Check("policy_service", ok, f"backend={pol.backend}: {detail}{_front_door(cfg)}")
+    return Check("policy_service", ok, f"backend={pol.backend}: {detail}")
 
 
 def _window_note(models: list[dict[str, Any]], configured: int) -> str:
@@ -190,8 +196,9 @@ def _engine_install_hint(backend: str) -> str:
     return "pip install sglang; it needs a GPU"
 
 
-def _front_door(cfg: Config) -> str:
-    """What the dry run says of the policy service's own port and its clients' key."""
+def _front_door(cfg: Config) -> tuple[bool, str]:
+    """Whether the policy service's own port is free, and what the dry run says of it and of its
+    clients' key."""
     pol = cfg.policy_service
     free, port = _port_free(pol.host, pol.port)
     text = f"; the service's own port: {port}" if free else f"; {port}"
@@ -200,7 +207,7 @@ def _front_door(cfg: Config) -> str:
             f"; {pol.host} is reachable from other machines and no api_key is set, so the service will "
             f"require the client key it writes to {RunDir.of(cfg).client_key_file}"
         )
-    return text
+    return free, text
 
 
 def check_prm(cfg: Config) -> Check:
@@ -354,6 +361,9 @@ def launch(config_path: str, dry_run: bool = False) -> int:
     print_warnings(cfg)
     checks = check_services(cfg)
     failed = [c for c in checks if not c.ok]
+    log_problem = log_dir_problem(cfg)  # read only: nothing is written before every check passed
+    if log_problem:
+        failed.append(Check("log_dir", False, log_problem))
     if failed:  # the dry run's own lines: nothing has started, nothing needs stopping
         for c in failed:
             print(f"error: {c.service}: {c.detail}", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from openclaw_rl.config import Config
@@ -82,4 +83,30 @@ def status_command(cfg: Config) -> int:
     learned = learned_line(cfg.log_dir)
     if learned:
         print(learned)
+    return 0
+
+
+#: What a recorded sample can be: waiting, in an update, trained, or too stale to train.
+SAMPLE_STATUSES = ("ready", "claimed", "trained", "dropped")
+
+
+def samples_command(cfg: Config, out: str, status: str | None) -> int:
+    """``openclaw-rl samples --out F.jsonl``: the run's recorded samples (``status``: only those) as
+    the JSONL that ``openclaw-rl train --samples`` replays (docs/training.md)."""
+    from openclaw_rl.trainer.sample_file import write_samples
+
+    store = existing_store(cfg)
+    if store is None:
+        return 1
+    try:
+        samples = store.samples(status)
+    finally:
+        store.close()
+    try:
+        path = write_samples(out, samples)
+    except OSError as exc:
+        print(f"error: --out {out}: cannot write it ({exc.strerror or exc})", file=sys.stderr)
+        return 2
+    which = f" {status}" if status else ""
+    print(f"{len(samples)}{which} sample(s) written to {path}")
     return 0

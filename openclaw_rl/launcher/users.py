@@ -222,6 +222,10 @@ def users_export(cfg: Config, name: str, out: str) -> int:
     if published is not None and published.path.is_dir():
         shutil.copytree(published.path, dest / "adapter")
         what = f"adapter v{published.version} in {dest / 'adapter'}"
+    elif cfg.users.mode != "per_user":
+        shared = RunDir.of(cfg).read_published_policy()
+        served = f"the shared policy v{shared.version}" if shared is not None else "the base model"
+        what = f'no adapter of their own ([users] mode = "{cfg.users.mode}": everyone is served {served})'
     else:
         what = "no adapter (none trained yet: they are served the base model)"
     print(f"user {name} exported to {dest}: {n} turns in turns.jsonl, {what}")

@@ -90,7 +90,7 @@ class MetricsWriter:
 
     def write(self, step: int, values: dict[str, Any], kind: str = "train", user: str | None = None) -> None:
         """Append one row; ``user``: the per_user update's user, kept in the row."""
-        row = {"kind": kind, "step": step, "time": time.time(), **values}
+        row = {"kind": kind, **values, "step": step, "time": time.time()}  # the step as written: an int
         if user is not None:
             row["user"] = user
         data = (json.dumps(row) + "\n").encode("utf-8")

@@ -119,3 +119,18 @@ def test_eval_flags_default_to_the_eval_sizes(capsys):
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
     assert f"per chat persona (default {EvalSizes.chat})" in capsys.readouterr().out
+
+
+def test_eval_says_which_asked_parts_the_run_does_not_have(tmp_path, tiny_model_dir, gsm8k_path, capsys):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(
+        f'[global]\nlog_dir = "{tmp_path / "logs"}"\n[policy_service]\nmodel = "{tiny_model_dir}"\n'
+        f'[env_service]\ninteraction_types = ["chat"]\ndata_path = "{gsm8k_path}"\neval_size = 20\n'
+    )
+    args = ["eval", "--config", str(cfg), "--chat-n", "0", "--terminal-n", "1", "--tool-call-n", "1"]
+    assert main([*args, "--out", str(tmp_path / "e.json")]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "[eval] note: terminal, tool_call not evaluated: not in [env_service] interaction_types (chat)"
+        in printed
+    )

@@ -222,3 +222,27 @@ def test_the_dry_run_judges_an_api_judge_by_what_it_can_tell(tmp_path, status, m
     finally:
         srv.shutdown()
     assert says in line, line
+
+
+def test_a_run_that_cannot_start_names_every_problem_at_once(tmp_path):
+    # a missing model, a taken port and a log_dir that is a file: one round of fixes, not three
+    import socket
+
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        config = tmp_path / "c.toml"
+        config.write_text(
+            f'[global]\nlog_dir = "{afile}"\n[policy_service]\nmodel = "{tmp_path / "no-such-model"}"\n'
+            f'host = "127.0.0.1"\nport = {port}\n[env_service]\nenabled = false\n'
+        )
+        run = _launch("--config", str(config), timeout=120)
+        dry = _launch("--config", str(config), "--dry-run", timeout=120)
+    assert run.returncode == 2 and "not starting" in run.stderr, run.stderr
+    for said in ("no-such-model", f"127.0.0.1:{port}", "is a file, not a directory"):
+        assert said in run.stderr, (said, run.stderr)
+    policy = next(ln for ln in dry.stdout.splitlines() if ln.startswith("[dry-run] policy_service"))
+    assert "FAILED" in policy and "no-such-model" in policy and f"127.0.0.1:{port}" in policy, policy

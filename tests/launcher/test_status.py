@@ -46,7 +46,7 @@ def test_status_prints_the_same_line_as_the_launcher(tmp_path, capsys):
     cfg = _cfg(tmp_path, eval_interval=4)
     store = Store(RunDir.of(cfg).store)
     writer = MetricsWriter(cfg.log_dir, tensorboard=False)
-    writer.write(1, {"loss": 0.5, "kl": 0.01, "clip_frac": 0.0})
+    writer.write(1, {"loss": 0.5, "kl": 0.01, "clip_frac": 0.0, "step": 1.0})  # as the trainer reports it
     writer.write(0, {"policy_version": 0, "score": 0.34, "base_score": 0.34}, kind="eval")
     writer.write(4, {"policy_version": 1, "score": 0.47, "base_score": 0.34}, kind="eval")
     expected = run_progress_line(cfg, store)
@@ -98,3 +98,37 @@ def test_status_without_a_run_names_the_folder_a_relative_log_dir_was_read_from(
     out = capsys.readouterr().out
     assert f"no run found: {tmp_path / 'runs' / 'mine'}" in out and "read from the current folder" in out
     assert not (tmp_path / "runs").exists()  # a read-only command creates nothing
+
+
+def test_a_runs_samples_are_written_as_the_file_train_replays(tmp_path, capsys):
+    from openclaw_rl.cli import main
+    from openclaw_rl.trainer.sample_file import load_samples
+    from openclaw_rl.types import Sample
+
+    log_dir = tmp_path / "logs"
+    config = tmp_path / "c.toml"
+    config.write_text(f'[global]\nlog_dir = "{log_dir}"\n')
+    cfg = build_config({"global": {"log_dir": str(log_dir)}}, environ={})
+    store = Store(RunDir.of(cfg).store)
+    made = [
+        Sample(
+            sample_id=f"s{i}",
+            session_id=f"sess{i}",
+            turn_index=0,
+            prompt_ids=[1, 2],
+            response_ids=[3, 4],
+            rollout_logprobs=[-0.5, -0.25],
+            loss_mask=[1, 1],
+            reward=1.0,
+        )
+        for i in range(3)
+    ]
+    store.add_samples(made)
+    store.claim_samples(1, step=1, current_version=0, max_staleness=8)
+    store.commit_checkpoint(1, 0)
+    store.close()
+    every, trained = tmp_path / "all.jsonl", tmp_path / "trained.jsonl"
+    assert main(["samples", "--config", str(config), "--out", str(every)]) == 0
+    assert main(["samples", "--config", str(config), "--out", str(trained), "--status", "trained"]) == 0
+    assert load_samples(every) == made and [s.sample_id for s in load_samples(trained)] == ["s0"]
+    assert "3 sample(s) written to" in capsys.readouterr().out
