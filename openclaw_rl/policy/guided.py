@@ -132,9 +132,7 @@ class GrammarCompiler:
             where = "response_format.json_schema.schema" if grammar.kind == "json" else "tools"
             reason = _LOG_PREFIX.sub("", (str(exc).strip().splitlines() or [type(exc).__name__])[0])
             what = "this JSON schema" if grammar.kind == "json" else "a forced call to these functions"
-            raise APIError(
-                400, f"{where}: {what} cannot be enforced: {reason[:300]}", param=grammar.param
-            ) from None
+            raise APIError(400, f"{where}: {what} cannot be enforced: {reason[:300]}", param=where) from None
 
 
 class RowGrammar:

@@ -424,8 +424,10 @@ def validation_message(exc: ValidationError) -> tuple[str, str | None]:
                 parts.append(("." if parts else "") + str(p))
         msg = err["msg"].removeprefix("Value error, ")
         loc = "".join(parts)
-        named = _NAMED_FIELD.match(msg) if not loc else None
-        if named:  # a check across fields names the one at fault: "tool_choice: ..."
+        named = _NAMED_FIELD.match(msg)
+        # a check across fields names the one at fault ("tool_choice: ..."), a field's own check
+        # may name a part of it ("text.format.schema: ..." for text)
+        if named and (not loc or named.group(1).startswith(loc + ".")):
             loc, msg = named.group(1), msg[named.end() :]
         found.append((loc or "body", msg, "str" in err["loc"] and err["type"] == "string_type"))
     # "content: Input should be a valid string" says nothing when the parts branch said what is wrong

@@ -67,9 +67,9 @@ class ResponsesRequest(LenientModel):
             return v
         kind = fmt.get("type") if isinstance(fmt, dict) else None
         if kind not in ("text", "json_object", "json_schema"):
-            raise ValueError(f"text.format.type must be text, json_object or json_schema, got {kind!r}")
+            raise ValueError(f"text.format.type: must be text, json_object or json_schema, got {kind!r}")
         if kind == "json_schema" and not isinstance(fmt.get("schema"), dict):
-            raise ValueError("text.format of type 'json_schema' needs a 'schema' object")
+            raise ValueError("text.format.schema: a format of type 'json_schema' needs a 'schema' object")
         return v
 
     @property

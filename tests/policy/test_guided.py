@@ -286,8 +286,13 @@ def test_the_other_protocols_name_their_own_fields_and_refuse_forcing_without_to
     r = client.post("/v1/responses", json={"input": "hi", "text": {"format": bad_format}})
     assert r.status_code == 400
     err = r.json()["error"]
-    assert err["param"] == "text.format" and err["message"].startswith("text.format.schema: ")
+    assert err["param"] == "text.format.schema" and err["message"].startswith("text.format.schema: ")
     assert "response_format" not in err["message"]
+    no_schema = {"type": "json_schema", "name": "x"}
+    r = client.post("/v1/responses", json={"input": "hi", "text": {"format": no_schema}})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "text.format.schema", err
+    assert err["message"].startswith("text.format.schema: a format of type 'json_schema' needs"), err
     r = client.post(
         "/v1/messages",
         json={
