@@ -55,7 +55,7 @@ def test_an_unset_variable_in_a_number_is_one_problem_not_two():
 
 
 def test_secret_never_in_error_messages():
-    raw = {"api": {"api_key": "sk-verysecretvalue", "timeout_sec": -1}}
+    raw = {"api": {"api_key": "verysecretvalue", "timeout_sec": -1}}
     with pytest.raises(ConfigError) as exc:
         build_config(raw, environ={})
     assert "verysecret" not in str(exc.value)

@@ -23,7 +23,7 @@ from openclaw_rl.launch import main as launch_main
 ROOT = Path(__file__).resolve().parents[1]
 CANONICAL = ROOT / "configs" / "example.toml"
 SERVICES = ("policy_service", "env_service", "prm_service", "training")
-ENV = {**os.environ, "TAOTOKEN_API_KEY": "sk-contract-test-never-printed"}
+ENV = {**os.environ, "TAOTOKEN_API_KEY": "contract-test-never-printed"}
 
 
 def _start(config: Path, env: dict[str, str] = ENV) -> subprocess.Popen[str]:
@@ -85,7 +85,7 @@ def test_the_canonical_file_dry_runs_to_one_line_per_service(tmp_path):
     assert "megatron" in training and "fsdp" in training and "GPU" in training
     policy = next(ln for ln in lines if ln.startswith("[dry-run] policy_service: "))
     assert "sglang" in policy and "client.key" in policy  # public bind, no key: a generated one
-    assert "sk-contract-test-never-printed" not in out
+    assert "contract-test-never-printed" not in out
 
 
 PITFALLS = [  # (name, section, key, new value, what the message must say)
@@ -112,7 +112,7 @@ def test_each_pitfall_has_its_message(tmp_path, monkeypatch, capsys):
     for name, section, key, value, _ in PITFALLS:
         config = _variant(tmp_path, name, section, key, value)
         monkeypatch.chdir(config.parent)
-        monkeypatch.setenv("TAOTOKEN_API_KEY", "sk-contract-test-never-printed")
+        monkeypatch.setenv("TAOTOKEN_API_KEY", "contract-test-never-printed")
         code = launch_main(["--config", str(config), "--dry-run"])
         captured = capsys.readouterr()
         results[name] = (code, captured.out + captured.err)

@@ -18,7 +18,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-KEY = "sk-test-judge"
+KEY = "test-judge-key"
 
 
 @dataclass

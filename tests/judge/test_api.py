@@ -81,10 +81,10 @@ def test_timeout_is_an_error(remote):
 
 
 def test_refused_key_is_a_clear_error_without_the_key(remote):
-    cfg = api_config(remote, api={"api_key": "sk-wrong-key-123"}, vote_count=1)
+    cfg = api_config(remote, api={"api_key": "wrong-judge-key"}, vote_count=1)
     result = run(make_judge(cfg))
     assert not result.ok and "refused the API key" in result.error
-    assert "sk-wrong-key-123" not in result.error
+    assert "wrong-judge-key" not in result.error
 
 
 def test_unreachable_api_is_an_error():
@@ -112,11 +112,11 @@ def test_a_page_that_is_not_a_chat_completion_is_a_clear_error(remote):
 
 def test_a_refusal_says_the_endpoints_reason_and_is_not_called_retried(remote):
     # the endpoint's reason quotes the key it was sent (a key of no known shape): masked
-    remote.fail_next, remote.key = [400], "plainjudgesecret42"
-    cfg = api_config(remote, api={"api_key": "plainjudgesecret42"}, vote_count=1, extract_instruction=False)
+    remote.fail_next, remote.key = [400], "plain-judge-key"
+    cfg = api_config(remote, api={"api_key": "plain-judge-key"}, vote_count=1, extract_instruction=False)
     result = run(make_judge(cfg))
     assert not result.ok and "HTTP 400: canned 400 for the key [key]" in result.error, result.error
-    assert "retried" not in result.error and "plainjudgesecret42" not in result.error
+    assert "retried" not in result.error and "plain-judge-key" not in result.error
     assert remote.calls == 1
 
 

@@ -161,7 +161,7 @@ def test_an_api_teachers_outage_is_reported_without_the_key(remote, tiny, tiny_m
     from openclaw_rl.judge import make_judge
 
     _, tok = tiny
-    remote.key = "plainteachersecret7"  # a key of no known shape
+    remote.key = "plain-teacher-key"  # a key of no known shape
     cfg, turn = _api_turn_setup(remote, tiny_model_dir, tok, api={"api_key": remote.key})
     remote.completions_fail = [422]  # its message quotes the key it was sent
     result = asyncio.run(make_judge(cfg).judge(turn))

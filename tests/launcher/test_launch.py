@@ -43,7 +43,7 @@ def test_dry_run_unreachable_hosts_fail_fast_and_keep_key_secret():
         "configs/cluster.toml",
         "--dry-run",
         env={
-            "TAOTOKEN_API_KEY": "sk-never-printed-0123456789",
+            "TAOTOKEN_API_KEY": "taotoken-key-never-printed",
             "OPENCLAW_RL_API_KEY": "client-key-never-printed",
         },
     )
@@ -53,7 +53,7 @@ def test_dry_run_unreachable_hosts_fail_fast_and_keep_key_secret():
     out = proc.stdout + proc.stderr
     assert "[dry-run] prm_service: FAILED" in out and "unreachable" in out
     assert "[dry-run] training: FAILED" in out and "no CUDA device" in out
-    assert "sk-never-printed" not in out and "client-key-never-printed" not in out
+    assert "taotoken-key-never-printed" not in out and "client-key-never-printed" not in out
 
 
 def test_bad_config_exits_2_before_anything_starts(tmp_path):

@@ -44,7 +44,7 @@ def test_fragment_follows_the_config():
             "policy_service": {
                 "host": "0.0.0.0",
                 "port": 31000,
-                "api_key": "sk-secret-value",
+                "api_key": "policy-secret-value",
                 "max_model_len": 131072,
                 "model": "my-8b",
             }
@@ -52,7 +52,7 @@ def test_fragment_follows_the_config():
         environ={},
     )
     text = render(keyed)
-    assert "sk-secret-value" not in text  # the key itself is never printed
+    assert "policy-secret-value" not in text  # the key itself is never printed
     frag = _parse(text)
     provider = frag["models"]["providers"]["openclaw-rl"]
     assert (

@@ -289,7 +289,7 @@ def test_an_engine_refusal_reaches_the_client_without_the_key(start_service, tin
             "quoted",
             backend="api",
             request_timeout_sec=1,
-            api={"base_url": base, "api_key": "plainsecretvalue123"},
+            api={"base_url": base, "api_key": "plain-upstream-key"},
         )
         r = httpx.post(url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 2}, timeout=60)
         slow = [{"role": "user", "content": "slow"}]
@@ -298,7 +298,7 @@ def test_an_engine_refusal_reaches_the_client_without_the_key(start_service, tin
         srv.shutdown()
     said = r.json()["error"]["message"]
     assert r.status_code == 502 and "Incorrect API key provided: [key]" in said, said
-    assert "plainsecretvalue123" not in r.text
+    assert "plain-upstream-key" not in r.text
     # a timeout names what happened, though httpx's exception has no text of its own
     assert late.status_code == 502 and "no answer within request_timeout_sec" in late.text, late.text
 
