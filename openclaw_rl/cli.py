@@ -198,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", help="where to write the JSON summary (default <log_dir>/eval/)")
     verb("status", _cmd_status, "print the run's counters")
-    from openclaw_rl.launcher.status import SAMPLE_STATUSES
+    from openclaw_rl.runtime.store import SAMPLE_STATUSES
 
     p = verb(
         "samples", _cmd_samples, "write the run's recorded samples as JSONL (what train --samples reads)"

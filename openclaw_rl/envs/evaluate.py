@@ -274,8 +274,7 @@ def eval_command(
         if skipped:
             print(
                 f"[eval] note: {', '.join(skipped)} not evaluated: not in [env_service] interaction_types "
-                f"({', '.join(types)}); add {'them' if len(skipped) > 1 else 'it'} there to evaluate "
-                f"{'them' if len(skipped) > 1 else 'it'}",
+                f"({', '.join(types)})",
                 flush=True,
             )
         summary = evaluate(ecfg, url, sizes)

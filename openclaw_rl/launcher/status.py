@@ -8,7 +8,7 @@ from typing import Any
 from openclaw_rl.config import Config
 from openclaw_rl.runtime.metrics import read_metrics
 from openclaw_rl.runtime.rundir import RunDir
-from openclaw_rl.runtime.store import Counters, Store, StoreError, store_problem
+from openclaw_rl.runtime.store import Counters, SampleStatus, Store, StoreError, store_problem
 
 
 def progress_line(c: Counters, evaluation: dict[str, Any] | None = None, run_name: str | None = None) -> str:
@@ -86,11 +86,7 @@ def status_command(cfg: Config) -> int:
     return 0
 
 
-#: What a recorded sample can be: waiting, in an update, trained, or too stale to train.
-SAMPLE_STATUSES = ("ready", "claimed", "trained", "dropped")
-
-
-def samples_command(cfg: Config, out: str, status: str | None) -> int:
+def samples_command(cfg: Config, out: str, status: SampleStatus | None) -> int:
     """``openclaw-rl samples --out F.jsonl``: the run's recorded samples (``status``: only those) as
     the JSONL that ``openclaw-rl train --samples`` replays (docs/training.md)."""
     from openclaw_rl.trainer.sample_file import write_samples

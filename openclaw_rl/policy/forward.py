@@ -392,9 +392,8 @@ class ForwardEngine(Engine):
     def forget_adapter(self, user: str) -> None:
         """vllm: unload ``user``'s named LoRA from the engine; their next request gets the base."""
         own = self._user_models.pop(user, None)
-        for name in (own[0] if own else None, self._retiring.pop(f"user-{user}", None)):
-            if name is None:
-                continue
+        retiring = self._retiring.pop(f"user-{user}", None)
+        for name in [n for n in (own[0] if own else None, retiring) if n is not None]:
             self._lora_paths.pop(name, None)  # a deleted user's adapter is never loaded again
             if self.backend == "vllm":
                 self._post_weights(f"{self.v1}/unload_lora_adapter", {"lora_name": name}, Path(name))

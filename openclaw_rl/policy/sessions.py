@@ -126,8 +126,11 @@ class SessionManager:
         """The session of ``user`` whose remembered conversation is the longest prefix of ``messages``."""
         items = [canonical(m.role, m.text, m.tool_calls) for m in messages]
         # Longest first: every prefix that ends with an assistant message is a candidate.
-        ends = [end for end in range(len(messages), 0, -1) if messages[end - 1].role == "assistant"]
-        keys = [digest(items[:end], user) for end in ends]
+        keys = [
+            digest(items[:end], user)
+            for end in range(len(messages), 0, -1)
+            if messages[end - 1].role == "assistant"
+        ]
         found: tuple[int, str] | None = None  # (index into keys, session)
         with self._lock:
             hit = next((n for n, key in enumerate(keys) if key in self._prefixes), len(keys))

@@ -37,12 +37,11 @@ def tool_calls_in_order(calls: dict[int, dict[str, Any]]) -> list[dict[str, Any]
 
 @dataclass(frozen=True)
 class ErrorReply:
-    """What an OpenAI-style error body (``{"error": {"message", "code", "param"}}``) says; for a body
-    of another shape, ``message`` is its text and the rest is None."""
+    """What an OpenAI-style error body (``{"error": {"message", "code", ...}}``) says; for a body of
+    another shape, ``message`` is its text and ``code`` is None."""
 
     message: str
     code: str | None = None
-    param: str | None = None
 
 
 def read_error(text: str) -> ErrorReply:
@@ -58,4 +57,4 @@ def read_error(text: str) -> ErrorReply:
         value = err.get(name)
         return value if isinstance(value, str) else None
 
-    return ErrorReply(field("message") or text, field("code"), field("param"))
+    return ErrorReply(field("message") or text, field("code"))

@@ -51,7 +51,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from openclaw_rl.runtime.users import (
     Feedback,
@@ -62,6 +62,10 @@ from openclaw_rl.runtime.users import (
     adapter_meta,
 )
 from openclaw_rl.types import DEFAULT_USER, EpisodeTag, JudgeResult, NextState, Sample, Turn, hint_words
+
+#: What a recorded sample is: waiting, in an update, trained, or too stale to train (samples.status).
+SampleStatus = Literal["ready", "claimed", "trained", "dropped"]
+SAMPLE_STATUSES: tuple[str, ...] = get_args(SampleStatus)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -737,7 +741,7 @@ class Store:
             )
         return [Sample.model_validate_json(r[1]) for r in rows]
 
-    def samples(self, status: str | None = None) -> list[Sample]:
+    def samples(self, status: SampleStatus | None = None) -> list[Sample]:
         """Every sample (``status``: only those, e.g. ``"trained"``), oldest first; for reports."""
         where, args = ("", ()) if status is None else (" WHERE status=?", (status,))
         rows = self._all(f"SELECT data FROM samples{where} ORDER BY created_at, sample_id", args)
