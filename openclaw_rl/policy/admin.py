@@ -16,6 +16,10 @@ import httpx
 from openclaw_rl.config import Config
 from openclaw_rl.runtime.rundir import RunDir
 
+# A swap loads a checkpoint into every engine replica; on a busy 2-core machine two replicas take
+# tens of seconds. The trainer waits this long (plus a margin) for its last swap before it exits.
+SWAP_TIMEOUT_S = 60.0
+
 
 def admin_post(cfg: Config, policy_url: str, route: str, body: dict[str, Any], timeout: float) -> str | None:
     """POST an admin route of the policy service at ``policy_url``; an error message, or None."""
@@ -43,7 +47,12 @@ def serving_generating(policy_url: str, timeout: float = 2.0) -> int | None:
 
 
 def request_swap(
-    cfg: Config, policy_url: str, path: Path, version: int, timeout: float = 60.0, user: str | None = None
+    cfg: Config,
+    policy_url: str,
+    path: Path,
+    version: int,
+    timeout: float = SWAP_TIMEOUT_S,
+    user: str | None = None,
 ) -> str | None:
     """Ask the policy service to load ``path`` as ``version`` (``user``: as that user's adapter)."""
     body: dict[str, Any] = {"path": str(path), "version": version}

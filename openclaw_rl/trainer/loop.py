@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 import torch
 
 from openclaw_rl.config import Config, is_loopback
-from openclaw_rl.policy.admin import request_pause, request_swap, serving_generating
+from openclaw_rl.policy.admin import SWAP_TIMEOUT_S, request_pause, request_swap, serving_generating
 from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
 from openclaw_rl.runtime.metrics import REPEAT_WINDOW, MetricsWriter, repeat_share
 from openclaw_rl.runtime.rundir import RunDir
@@ -284,7 +284,9 @@ class TrainingLoop:
             self._checkpoint()
             self.metrics.close()
             if self._swap_thread is not None:
-                self._swap_thread.join(timeout=30)
+                # the last publish is served before the run stops the service (bounded by the
+                # request's own timeout)
+                self._swap_thread.join(timeout=SWAP_TIMEOUT_S + 5)
         print(f"[training] stopped at step={trainer.step} version={self.version}", flush=True)
         return 0 if tc.max_steps is None or trainer.step >= tc.max_steps or self._stop.is_set() else 1
 
