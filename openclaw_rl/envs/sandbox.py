@@ -31,6 +31,7 @@ total disk use in ``/work`` is checked after each command and reported, not enfo
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
 import re
@@ -122,7 +123,12 @@ def check_available() -> None:
 
 
 def _sweep_orphans(base_dir: str | Path | None) -> None:
-    """Once per folder and process: delete the sandbox folders of processes that no longer exist."""
+    """Once per folder and process: delete the sandbox folders no live sandbox holds.
+
+    A live sandbox holds an exclusive ``flock`` on its folder for its whole life. The lock, not the
+    PID in the folder's name, decides: processes in other PID namespaces (two containers sharing one
+    ``/tmp``) cannot see each other's PIDs, but they do see each other's locks. A folder gets its
+    name only once its lock is held (:class:`Sandbox`), so an unheld one is abandoned."""
     base = Path(base_dir) if base_dir is not None else Path(tempfile.gettempdir())
     if str(base) in _swept:
         return
@@ -132,17 +138,39 @@ def _sweep_orphans(base_dir: str | Path | None) -> None:
     except OSError:
         return  # an unreadable temp folder: mkdtemp will say what is wrong with it
     for entry in entries:
-        m = _FOLDER.match(entry.name)
-        if not m or int(m.group(1)) == os.getpid():
+        if not _FOLDER.match(entry.name):
             continue
         try:
-            if entry.lstat().st_uid != os.geteuid():
-                continue  # another user's sandbox: not ours to judge
-            os.kill(int(m.group(1)), 0)
-        except ProcessLookupError:
-            shutil.rmtree(entry, ignore_errors=True)
+            st = entry.lstat()
         except OSError:
-            continue  # alive under another uid (EPERM) or gone mid-scan
+            continue  # gone mid-scan
+        if st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode):
+            continue  # another user's sandbox: not ours to judge
+        if _unheld(entry):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _lock_folder(folder: Path, wait: bool) -> int | None:
+    """Open ``folder`` and take an exclusive flock on it; the fd, or None if another holds it."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _unheld(folder: Path) -> bool:
+    """True when no live sandbox holds ``folder`` (the probe's own lock is released at once)."""
+    try:
+        fd = _lock_folder(folder, wait=False)
+    except OSError:
+        return False  # gone mid-scan, or not ours to open
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
 
 
 class Sandbox:
@@ -160,7 +188,11 @@ class Sandbox:
         check_available()
         self.limits = limits or SandboxLimits()
         _sweep_orphans(base_dir)
-        self.root = Path(tempfile.mkdtemp(prefix=f"openclaw_sbx_{os.getpid()}_", dir=base_dir))
+        # Made under a name the sweep ignores, locked, then renamed: a sweep never sees it unlocked.
+        staging = Path(tempfile.mkdtemp(prefix=".openclaw_sbx_new_", dir=base_dir))
+        self._lock_fd: int | None = _lock_folder(staging, wait=True)  # held until close()
+        self.root = staging.with_name(f"openclaw_sbx_{os.getpid()}_{staging.name.rsplit('_', 1)[-1]}")
+        staging.rename(self.root)
         self.workdir = self.root / "work"
         self.home = self.root / "home"
         self._etc = self.root / "etc"
@@ -495,6 +527,9 @@ class Sandbox:
             return
         self._closed = True
         shutil.rmtree(self.root, ignore_errors=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def __enter__(self) -> Sandbox:
         return self

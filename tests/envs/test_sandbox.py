@@ -185,3 +185,50 @@ def test_a_killed_process_s_sandbox_folder_is_removed_by_the_next_one():
             assert s.root.exists()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_sweep_removes_only_folders_no_live_sandbox_holds(tmp_path):
+    """The lock decides, not the PID in the name: a folder held by a process in another PID namespace
+    (its PID means nothing here) survives; an abandoned one goes, and so does the held one once its
+    holder is gone."""
+    from openclaw_rl.envs import sandbox as sandbox_mod
+
+    held, abandoned = (tmp_path / f"openclaw_sbx_{n}_x" for n in (999_999_001, 999_999_002))
+    for folder in (held, abandoned):
+        (folder / "work").mkdir(parents=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            "fd = os.open(sys.argv[1], os.O_RDONLY)\nfcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\n"
+            "time.sleep(60)",
+            str(held),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        sandbox_mod._swept.discard(str(tmp_path))
+        sandbox_mod._sweep_orphans(tmp_path)
+        assert held.is_dir()
+        assert not abandoned.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder is gone: its folder is an orphan now
+    sandbox_mod._swept.discard(str(tmp_path))
+    sandbox_mod._sweep_orphans(tmp_path)
+    assert not held.exists()
+
+
+def test_a_live_sandbox_survives_another_process_sweeping():
+    base = Path(tempfile.mkdtemp(prefix="sweep_"))
+    base.chmod(0o755)  # the sandbox uid must reach its folder (pytest's tmp_path is 0700)
+    with Sandbox(base_dir=base) as live:
+        code = "import sys\nfrom openclaw_rl.envs import sandbox\nsandbox._sweep_orphans(sys.argv[1])\n"
+        subprocess.run([sys.executable, "-c", code, str(base)], check=True, timeout=60)
+        assert live.root.is_dir()
+        assert live.run("echo ok").stdout.strip() == "ok"
+    shutil.rmtree(base)
