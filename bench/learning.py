@@ -47,8 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from openclaw_rl.config import PACKAGED_DATA, Config, load_config  # noqa: E402
-from openclaw_rl.envs.eval_loop import sessions_to_learn  # noqa: E402
-from openclaw_rl.envs.evaluate import EvalSizes, evaluate  # noqa: E402
+from openclaw_rl.launcher.eval_loop import sessions_to_learn  # noqa: E402
+from openclaw_rl.launcher.evaluate import EvalSizes, evaluate  # noqa: E402
 from openclaw_rl.policy.server import PolicyService  # noqa: E402
 from openclaw_rl.runtime.metrics import read_metrics  # noqa: E402
 from openclaw_rl.runtime.ports import free_port  # noqa: E402

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.learning import final_policy, train  # noqa: E402
 from openclaw_rl.config import load_config  # noqa: E402
-from openclaw_rl.envs.evaluate import EvalSizes, evaluate  # noqa: E402
 from openclaw_rl.envs.terminal import EVAL_TASKS  # noqa: E402
+from openclaw_rl.launcher.evaluate import EvalSizes, evaluate  # noqa: E402
 from openclaw_rl.policy.server import PolicyService  # noqa: E402
 from openclaw_rl.runtime.metrics import read_metrics  # noqa: E402
 from openclaw_rl.runtime.ports import free_port  # noqa: E402

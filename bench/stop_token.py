@@ -178,7 +178,7 @@ class Readiness:
         import torch
 
         from openclaw_rl.policy.weights import load_policy_state
-        from openclaw_rl.trainer.logprobs import batch_token_stats
+        from openclaw_rl.runtime.logprobs import batch_token_stats
 
         stops = [s for s in samples if s.policy_version == 0 and s.ended_by_itself(self.stop_ids)]
         if not stops:

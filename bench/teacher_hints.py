@@ -47,11 +47,11 @@ from openclaw_rl.envs.chat import (  # noqa: E402
     redo_complaint,
     redo_request,
 )
-from openclaw_rl.envs.evaluate import private_service_config  # noqa: E402
 from openclaw_rl.envs.loop import PolicyClient, env_kwargs_for  # noqa: E402
 from openclaw_rl.judge.hindsight import mask_unseen_figures, seen_text, with_earlier_hints  # noqa: E402
 from openclaw_rl.judge.minilm import extract_hint  # noqa: E402
 from openclaw_rl.judge.teacher import hinted_messages  # noqa: E402
+from openclaw_rl.launcher.evaluate import private_service_config  # noqa: E402
 from openclaw_rl.policy.server import PolicyService  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """Benchmark: one PPO update on the embedded SmolLM2-135M, chunked log-probs vs plain log-softmax.
 
 For each training mode (LoRA, full) and each log-prob implementation (``chunked`` =
-openclaw_rl.trainer.logprobs.batch_token_stats, ``plain`` = a full ``[B, L, vocab]`` float32
+openclaw_rl.runtime.logprobs.batch_token_stats, ``plain`` = a full ``[B, L, vocab]`` float32
 log_softmax), one fresh subprocess loads the model, builds a :class:`Trainer` and times exactly one
 ``train_update`` on ``--batch`` synthetic samples (random prompt/response ids, reward ±1, half of them
 with teacher log-probs, so the combined loss with the k3 KL term runs). Fresh processes keep one
@@ -52,7 +52,7 @@ def child(args: argparse.Namespace) -> dict:
     import torch
 
     from openclaw_rl.config import build_config
-    from openclaw_rl.trainer.logprobs import plain_token_stats
+    from openclaw_rl.runtime.logprobs import plain_token_stats
     from openclaw_rl.trainer.ppo import Trainer
     from openclaw_rl.types import Sample
 

@@ -26,7 +26,7 @@ import json, resource, sys, time
 sys.path.insert(0, {root!r})
 from openclaw_rl.config import EMBEDDED_MODEL, build_config
 from openclaw_rl.trainer.ppo import Trainer
-from openclaw_rl.trainer.logprobs import batch_token_stats
+from openclaw_rl.runtime.logprobs import batch_token_stats
 from openclaw_rl.types import Sample
 limit = 0 if sys.argv[2] == "on" else 10**9  # the trainer's own switch decides, as in training
 training = {{"lora": True, "recompute_above_tokens": limit}}

@@ -73,7 +73,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from openclaw_rl.envs.evaluate import EvalSizes, eval_command
+    from openclaw_rl.launcher.evaluate import EvalSizes, eval_command
 
     sizes = EvalSizes(
         chat=args.chat_n, terminal=args.terminal_n, tool_call=args.tool_call_n, max_tokens=args.max_tokens
@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     p = verb("eval", _cmd_eval, "evaluate on the held-out set")
     p.add_argument("--checkpoint", help="exported policy directory (default: the base model)")
-    from openclaw_rl.envs.evaluate import EvalSizes  # the defaults live there, once
+    from openclaw_rl.launcher.evaluate import EvalSizes  # the defaults live there, once
 
     p.add_argument(
         "--chat-n",

@@ -12,7 +12,7 @@ Two teachers:
 
 * :class:`LocalTeacher` — a causal LM in this process (by default the policy's frozen base model,
   ``cfg.policy_service.model``), scored with the trainer's memory-lean
-  :func:`openclaw_rl.trainer.logprobs.sequence_logprobs`.
+  :func:`openclaw_rl.runtime.logprobs.sequence_logprobs`.
 * :class:`ApiTeacher` — an OpenAI-compatible ``/v1/completions`` endpoint with prompt log-prob
   support (``echo=True`` + ``logprobs``, as vLLM and SGLang offer). Chat-only APIs have none; the
   teacher then fails with :class:`TeacherUnavailable`, whose message says OPD needs a local or
@@ -136,7 +136,7 @@ class LocalTeacher:
 
     def score_sync(self, turn: Turn, hint: str) -> TeacherOutput:
         """Blocking: one chunked forward pass over enhanced prompt + original response ids."""
-        from openclaw_rl.trainer.logprobs import sequence_logprobs
+        from openclaw_rl.runtime.logprobs import sequence_logprobs
 
         if not turn.response_ids:
             raise ValueError(f"turn {turn.key} has no response tokens to score")

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from openclaw_rl.config import Config
-from openclaw_rl.policy.admin import close_session
+from openclaw_rl.runtime.policy_admin import close_session
 from openclaw_rl.runtime.ray_cluster import connect, live_nodes, ray_module
 from openclaw_rl.runtime.rundir import RunDir
 

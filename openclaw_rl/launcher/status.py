@@ -14,7 +14,7 @@ from openclaw_rl.runtime.store import Counters, SampleStatus, Store, StoreError,
 def progress_line(c: Counters, evaluation: dict[str, Any] | None = None, run_name: str | None = None) -> str:
     """The one-line summary the launcher prints while running (and ``status`` prints once).
 
-    ``evaluation``: the newest live evaluation (:func:`openclaw_rl.envs.eval_loop.latest_eval`), shown
+    ``evaluation``: the newest live evaluation (:func:`openclaw_rl.launcher.eval_loop.latest_eval`), shown
     as ``eval=0.47 (base 0.34)`` at the end of the line; None before the first one. ``run_name``
     (``[global] run_name``) leads the line, so two runs' lines are told apart.
     """
@@ -41,7 +41,7 @@ def eval_field(evaluation: dict[str, Any] | None) -> str:
 def run_progress_line(cfg: Config, store: Store) -> str:
     """:func:`progress_line` of a run: the store's counters and the newest evaluation in its
     ``metrics.jsonl`` (small: one row per update and per evaluation, so reading it is cheap)."""
-    from openclaw_rl.envs.eval_loop import latest_eval
+    from openclaw_rl.launcher.eval_loop import latest_eval
 
     return progress_line(store.counters(), latest_eval(cfg.log_dir), cfg.global_.run_name)
 
@@ -63,7 +63,7 @@ def existing_store(cfg: Config) -> Store | None:
 
 def status_command(cfg: Config) -> int:
     """``openclaw-rl status``: the progress line, the last update, and sessions to learn."""
-    from openclaw_rl.envs.eval_loop import learned_line
+    from openclaw_rl.launcher.eval_loop import learned_line
 
     store = existing_store(cfg)
     if store is None:

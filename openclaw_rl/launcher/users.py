@@ -161,7 +161,7 @@ def users_delete(cfg: Config, name: str) -> int:
     counts["metrics_rows"] = _scrub_metrics(cfg, name)
     counts["files"] = files
     print(f"user {name} deleted: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
-    from openclaw_rl.policy.admin import forget_user
+    from openclaw_rl.runtime.policy_admin import forget_user
 
     # A service not reached still records nothing more of a keyed user: their key is gone from the
     # store it checks before writing a turn.

@@ -7,7 +7,7 @@ training stall serving, and a crashed loop must not take the others down.
              ──▶ judge            (python -m openclaw_rl.judge.loop)       store → judgements, samples
              ──▶ trainer          (python -m openclaw_rl.trainer.loop)        samples → updates → swaps
              ──▶ environments     (python -m openclaw_rl.envs.loop)        HTTP client of the policy
-             ──▶ evaluator        (python -m openclaw_rl.envs.eval_loop)   [training] eval_interval > 0:
+             ──▶ evaluator        (python -m openclaw_rl.launcher.eval_loop)   [training] eval_interval > 0:
                                   held-out score of each new policy → metrics.jsonl (a private copy)
 
 The evaluator is optional: when it keeps crashing the run goes on without it.
@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 from openclaw_rl.config import CHILD_ENV, Config
-from openclaw_rl.envs.eval_loop import learned_line, live_eval_problem, pending_evaluation
+from openclaw_rl.launcher.eval_loop import learned_line, live_eval_problem, pending_evaluation
 from openclaw_rl.launcher.status import run_progress_line
 from openclaw_rl.runtime.metrics import plot_metrics
 from openclaw_rl.runtime.rundir import RunDir
@@ -174,7 +174,9 @@ def build_children(cfg: Config, config_path: str) -> dict[str, Child]:
             "env_service", [py, "-m", "openclaw_rl.envs.loop", "--config", conf, "--policy-url", url]
         )
     if live_eval_problem(cfg) is None:
-        children["evaluator"] = Child("evaluator", [py, "-m", "openclaw_rl.envs.eval_loop", "--config", conf])
+        children["evaluator"] = Child(
+            "evaluator", [py, "-m", "openclaw_rl.launcher.eval_loop", "--config", conf]
+        )
     shares = thread_shares(len(os.sched_getaffinity(0)))
     for name, child in children.items():
         child.threads = shares.get(name)

@@ -4,7 +4,7 @@ files, and the end plot.
 Both live under ``log_dir``: ``metrics.jsonl`` (the record ``openclaw-rl status`` reads and the plot
 is drawn from) and ``tensorboard/<run_name>/`` (``tensorboard --logdir <log_dir>/tensorboard``). Rows carry a
 ``kind``: ``"train"`` (the trainer, one per update) or ``"eval"`` (the evaluator, one per evaluated
-policy version; see :mod:`openclaw_rl.envs.eval_loop`).
+policy version; see :mod:`openclaw_rl.launcher.eval_loop`).
 """
 
 from __future__ import annotations

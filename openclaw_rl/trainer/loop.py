@@ -43,9 +43,9 @@ from urllib.parse import urlsplit
 import torch
 
 from openclaw_rl.config import Config, is_loopback
-from openclaw_rl.policy.admin import SWAP_TIMEOUT_S, request_pause, request_swap, serving_generating
 from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
 from openclaw_rl.runtime.metrics import REPEAT_WINDOW, MetricsWriter, repeat_share
+from openclaw_rl.runtime.policy_admin import SWAP_TIMEOUT_S, request_pause, request_swap, serving_generating
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import SIGNAL_META, Store
 from openclaw_rl.trainer.ppo import Trainer, UpdateInterrupted, last_user_step

@@ -52,6 +52,7 @@ from safetensors import SafetensorError
 from torch import Tensor
 
 from openclaw_rl.config import Config
+from openclaw_rl.runtime.logprobs import batch_token_stats
 from openclaw_rl.runtime.metrics import REPEAT_WINDOW, repeated_items
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.trainer.checkpoint import (
@@ -63,7 +64,6 @@ from openclaw_rl.trainer.checkpoint import (
     prune_checkpoints,
     publish,
 )
-from openclaw_rl.trainer.logprobs import batch_token_stats
 from openclaw_rl.trainer.losses import balanced_rl_scale, compute_advantages, opd_advantage, ppo_loss
 from openclaw_rl.types import Sample
 

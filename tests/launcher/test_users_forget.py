@@ -151,7 +151,7 @@ def test_export_then_delete_leaves_nothing_that_names_them(live, tmp_path, tiny_
     assert svc.store.user_stats(OTHER, "x").turns == 2
     # the CLI tells a running service to drop the adapter from memory (here the service listens on
     # a random port, so the route is called as the CLI calls it, with the service's URL)
-    from openclaw_rl.policy.admin import forget_user
+    from openclaw_rl.runtime.policy_admin import forget_user
 
     assert svc.engine._adapters is not None and NAME in svc.engine._adapters.slot_of  # was resident
     assert forget_user(load_config(config), url, NAME) is None

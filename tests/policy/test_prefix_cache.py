@@ -131,8 +131,8 @@ def test_multi_turn_equals_no_cache_and_prefills_only_new_tokens(engines):
 def test_cached_turn_records_the_models_own_logprobs(engines, tiny_model_dir):
     """Sampled (temperature 0.7, seeded) on a cached prefix: the recorded log-probs are what a training
     forward pass computes, and the tokens those of the uncached engine."""
+    from openclaw_rl.runtime.logprobs import sequence_logprobs
     from openclaw_rl.runtime.models import load_model
-    from openclaw_rl.trainer.logprobs import sequence_logprobs
 
     on, off = engines
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import httpx
 import torch
 
+from openclaw_rl.runtime.logprobs import sequence_logprobs
 from openclaw_rl.runtime.models import load_model
-from openclaw_rl.trainer.logprobs import sequence_logprobs
 
 
 def test_recorded_logprobs_match_a_training_forward_pass(start_service, tiny_model_dir):

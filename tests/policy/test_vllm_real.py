@@ -95,7 +95,7 @@ def embedded():
 
 
 def _forward_logprobs(model, prompt_ids: list[int], response_ids: list[int]) -> torch.Tensor:
-    from openclaw_rl.trainer.logprobs import sequence_logprobs
+    from openclaw_rl.runtime.logprobs import sequence_logprobs
 
     lp, _, _ = sequence_logprobs(model, prompt_ids, response_ids)
     return lp

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from openclaw_rl.config import build_config
+from openclaw_rl.runtime.logprobs import sequence_logprobs
 from openclaw_rl.trainer.fsdp import FSDPTrainer, spawn
-from openclaw_rl.trainer.logprobs import sequence_logprobs
 from openclaw_rl.trainer.ppo import Trainer
 from openclaw_rl.types import Sample
 

@@ -332,8 +332,8 @@ def test_serving_generating_counts_a_request_being_computed_but_not_one_held_by_
     import httpx
 
     from openclaw_rl.config import build_config
-    from openclaw_rl.policy.admin import serving_generating
     from openclaw_rl.policy.server import PolicyService
+    from openclaw_rl.runtime.policy_admin import serving_generating
 
     cfg = build_config(
         {"global": {"log_dir": str(tmp_path)}, "policy_service": {"model": str(tiny_model_dir), "port": 0}},

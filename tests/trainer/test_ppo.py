@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from openclaw_rl.trainer.logprobs import sequence_logprobs
+from openclaw_rl.runtime.logprobs import sequence_logprobs
 from openclaw_rl.trainer.ppo import Trainer, UpdateInterrupted, micro_batches
 from openclaw_rl.types import Sample
 from tests.helpers import tiny_model
@@ -255,7 +255,7 @@ def test_stop_kl_pulls_a_drifted_readiness_to_stop_back_towards_the_base(make_cf
     pulled back by ``stop_kl_coef`` alone: trained on a response with no signal at all (teacher =
     rollout), the probability of stopping where it had fallen rises again towards the base's;
     without the term the same updates leave it where it is."""
-    from openclaw_rl.trainer.logprobs import batch_token_stats
+    from openclaw_rl.runtime.logprobs import batch_token_stats
 
     stopped = [*RESPONSE, 2]  # the tiny model's tokenizer ends a sequence with id 2
 
@@ -293,7 +293,7 @@ def test_stop_kl_pulls_a_drifted_readiness_to_stop_back_towards_the_base(make_cf
 
 
 def test_topk_distillation_reduces_reverse_kl(make_cfg):
-    from openclaw_rl.trainer.logprobs import batch_token_stats
+    from openclaw_rl.runtime.logprobs import batch_token_stats
     from openclaw_rl.trainer.losses import topk_reverse_kl
 
     cfg = make_cfg(kl_coef=0.0, topk_distill=True)

@@ -1,4 +1,5 @@
-"""Client side of the policy service's admin routes, for the other loops' processes.
+"""Client side of the policy service's admin routes, for the other loops' processes (here, below them
+all, so that the trainer and the launchers call the service without importing the policy package).
 
 The trainer swaps weights and (in lock-step mode) pauses serving; the cluster runner closes the
 sessions of episodes lost with a node. Each call is one POST authenticated with the run's admin

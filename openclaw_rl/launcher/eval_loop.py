@@ -1,6 +1,6 @@
 """The live learning curve: score each new policy on the held-out slice while the run learns.
 
-Runs as its own process (``python -m openclaw_rl.envs.eval_loop --config FILE``), started by the
+Runs as its own process (``python -m openclaw_rl.launcher.eval_loop --config FILE``), started by the
 launcher when ``[training] eval_interval > 0``::
 
     evaluate the base policy (version 0, step 0)                            once, at start
@@ -9,7 +9,7 @@ launcher when ``[training] eval_interval > 0``::
           after the last evaluated one?  → load its weights, evaluate it
     each evaluation → one "eval" row in metrics.jsonl + TensorBoard, one [eval] line
 
-The evaluation is the chat part of ``openclaw-rl eval`` (:mod:`openclaw_rl.envs.evaluate`): the
+The evaluation is the chat part of ``openclaw-rl eval`` (:mod:`openclaw_rl.launcher.evaluate`): the
 greedy first reply to each of the first ``[training] eval_size`` held-out GSM8K problems, scored by
 each persona in ``[env_service] personas``. The policy is served by a private in-process
 :class:`~openclaw_rl.policy.server.PolicyService` on a free loopback port with its own temporary
@@ -51,7 +51,7 @@ from openclaw_rl.runtime.metrics import MetricsWriter, read_metrics
 from openclaw_rl.runtime.rundir import PublishedPolicy, RunDir
 
 if TYPE_CHECKING:  # the evaluation code (httpx, the environments) loads only in the evaluator itself
-    from openclaw_rl.envs.evaluate import EvalSizes
+    from openclaw_rl.launcher.evaluate import EvalSizes
 
 #: How often the evaluator looks for a newly published policy (seconds).
 POLL_S = 2.0
@@ -292,7 +292,7 @@ class EvalLoop:
         tensorboard: bool = True,
         concurrency: int = EVAL_CONCURRENCY,
     ):
-        from openclaw_rl.envs.evaluate import EvalSizes
+        from openclaw_rl.launcher.evaluate import EvalSizes
 
         self.cfg = cfg
         self.sizes = sizes or EvalSizes(
@@ -313,7 +313,7 @@ class EvalLoop:
 
     def start(self) -> None:
         """Start the private policy service on the base weights."""
-        from openclaw_rl.envs.evaluate import private_service_config
+        from openclaw_rl.launcher.evaluate import private_service_config
         from openclaw_rl.policy.server import PolicyService
 
         self._tmp = tempfile.TemporaryDirectory(prefix="openclaw_live_eval_")
@@ -364,8 +364,8 @@ class EvalLoop:
         there already, then run the held-out chat evaluation with ``ecfg``. None when the weights
         would not load or the service refused a request (both recorded, never retried) or the loop
         is stopping (nothing written: it is due again after a restart)."""
-        from openclaw_rl.envs.evaluate import evaluate
         from openclaw_rl.envs.loop import PolicyRequestError
+        from openclaw_rl.launcher.evaluate import evaluate
 
         assert self.service is not None
         if (self.loaded_user, self.loaded_version) != (user, pub.version):
@@ -472,7 +472,7 @@ class EvalLoop:
 def main(argv: list[str] | None = None) -> int:
     from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
 
-    parser = argparse.ArgumentParser(prog="python -m openclaw_rl.envs.eval_loop")
+    parser = argparse.ArgumentParser(prog="python -m openclaw_rl.launcher.eval_loop")
     parser.add_argument("--config", required=True)
     args = parser.parse_args(argv)
     cfg = loop_config(args.config)

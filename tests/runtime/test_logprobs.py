@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from openclaw_rl.trainer.logprobs import batch_token_stats, full_logsoftmax_logprobs, sequence_logprobs
+from openclaw_rl.runtime.logprobs import batch_token_stats, full_logsoftmax_logprobs, sequence_logprobs
 from tests.helpers import tiny_model
 
 PROMPTS = [[1, 2, 3, 4, 5, 6], [7, 8], [9, 10, 11]]
@@ -89,3 +89,10 @@ def test_bad_inputs_are_named(model):
         batch_token_stats(model, [[1]], [[]])
     with pytest.raises(ValueError, match="chunk_size"):
         batch_token_stats(model, [[1]], [[2]], chunk_size=0)
+
+
+def test_the_documented_trainer_import_path_still_works():
+    from openclaw_rl.runtime import logprobs
+    from openclaw_rl.trainer.logprobs import sequence_logprobs as documented
+
+    assert documented is logprobs.sequence_logprobs

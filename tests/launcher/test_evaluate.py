@@ -107,7 +107,7 @@ def test_eval_flags_default_to_the_eval_sizes(capsys):
     import pytest
 
     from openclaw_rl.cli import build_parser
-    from openclaw_rl.envs.evaluate import EvalSizes
+    from openclaw_rl.launcher.evaluate import EvalSizes
 
     args = build_parser().parse_args(["eval", "--config", "c.toml"])
     assert (args.chat_n, args.terminal_n, args.tool_call_n, args.max_tokens) == (

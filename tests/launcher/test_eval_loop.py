@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from openclaw_rl.config import build_config
-from openclaw_rl.envs.eval_loop import EvalLoop, due_policy, latest_eval, live_eval_problem, policy_step
-from openclaw_rl.envs.evaluate import EvalSizes
+from openclaw_rl.launcher.eval_loop import EvalLoop, due_policy, latest_eval, live_eval_problem, policy_step
+from openclaw_rl.launcher.evaluate import EvalSizes
 from openclaw_rl.launcher.status import progress_line
 from openclaw_rl.runtime.metrics import MetricsWriter, read_metrics
 from openclaw_rl.runtime.rundir import POLICY_POINTER, PublishedPolicy, RunDir
@@ -139,7 +139,7 @@ def test_the_launcher_starts_the_evaluator_only_when_it_can_run(tmp_path):
     from openclaw_rl.launcher.wiring import STOP_ORDER, build_children
 
     children = build_children(_cfg(tmp_path), "run.toml")
-    assert children["evaluator"].argv[1:] == ["-m", "openclaw_rl.envs.eval_loop", "--config", "run.toml"]
+    assert children["evaluator"].argv[1:] == ["-m", "openclaw_rl.launcher.eval_loop", "--config", "run.toml"]
     assert STOP_ORDER[-1] == "policy_service" and "evaluator" in STOP_ORDER  # stopped with the loops
     off = _cfg(tmp_path, eval_interval=0)
     assert "evaluator" not in build_children(off, "run.toml") and "eval_interval = 0" in live_eval_problem(
@@ -240,7 +240,7 @@ def test_evaluator_process_runs_niced_and_stops_on_sigterm(tmp_path, tiny_model_
         f"[training]\neval_interval = 1\neval_size = 2\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "openclaw_rl.envs.eval_loop", "--config", str(conf)],
+        [sys.executable, "-m", "openclaw_rl.launcher.eval_loop", "--config", str(conf)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -269,7 +269,7 @@ def test_evaluator_process_runs_niced_and_stops_on_sigterm(tmp_path, tiny_model_
 
 
 def test_sessions_to_learn_is_the_first_lasting_lead_of_the_live_eval(tmp_path):
-    from openclaw_rl.envs.eval_loop import learned_line, sessions_to_learn
+    from openclaw_rl.launcher.eval_loop import learned_line, sessions_to_learn
 
     writer = MetricsWriter(tmp_path, tensorboard=False)
     for step, sessions in ((4, 10), (8, 20), (12, 30), (16, 40)):
@@ -308,7 +308,7 @@ def _user_adapter(tmp_path: Path, cfg, user: str, version: int, seed: int) -> Pa
 def test_per_user_each_simulated_users_adapter_is_scored_on_its_own_persona(
     tmp_path, tiny_model_dir, gsm8k_path, capsys
 ):
-    from openclaw_rl.envs.eval_loop import due_user_policies, pending_evaluation
+    from openclaw_rl.launcher.eval_loop import due_user_policies, pending_evaluation
 
     cfg = build_config(
         {
