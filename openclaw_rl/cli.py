@@ -3,7 +3,7 @@
     openclaw-rl run    --config FILE [--dry-run]          the whole loop (same as python -m openclaw_rl.launch)
     openclaw-rl serve  --config FILE [--host H] [--port P] the policy service alone
     openclaw-rl judge  --config FILE --response T --next-state T [--role user|tool]
-    openclaw-rl train  --config FILE --samples F.jsonl [--steps N] [--resume]
+    openclaw-rl train  --config FILE --samples F.jsonl [--steps N] [--resume] [--log-dir DIR]
     openclaw-rl eval   --config FILE [--checkpoint PATH]
     openclaw-rl status --config FILE
     openclaw-rl samples --config FILE --out F.jsonl [--status S]  the run's samples, for train --samples
@@ -69,7 +69,10 @@ def _text_arg(value: str) -> str:
 def _cmd_train(args: argparse.Namespace) -> int:
     from openclaw_rl.trainer.cli import train_command
 
-    return train_command(_config(args.config), args.samples, args.steps, args.resume)
+    cfg = _config(args.config)
+    if args.log_dir is not None:
+        cfg = cfg.with_log_dir(args.log_dir)
+    return train_command(cfg, args.samples, args.steps, args.resume)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -168,6 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", required=True)
     p.add_argument("--steps", type=int)
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    p.add_argument(
+        "--log-dir",
+        metavar="DIR",
+        help="train into this folder instead of [global] log_dir (replay a run's samples without "
+        "touching the run)",
+    )
     p = verb("eval", _cmd_eval, "evaluate on the held-out set")
     p.add_argument("--checkpoint", help="exported policy directory (default: the base model)")
     from openclaw_rl.launcher.evaluate import EvalSizes  # the defaults live there, once

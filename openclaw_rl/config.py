@@ -107,6 +107,13 @@ class GlobalConfig(_Section):
             )
         return v
 
+    @field_validator("log_dir")
+    @classmethod
+    def _home(cls, v: str) -> str:
+        # "~/runs/x" means the home folder to a user, not a folder named "~" (every reader of the
+        # value, on every machine and in cluster mode alike, sees the expanded path).
+        return str(Path(v).expanduser()) if v.startswith("~") else v
+
 
 class ApiConfig(_Section):
     """One OpenAI-compatible channel shared by the judge, the teacher and a remote policy."""
@@ -317,8 +324,13 @@ class PrmServiceConfig(_Section):
     @field_validator("reward_space")
     @classmethod
     def _rewards(cls, v: list[int]) -> list[int]:
-        if not set(v) <= {1, -1, 0} or not v:
-            raise ValueError(f"must be a subset of [1, -1, 0], got {v}")
+        if not set(v) <= {1, -1, 0}:
+            raise ValueError(f"must hold only scores from [1, -1, 0], got {v}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"names a score twice, got {v}")
+        if len(v) < 2:
+            # a judge that can give only one score scores every turn alike: no reward to learn from
+            raise ValueError(f"must hold at least two scores (e.g. [1, -1, 0]), got {v}")
         return v
 
     @field_validator("backend")
@@ -540,6 +552,13 @@ class Config(BaseModel):
     def data_file(self) -> Path:
         """The file ``[env_service] data_path`` names; :class:`DataPathError` when there is none."""
         return resolve_data_path(self.env_service.data_path, self.source)
+
+    def with_log_dir(self, log_dir: str) -> Config:
+        """A copy that writes its run to ``log_dir`` (a command's ``--log-dir``), read as the config
+        file's own value would be."""
+        out = self.model_copy(deep=True)
+        out.global_.log_dir = GlobalConfig._home(log_dir)
+        return out
 
     def with_absolute_paths(self) -> Config:
         """A copy whose local paths are absolute, for processes that do not share our directory.
@@ -782,7 +801,11 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(p), [f"not valid TOML: {exc}"]) from None
-    return build_config(raw, source=str(p), environ=environ)
+    cfg = build_config(raw, source=str(p), environ=environ)
+    if not raw:
+        # legal, but more likely the wrong file (or an unsaved editor buffer) than a wish for defaults
+        cfg.warnings.insert(0, f"{p} sets nothing: every key takes its default")
+    return cfg
 
 
 def is_loopback(host: str) -> bool:

@@ -255,3 +255,38 @@ def test_a_quoted_number_or_boolean_is_refused_but_a_variable_may_spell_one():
     assert (cfg.policy_service.port, cfg.policy_service.max_concurrent) == (30123, 4)
     with pytest.raises(ConfigError, match="port: Input should be a valid integer"):
         build_config({"policy_service": {"port": "${PORT}"}}, environ={"PORT": "thirty"})
+
+
+def test_a_home_relative_log_dir_means_the_home_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = build_config({"global": {"log_dir": "~/runs/a"}}, environ={})
+    assert cfg.log_dir == tmp_path / "runs" / "a"
+    assert cfg.with_log_dir("~/replay").log_dir == tmp_path / "replay"
+    assert build_config({"global": {"log_dir": "./x~"}}, environ={}).global_.log_dir == "./x~"
+
+
+@pytest.mark.parametrize(
+    "space, says",
+    [
+        ([], "at least two scores"),
+        ([1], "at least two scores"),
+        ([1, 1, -1], "names a score twice"),
+        ([2, -1], "only scores from"),
+    ],
+)
+def test_a_reward_space_that_gives_no_signal_is_refused(space, says):
+    with pytest.raises(ConfigError) as exc:
+        build_config({"prm_service": {"reward_space": space}}, environ={})
+    assert says in str(exc.value) and "[prm_service] reward_space" in str(exc.value)
+    assert build_config({"prm_service": {"reward_space": [-1, 0]}}, environ={}).prm_service.reward_space == [
+        -1,
+        0,
+    ]
+
+
+def test_an_empty_config_file_loads_on_defaults_with_a_warning(tmp_path):
+    empty = tmp_path / "config.toml"
+    empty.write_text("# only a comment\n")
+    cfg = load_config(empty)
+    assert cfg.warnings[0] == f"{empty} sets nothing: every key takes its default"
+    assert not any("sets nothing" in w for w in load_config(ROOT / "configs" / "local.toml").warnings)

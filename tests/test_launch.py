@@ -164,11 +164,21 @@ def test_a_log_dir_that_is_a_file_or_holds_no_store_is_caught_by_the_dry_run_and
     corrupt.mkdir()
     (corrupt / "store.sqlite").write_text("garbage")
     local = (ROOT / "configs" / "local.toml").read_text()
-    for log_dir, says in (
-        (afile, "is a file, not a directory"),
-        (corrupt, "is not a usable openclaw-rl store"),
+    samples = tmp_path / "s.jsonl"
+    samples.write_text("")  # never read: the log_dir is refused first
+    for log_dir, says, verbs in (
+        (afile, "is a file, not a directory", (["users", "add", "carl"], ["status"])),
+        (corrupt, "is not a usable openclaw-rl store", (["users", "add", "carl"], ["status"])),
+        # under a file: the message names the file, not the folder that cannot be made
+        (afile / "sub", f"{afile} is a file, so [global] log_dir", (["users", "add", "carl"], ["status"])),
+        # a folder the kernel refuses to create: found by the dry run too, not only by the run
+        (
+            Path("/proc/openclaw-rl-test"),
+            "cannot be created",
+            (["users", "add", "carl"], ["train", "--samples", str(samples)]),
+        ),
     ):
-        config = tmp_path / f"{log_dir.name}.toml"
+        config = tmp_path / f"{log_dir.parent.name}-{log_dir.name}.toml"
         config.write_text(re.sub(r"(?m)^log_dir = .*$", f'log_dir = "{log_dir}"', local, count=1))
         dry = subprocess.run(
             [sys.executable, "-m", "openclaw_rl.launch", "--config", str(config), "--dry-run"],
@@ -177,7 +187,7 @@ def test_a_log_dir_that_is_a_file_or_holds_no_store_is_caught_by_the_dry_run_and
             timeout=300,
         )
         assert dry.returncode == 1 and says in dry.stdout and "not ready: log_dir" in dry.stdout
-        for verb in (["users", "add", "carl"], ["status"]):
+        for verb in verbs:
             out = subprocess.run(
                 [sys.executable, "-m", "openclaw_rl.cli", *verb, "--config", str(config)],
                 capture_output=True,

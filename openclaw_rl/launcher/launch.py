@@ -36,7 +36,6 @@ from openclaw_rl.config import (
     print_warnings,
 )
 from openclaw_rl.runtime.rundir import RunDir
-from openclaw_rl.runtime.store import store_problem
 
 DRY_RUN_DEADLINE_S = 25.0
 PROBE_TIMEOUT_S = 8.0
@@ -303,31 +302,6 @@ def check_training(cfg: Config) -> Check:
     )
 
 
-def log_dir_problem(cfg: Config) -> str | None:
-    """What is wrong with ``log_dir`` as it is now, read without writing (the dry run's check): a
-    file where the folder should be, or a store file that is no store."""
-    return store_problem(RunDir.of(cfg).store)
-
-
-def check_log_dir(cfg: Config) -> str | None:
-    """An unwritable or full log_dir is a startup error, not a crash later."""
-    problem = log_dir_problem(cfg)
-    if problem:
-        return problem
-    log_dir = cfg.log_dir
-    try:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        probe = log_dir / ".write_probe"
-        probe.write_bytes(b"x" * 4096)
-        probe.unlink()
-    except OSError as exc:
-        return f"[global] log_dir = {str(log_dir)!r} is not writable: {exc.strerror or exc}"
-    free = shutil.disk_usage(log_dir).free
-    if free < 200 * 2**20:
-        return f"[global] log_dir = {str(log_dir)!r}: only {free // 2**20} MiB free; checkpoints need more"
-    return None
-
-
 CHECKS: tuple[Callable[[Config], Check], ...] = (check_policy, check_env, check_prm, check_training)
 
 
@@ -361,7 +335,7 @@ def launch(config_path: str, dry_run: bool = False) -> int:
     print_warnings(cfg)
     checks = check_services(cfg)
     failed = [c for c in checks if not c.ok]
-    log_problem = log_dir_problem(cfg)  # read only: nothing is written before every check passed
+    log_problem = RunDir.of(cfg).problem()  # read only: nothing is written before every check passed
     if log_problem:
         failed.append(Check("log_dir", False, log_problem))
     if failed:  # the dry run's own lines: nothing has started, nothing needs stopping
@@ -372,7 +346,7 @@ def launch(config_path: str, dry_run: bool = False) -> int:
             file=sys.stderr,
         )
         return 2
-    log_problem = check_log_dir(cfg)
+    log_problem = RunDir.of(cfg).prepare()
     if log_problem:
         print(f"error: {log_problem}", file=sys.stderr)
         return 2
@@ -391,7 +365,7 @@ def _dry_run(cfg: Config, config_path: str) -> int:
     """The dry run's report: the run, one line per service, the file's pitfalls; 0 when all are ready."""
     print(f"[dry-run] run={cfg.global_.run_name} config={config_path} log_dir={cfg.log_dir}", flush=True)
     checks = check_services(cfg)
-    log_problem = log_dir_problem(cfg)
+    log_problem = RunDir.of(cfg).problem()
     if log_problem:
         checks.append(Check("log_dir", False, log_problem))
     for c in checks:

@@ -28,14 +28,17 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from openclaw_rl.config import Config, PolicyServiceConfig, generates_client_key
+from openclaw_rl.runtime.store import folder_problem, store_problem
 
 #: The file naming the newest published policy version, inside :attr:`RunDir.policies`.
 POLICY_POINTER = "latest.json"
+MIN_FREE_BYTES = 200 * 2**20  # below this, the next checkpoint may not fit
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o644, exclusive: bool = False) -> bool:
@@ -64,6 +67,19 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644, exclusive: bool 
     return True
 
 
+def _pointed_at(folder: Path, path: Path) -> Path:
+    """Where a policy pointer in ``folder`` points. New pointers are relative to their folder.
+    Older ones hold a path relative to the folder their run was started in, or an absolute one:
+    the version's folder beside the pointer wins, so the run reads it from any working folder and a
+    copied or moved log_dir serves its own copy, not the original's."""
+    if not path.is_absolute() and (folder / path).exists():
+        return folder / path
+    beside = folder / path.name
+    if beside.is_dir():
+        return beside
+    return path if path.is_absolute() else folder / path
+
+
 @dataclass(frozen=True)
 class PublishedPolicy:
     """What :data:`POLICY_POINTER` says: the newest policy version, where it is, and the training
@@ -84,6 +100,33 @@ class RunDir:
     def of(cls, cfg: Config) -> RunDir:
         """The run directory named by ``[global] log_dir``."""
         return cls(Path(cfg.global_.log_dir))
+
+    def problem(self) -> str | None:
+        """What stops this folder from holding a run, found without leaving anything behind (the dry
+        run's check): it or a folder above it is a file, it cannot be created or written, or its store
+        file is no store."""
+        return folder_problem(self.root) or store_problem(self.store)
+
+    def prepare(self) -> str | None:
+        """Create the folder and prove it takes a write and has room for checkpoints; what is wrong,
+        or None. Every command that writes a run calls it first, so a bad log_dir is one message, not
+        a crash later."""
+        problem = self.problem()
+        if problem:
+            return problem
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe = self.root / ".write_probe"
+            probe.write_bytes(b"x" * 4096)
+            probe.unlink()
+        except OSError as exc:
+            return f"[global] log_dir = {str(self.root)!r} is not writable: {exc.strerror or exc}"
+        free = shutil.disk_usage(self.root).free
+        if free < MIN_FREE_BYTES:
+            return (
+                f"[global] log_dir = {str(self.root)!r}: only {free // 2**20} MiB free; checkpoints need more"
+            )
+        return None
 
     @property
     def store(self) -> Path:
@@ -122,12 +165,14 @@ class RunDir:
         """The newest published policy (``user``: that user's adapter) with its training step, or
         None before the first publication. A pointer without ``step`` (written by an older version)
         reads with ``step = None``."""
-        pointer = self.policy_dir(user) / POLICY_POINTER
+        folder = self.policy_dir(user)
+        pointer = folder / POLICY_POINTER
         if not pointer.is_file():
             return None
         data = json.loads(pointer.read_text(encoding="utf-8"))
         step = data.get("step")
-        return PublishedPolicy(int(data["version"]), Path(data["path"]), None if step is None else int(step))
+        path = _pointed_at(folder, Path(data["path"]))
+        return PublishedPolicy(int(data["version"]), path, None if step is None else int(step))
 
     def publish_policy(
         self, version: int, path: Path, step: int | None = None, user: str | None = None
@@ -137,7 +182,11 @@ class RunDir:
         evaluations by it); ``user``: publish that user's adapter instead of the shared policy."""
         folder = self.policy_dir(user)
         folder.mkdir(parents=True, exist_ok=True)
-        data: dict[str, object] = {"version": version, "path": str(path)}
+        # Relative to the pointer's own folder: the run reads the same weights from whatever folder it
+        # is started in, and a copied or moved log_dir serves its own copy, not the original's.
+        inside = path.resolve().is_relative_to(folder.resolve())
+        stored = path.resolve().relative_to(folder.resolve()) if inside else path.resolve()
+        data: dict[str, object] = {"version": version, "path": str(stored)}
         if step is not None:
             data["step"] = step
         atomic_write_text(folder / POLICY_POINTER, json.dumps(data))

@@ -44,7 +44,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -222,7 +224,33 @@ class StoreError(RuntimeError):
 
 
 def _not_a_folder(folder: Path) -> str:
-    return f"{folder} is a file, not a directory: [global] log_dir must name a folder"
+    """The message for a log_dir that is, or lies under, a file: it names the file."""
+    file = next((p for p in (folder, *folder.parents) if p.exists()), folder)
+    if file == folder:
+        return f"{folder} is a file, not a directory: [global] log_dir must name a folder"
+    return f"{file} is a file, so [global] log_dir = {str(folder)!r} cannot be made under it"
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot hold a run, found without leaving anything behind: it or a folder above
+    it is a file, or it cannot be created or written. Where it does not exist yet, a folder is made
+    and removed at once in the nearest one that does (some folders, such as /proc, refuse only
+    then); None when all is well."""
+    folder = Path(folder)
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is None:
+        return None
+    if not existing.is_dir():
+        return _not_a_folder(folder)
+    if existing == folder:
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"[global] log_dir = {str(folder)!r} is not writable"
+        return None
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".openclaw_probe_", dir=existing))
+    except OSError as exc:
+        return f"[global] log_dir = {str(folder)!r} cannot be created in {existing}: {exc.strerror or exc}"
+    return None
 
 
 def _not_a_store(path: Path, exc: Exception) -> str:
@@ -236,7 +264,8 @@ def store_problem(path: Path) -> str | None:
     """Why the store at ``path`` could not be opened, read without writing anything (the dry
     run's check); None when it could (or does not exist yet)."""
     folder = Path(path).parent
-    if folder.exists() and not folder.is_dir():
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
         return _not_a_folder(folder)
     if not Path(path).is_file():
         return None
@@ -257,6 +286,10 @@ class Store:
             path.parent.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
             raise StoreError(_not_a_folder(path.parent)) from None
+        except OSError as exc:
+            raise StoreError(
+                f"[global] log_dir = {str(path.parent)!r} cannot be created: {exc.strerror or exc}"
+            ) from None
         self.path = path
         self._lock = threading.RLock()
         self._db = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)

@@ -6,7 +6,11 @@ cycling through the file (epochs). ``--steps N`` is the *total* number of update
 reach, so a resumed run continues to N rather than adding N more; without it the run does
 ``[training] max_steps`` updates or, if unset, one pass over the file. A checkpoint is saved every
 ``checkpoint_interval`` updates and at the end (also on Ctrl-C), and the final policy is exported
-to ``{log_dir}/policy/`` (the run directory's one folder of exported policies).
+to ``{log_dir}/policy/`` (the run directory's one folder of exported policies) and published there:
+``openclaw-rl serve`` or a run on that ``log_dir`` serves it.
+
+Without ``--resume`` the replay starts from the base model, so a ``log_dir`` that already holds
+checkpoints (a run's) is refused rather than overwritten; ``--log-dir`` trains into another folder.
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ from openclaw_rl.trainer.sample_file import SampleFileError, load_samples
 
 def train_command(cfg: Config, samples_path: str, steps: int | None, resume: bool) -> int:
     """Run offline replay; returns a process exit code (0 ok, 2 bad input)."""
+    run = RunDir.of(cfg)
+    problem = run.prepare()
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         samples = load_samples(samples_path)
     except SampleFileError as exc:
@@ -33,7 +42,18 @@ def train_command(cfg: Config, samples_path: str, steps: int | None, resume: boo
         print(f"error: --steps must be >= 1, got {steps}", file=sys.stderr)
         return 2
     tc = cfg.training
+    from openclaw_rl.trainer.checkpoint import latest_checkpoint
     from openclaw_rl.trainer.ppo import CheckpointError, Trainer
+
+    existing = latest_checkpoint(run.checkpoints)
+    if existing is not None and not resume:
+        print(
+            f"error: {run.checkpoints} already holds checkpoints (the newest: {existing.name}); "
+            "training from the base model would overwrite them. Pass --resume to continue from "
+            "them, or --log-dir DIR to train into another folder.",
+            file=sys.stderr,
+        )
+        return 2
 
     try:
         trainer = Trainer(cfg, cfg.policy_service.model)
@@ -81,9 +101,11 @@ def train_command(cfg: Config, samples_path: str, steps: int | None, resume: boo
             and trainer.latest_checkpoint() != trainer.checkpoint_root / f"step_{trainer.step:08d}"
         ):
             trainer.save_checkpoint()
-    out = trainer.export_policy(RunDir.of(cfg).policies, trainer.policy_version)
+    out = trainer.export_policy(run.policies, trainer.policy_version)
+    run.publish_policy(trainer.policy_version, out, step=trainer.step)
     print(
-        f"[training] done: step={trainer.step}, policy_version={trainer.policy_version}, exported {out}",
+        f"[training] done: step={trainer.step}, policy_version={trainer.policy_version}, exported and "
+        f"published {out}",
         flush=True,
     )
     return 0

@@ -137,9 +137,9 @@ def test_a_users_adapter_version_counts_publishes_so_max_staleness_means_what_it
     assert (c.samples_trained, c.samples_dropped) == (6, 0)
 
 
-def test_the_end_of_a_run_publishes_every_users_unpublished_updates(make_cfg):
+def test_the_end_of_a_run_publishes_every_users_unpublished_updates(make_cfg, capsys):
     # sync every 4 updates, run 3: alice trains twice and bob once, and both are served after the run
-    cfg = _per_user_cfg(make_cfg, batch_size=2, mini_batch_size=1, max_steps=3)
+    cfg = _per_user_cfg(make_cfg, batch_size=2, mini_batch_size=1, max_steps=3, checkpoint_interval=1)
     cfg.policy_service.weight_sync_interval = 4
     store = Store(cfg.log_dir / "store.sqlite")
     store.add_samples(_samples("alice", 4) + _samples("bob", 2))
@@ -154,6 +154,9 @@ def test_the_end_of_a_run_publishes_every_users_unpublished_updates(make_cfg):
     # what alice serves is her newest weights, not bob's (the loop switched adapters to export)
     served = load_file(str(run.read_published_policy("alice").path / "adapter_model.safetensors"))
     assert all(torch.equal(served[k], v) for k, v in _adapter(cfg, "alice").items())
+    # each update's checkpoint is written once (checkpoint_interval 1 saves it inside the update)
+    saved = [line for line in capsys.readouterr().out.splitlines() if "checkpoint saved" in line]
+    assert len(saved) == 3 and len(set(saved)) == 3, saved
 
 
 def test_user_a_training_leaves_user_b_bitwise_unchanged(make_cfg):

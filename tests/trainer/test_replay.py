@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.trainer.cli import train_command
 from openclaw_rl.trainer.sample_file import SampleFileError, load_samples, write_samples
 from openclaw_rl.types import Sample
@@ -134,3 +135,35 @@ def test_openclaw_rl_train_command_line(tmp_path, tiny_model_dir):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "[train] ppo_update done, kl=" in proc.stdout
     assert (tmp_path / "logs" / "policy" / "v000001" / "adapter_config.json").is_file()
+    # published: a service or run on this log_dir serves the replayed policy
+    published = RunDir(tmp_path / "logs").read_published_policy()
+    assert published is not None and published.version == 1 and published.path.name == "v000001"
+
+    # Again without --resume: the run's checkpoints are refused, not overwritten ...
+    argv = [sys.executable, "-m", "openclaw_rl.cli", "train", "--config", str(config), "--samples", str(path)]
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "2"}
+    ckpts = tmp_path / "logs" / "checkpoints"
+    before = sorted(p.name for p in ckpts.iterdir())
+    proc = subprocess.run([*argv, "--steps", "1"], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2 and "already holds checkpoints" in proc.stderr and "--log-dir" in proc.stderr
+    assert "Traceback" not in proc.stderr and sorted(p.name for p in ckpts.iterdir()) == before
+    # ... and --log-dir trains into another folder, leaving the run as it was
+    other = tmp_path / "replay"
+    proc = subprocess.run(
+        [*argv, "--steps", "1", "--log-dir", str(other)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (other / "checkpoints" / "step_00000001").is_dir() and sorted(
+        p.name for p in ckpts.iterdir()
+    ) == before
+    # a log_dir under a file is one error line naming the file
+    (tmp_path / "afile").write_text("x")
+    proc = subprocess.run(
+        [*argv, "--log-dir", str(tmp_path / "afile" / "sub")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"error: {tmp_path / 'afile'} is a file"), proc.stderr

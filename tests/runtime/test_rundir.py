@@ -1,0 +1,52 @@
+"""The run directory's policy pointer: a run finds its newest published weights from any working
+folder, and a copied or moved log_dir serves its own copy."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from openclaw_rl.runtime.rundir import POLICY_POINTER, RunDir
+
+
+def _version(run: RunDir, n: int, user: str | None = None) -> Path:
+    path = run.policy_dir(user) / f"v{n:06d}"
+    path.mkdir(parents=True)
+    (path / "weights").write_text(f"v{n}")
+    return path
+
+
+def test_a_run_started_elsewhere_finds_its_published_policy(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = RunDir(Path("runA"))  # a relative log_dir, as configs/local.toml has
+    run.publish_policy(2, _version(run, 2), step=3)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    published = RunDir(tmp_path / "runA").read_published_policy()
+    assert published is not None and published.version == 2 and published.step == 3
+    assert (published.path / "weights").read_text() == "v2"
+
+
+def test_a_copied_run_serves_its_own_copy(tmp_path):
+    run = RunDir(tmp_path / "runA")
+    run.publish_policy(1, _version(run, 1, "alice"), user="alice")
+    shutil.copytree(tmp_path / "runA", tmp_path / "runB")
+    (tmp_path / "runB" / "policy" / "users" / "alice" / "v000001" / "weights").write_text("copy")
+    published = RunDir(tmp_path / "runB").read_published_policy("alice")
+    assert published is not None and (published.path / "weights").read_text() == "copy"
+
+
+def test_pointers_written_by_older_versions_still_read(tmp_path, monkeypatch):
+    """Older pointers held a path relative to the launch folder, or an absolute one."""
+    run = RunDir(tmp_path / "runA")
+    _version(run, 4)
+    pointer = run.policies / POLICY_POINTER
+    pointer.write_text(json.dumps({"version": 4, "path": "runA/policy/v000004"}))
+    monkeypatch.chdir(tmp_path / "runA")  # not the folder the path was relative to
+    published = run.read_published_policy()
+    assert published is not None and (published.path / "weights").read_text() == "v4"
+    pointer.write_text(json.dumps({"version": 4, "path": "/gone/runA/policy/v000004", "step": 9}))
+    published = run.read_published_policy()
+    assert published is not None and published.step == 9 and (published.path / "weights").read_text() == "v4"
