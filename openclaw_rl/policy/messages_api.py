@@ -138,8 +138,17 @@ def to_messages(req: CountTokensRequest) -> list[dict[str, Any]]:
     if req.system:
         system = req.system if isinstance(req.system, str) else _blocks_text(req.system, "system")
         out.append({"role": "system", "content": system})
+    last = len(req.messages) - 1
     for i, m in enumerate(req.messages):
         where = f"messages[{i}].content"
+        if not m.content and not (i == last and m.role == "assistant"):
+            # as Anthropic's API: dropping it would silently turn the request into another one (an
+            # empty last user message would make the reply a continuation of the assistant's)
+            raise APIError(
+                400,
+                f"{where} is empty; every message but a final assistant one needs content",
+                param=where,
+            )
         if isinstance(m.content, str):
             out.append({"role": m.role, "content": m.content})
             continue
@@ -292,6 +301,9 @@ class MessagesCall:
             "stop_reason": stop,
             "stop_sequence": None,
             "usage": usage,
+            # extensions, as on every route (the X-Session-Id / X-Turn-Index headers carry them too)
+            "session_id": self.job.assign.session_id,
+            "turn_index": self.job.assign.turn_index,
         }
 
     def _stop(self, finish: str | None) -> tuple[str, str | None]:
@@ -368,11 +380,13 @@ class MessagesCall:
             yield event("content_block_stop", {"index": index + k})
         stop, sequence = self._stop(finish)
         usage = self._usage()
+        final = self.job.final
         yield event(
             "message_delta",
             {
                 "delta": {"stop_reason": stop, "stop_sequence": sequence},
                 "usage": {"output_tokens": usage["output_tokens"]},
+                "policy_version": final.policy_version if final is not None else None,
             },
         )
         yield event("message_stop", {})

@@ -77,6 +77,9 @@ class ChatMessage(_Lenient):
     def _has_content(self) -> ChatMessage:
         if self.content is None and not (self.role == "assistant" and self.tool_calls):
             raise ValueError(f"a {self.role} message needs content")
+        if isinstance(self.content, list) and not self.content:
+            # as OpenAI's API: an empty list of parts is a client bug, not an empty message
+            raise ValueError("content is an empty list of parts; give a string or at least one text part")
         return self
 
     @property

@@ -422,6 +422,62 @@ def test_messages_errors_have_anthropics_shape_and_x_api_key_works(tiny_service)
     assert "messages[0].content[0]" in r.json()["error"]["message"]
 
 
+def test_an_empty_message_is_refused_not_dropped(tiny_service):
+    """Dropped, an empty last user message would turn the request into a continuation of the
+    assistant's text; both APIs refuse it, naming the message, and record nothing."""
+    from anthropic import BadRequestError as AnthropicBadRequest
+    from openai import BadRequestError as OpenAIBadRequest
+
+    svc, url = tiny_service
+    before = svc.store.counters().turns
+    prefix = [
+        {"role": "user", "content": "Name three fruits."},
+        {"role": "assistant", "content": "Sure: apple,"},
+    ]
+    for empty in ([], ""):
+        with pytest.raises(AnthropicBadRequest) as bad:
+            _anthropic(url).messages.create(
+                model="policy", max_tokens=4, messages=[*prefix, {"role": "user", "content": empty}]
+            )
+        assert "messages[2].content is empty" in bad.value.body["error"]["message"], bad.value.body
+    with pytest.raises(AnthropicBadRequest) as bad:
+        _anthropic(url).messages.create(
+            model="policy", max_tokens=4, messages=[{"role": "user", "content": []}]
+        )
+    assert "messages[0].content is empty" in bad.value.body["error"]["message"]
+    with pytest.raises(OpenAIBadRequest) as info:
+        _openai(url).chat.completions.create(
+            model="policy", max_tokens=4, messages=[*prefix, {"role": "user", "content": []}]
+        )
+    assert info.value.body["param"].startswith("messages[2]") and "empty list" in info.value.body["message"]
+    assert svc.store.counters().turns == before
+    # a final assistant message may be empty (nothing to continue): served
+    msg = _anthropic(url).messages.create(
+        model="policy", max_tokens=2, messages=[*prefix[:1], {"role": "assistant", "content": ""}]
+    )
+    assert msg.id.startswith("msg_")
+
+
+def test_a_message_carries_its_session_and_turn_like_every_route(tiny_service):
+    _, url = tiny_service
+    raw = _anthropic(url).messages.with_raw_response.create(
+        model="policy", max_tokens=3, messages=[{"role": "user", "content": "hello"}]
+    )
+    body = json.loads(raw.http_response.text)
+    assert body["session_id"] == raw.headers["x-session-id"] and body["turn_index"] == int(
+        raw.headers["x-turn-index"]
+    )
+    assert isinstance(body["policy_version"], int)
+    with _anthropic(url).messages.stream(
+        model="policy", max_tokens=3, messages=[{"role": "user", "content": "hello again"}]
+    ) as stream:
+        events = list(stream)
+    start = next(e for e in events if e.type == "message_start")
+    delta = next(e for e in events if e.type == "message_delta")
+    assert start.message.model_extra["session_id"] and start.message.model_extra["turn_index"] == 0
+    assert isinstance(delta.model_extra["policy_version"], int)
+
+
 def test_count_tokens_is_the_prompt_the_reply_reads_and_records_nothing(tiny_service):
     svc, url = tiny_service
     client = _anthropic(url)
