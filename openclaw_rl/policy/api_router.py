@@ -128,6 +128,42 @@ class _VllmLoad(BaseModel):
     lora_path: str = Field(min_length=1)
 
 
+#: Bytes of request body per token of the window. Real text runs 2-6 bytes a token (JSON escapes
+#: included); no prompt that fits the window comes near 64, so a larger body is refused before it is
+#: read whole, parsed and tokenised (a 20 MB body kept the other clients waiting for seconds).
+BODY_BYTES_PER_TOKEN = 64
+BODY_SLACK_BYTES = 1 << 20  # tool schemas and other fields beyond the messages
+
+
+def max_body_bytes(max_model_len: int) -> int:
+    """The largest request body a service with a ``max_model_len`` window reads."""
+    return max_model_len * BODY_BYTES_PER_TOKEN + BODY_SLACK_BYTES
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, or a 413 as soon as it is known to exceed ``limit`` bytes (by its
+    Content-Length, or while it streams in without one)."""
+
+    def too_large(size: str) -> APIError:
+        return APIError(
+            413,
+            f"request body is {size} bytes; this service reads at most {limit} (its window is "
+            f"{(limit - BODY_SLACK_BYTES) // BODY_BYTES_PER_TOKEN} tokens)",
+            code="request_too_large",
+        )
+
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large(declared)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(f"more than {limit}")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def _error(exc: APIError, path: str = "") -> JSONResponse:
     """The error in the shape of the route's protocol: Anthropic's on ``/v1/messages``, else OpenAI's."""
     body = error_body(exc) if path.startswith("/v1/messages") else exc.body()
@@ -157,6 +193,7 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
         raise ValueError("admin_key must be a non-empty secret")
     admin = admin_key.encode()
     root = weights_root.resolve()
+    body_limit = max_body_bytes(serving.pcfg.max_model_len)
 
     def refused(message: str) -> APIError:
         return APIError(
@@ -267,7 +304,7 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request, who: Caller = Depends(caller)):
-        body = await request.body()
+        body = await read_body(request, body_limit)
         headers = _headers(request)
         job = await serving.start_job(body, headers, who)
         session_headers = {"X-Session-Id": job.assign.session_id, "X-Turn-Index": str(job.assign.turn_index)}
@@ -297,7 +334,9 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
     @app.post("/v1/responses")
     async def responses(request: Request, who: Caller = Depends(caller)):
         headers = _headers(request)
-        return await _other_protocol(request, ResponsesCall(serving, await request.body(), headers, who))
+        return await _other_protocol(
+            request, ResponsesCall(serving, await read_body(request, body_limit), headers, who)
+        )
 
     @app.get("/v1/responses/{response_id}")
     async def response(response_id: str, request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:
@@ -324,7 +363,9 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
     @app.post("/v1/messages")
     async def messages(request: Request, who: Caller = Depends(caller)):
         headers = _headers(request)
-        return await _other_protocol(request, MessagesCall(serving, await request.body(), headers, who))
+        return await _other_protocol(
+            request, MessagesCall(serving, await read_body(request, body_limit), headers, who)
+        )
 
     @app.post("/v1/messages/count_tokens", dependencies=[Depends(caller)])
     async def count_tokens(request: Request) -> dict[str, Any]:
@@ -341,7 +382,7 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
         return await run_in_threadpool(serving.feedback, req, headers, who)
 
     async def _parse(request: Request, model: type[BaseModel]) -> Any:
-        return parse_body(model, await request.body())
+        return parse_body(model, await read_body(request, body_limit))
 
     async def _swap(path: str, version: int, user: str | None = None) -> dict[str, Any]:
         path = inside_export_folder(path)

@@ -572,6 +572,35 @@ def test_a_prompt_that_cannot_fit_gets_openais_overflow_error(start_service, tin
     assert err["param"] == "messages" and "maximum context length is 32 tokens" in err["message"]
 
 
+def test_a_body_far_beyond_the_window_is_refused_unread_and_others_are_served(start_service, tiny_model_dir):
+    """413 on every model route, with or without a Content-Length, before it is parsed or tokenised."""
+    from openclaw_rl.policy.api_router import max_body_bytes
+
+    svc, url = start_service(tiny_model_dir, "huge", max_model_len=64)
+    limit = max_body_bytes(64)
+    huge = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * (limit + 10)}]}).encode()
+    for route in ("/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens"):
+        r = httpx.post(
+            f"{url}{route}", content=huge, headers={"Content-Type": "application/json"}, timeout=60
+        )
+        assert r.status_code == 413, (route, r.text[:300])
+        assert "reads at most" in r.text and "window is 64 tokens" in r.text, r.text[:300]
+
+    def chunked():  # no Content-Length: the size is learnt while reading
+        for i in range(0, len(huge), 1 << 16):
+            yield huge[i : i + (1 << 16)]
+
+    r = httpx.post(f"{url}/v1/chat/completions", content=chunked(), timeout=60)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    assert svc.store.counters().turns == 0
+    ok = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        timeout=60,
+    )
+    assert ok.status_code == 200
+
+
 def test_episode_group_and_outcome_headers_are_kept_on_the_session(tiny_service, client):
     svc, _ = tiny_service
     group = {"X-Session-Id": "ep-1", "X-Episode-Group": "grp-7", "X-Episode-Group-Size": "2"}
