@@ -1,7 +1,7 @@
 """``openclaw-rl``: one command, a verb per job.
 
     openclaw-rl run    --config FILE [--dry-run]          the whole loop (same as python -m openclaw_rl.launch)
-    openclaw-rl serve  --config FILE [--host H] [--port P] the policy service alone
+    openclaw-rl serve  --config FILE [--host H] [--port P] [--log-dir DIR]  the policy service alone
     openclaw-rl judge  --config FILE --response T --next-state T [--role user|tool]
     openclaw-rl train  --config FILE --samples F.jsonl [--steps N] [--resume] [--log-dir DIR]
     openclaw-rl eval   --config FILE [--checkpoint PATH]
@@ -42,7 +42,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from openclaw_rl.policy.server import serve_command
 
-    return serve_command(_config(args.config), args.host, args.port)
+    cfg = _config(args.config)
+    if args.log_dir is not None:
+        cfg = cfg.with_log_dir(args.log_dir)
+    return serve_command(cfg, args.host, args.port)
 
 
 def _cmd_judge(args: argparse.Namespace) -> int:
@@ -152,6 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("serve", _cmd_serve, "run the policy service alone")
     p.add_argument("--host")
     p.add_argument("--port", type=_port)
+    p.add_argument(
+        "--log-dir",
+        metavar="DIR",
+        help="serve (and record into) this folder instead of [global] log_dir, e.g. a replay's",
+    )
     p = verb("judge", _cmd_judge, "judge one (response, next state) pair and print JSON")
     p.add_argument(
         "--response", required=True, help="the assistant's reply; @FILE reads it from a file, - from stdin"

@@ -112,7 +112,12 @@ class GlobalConfig(_Section):
     def _home(cls, v: str) -> str:
         # "~/runs/x" means the home folder to a user, not a folder named "~" (every reader of the
         # value, on every machine and in cluster mode alike, sees the expanded path).
-        return str(Path(v).expanduser()) if v.startswith("~") else v
+        if not v.startswith("~"):
+            return v
+        try:
+            return str(Path(v).expanduser())
+        except RuntimeError:  # "~name/..." of a user this machine does not know
+            raise ValueError(f"cannot expand {v.split('/', 1)[0]!r}: no such user's home folder") from None
 
 
 class ApiConfig(_Section):
@@ -557,7 +562,10 @@ class Config(BaseModel):
         """A copy that writes its run to ``log_dir`` (a command's ``--log-dir``), read as the config
         file's own value would be."""
         out = self.model_copy(deep=True)
-        out.global_.log_dir = GlobalConfig._home(log_dir)
+        try:
+            out.global_.log_dir = GlobalConfig._home(log_dir)
+        except ValueError as exc:
+            raise ConfigError("--log-dir", [str(exc)]) from None
         return out
 
     def with_absolute_paths(self) -> Config:

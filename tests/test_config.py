@@ -290,3 +290,11 @@ def test_an_empty_config_file_loads_on_defaults_with_a_warning(tmp_path):
     cfg = load_config(empty)
     assert cfg.warnings[0] == f"{empty} sets nothing: every key takes its default"
     assert not any("sets nothing" in w for w in load_config(ROOT / "configs" / "local.toml").warnings)
+
+
+def test_an_unknown_users_home_is_a_config_error_not_a_traceback():
+    with pytest.raises(ConfigError) as exc:
+        build_config({"global": {"log_dir": "~no-such-user-here/run"}}, environ={})
+    assert "[global] log_dir" in str(exc.value) and "no such user's home folder" in str(exc.value)
+    with pytest.raises(ConfigError, match="no such user's home folder"):
+        build_config({}, environ={}).with_log_dir("~no-such-user-here/replay")

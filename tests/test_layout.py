@@ -11,15 +11,27 @@ import openclaw_rl
 
 PACKAGE = Path(openclaw_rl.__file__).parent
 LOOPS = ("envs", "judge", "policy", "trainer")
-BELOW = ("runtime",)  # with the top-level modules config.py and types.py
+BELOW = ("runtime", "config.py", "types.py")
 
 
 def _imports(path: Path) -> set[str]:
-    """Every openclaw_rl sub-package a module imports, at any depth of the file (lazy imports count)."""
+    """Every openclaw_rl sub-package or top-level module a module imports."""
+    package = path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1]  # ("openclaw_rl", "trainer")
+    return _imported(path.read_text(), package)
+
+
+def _imported(source: str, package: tuple[str, ...]) -> set[str]:
+    """What ``source``, a module of ``package``, imports from openclaw_rl, at any depth of the file
+    (lazy imports count), relative imports resolved against ``package``."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                names = [".".join((*base, node.module)) if node.module else ".".join(base)]
+                names += [".".join((*base, alias.name)) for alias in node.names] if not node.module else []
+            else:
+                names = [node.module or ""]
         elif isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         else:
@@ -31,10 +43,11 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
-def _offences(package: str, forbidden: set[str]) -> list[str]:
+def _offences(where: str, forbidden: set[str]) -> list[str]:
+    paths = sorted((PACKAGE / where).rglob("*.py")) if (PACKAGE / where).is_dir() else [PACKAGE / where]
     return [
         f"{path.relative_to(PACKAGE.parent)} imports openclaw_rl.{name}"
-        for path in sorted((PACKAGE / package).rglob("*.py"))
+        for path in paths
         for name in sorted(_imports(path) & forbidden)
     ]
 
@@ -50,4 +63,12 @@ def test_the_ground_floor_imports_no_loop():
 
 
 def test_every_loop_package_is_where_the_test_expects():
-    assert all((PACKAGE / name / "__init__.py").is_file() for name in (*LOOPS, *BELOW, "launcher"))
+    assert all((PACKAGE / name / "__init__.py").is_file() for name in (*LOOPS, "runtime", "launcher"))
+    assert all((PACKAGE / name).is_file() for name in ("config.py", "types.py"))
+
+
+def test_relative_imports_are_resolved():
+    """A sideways import written relatively is caught too (the check itself can fail)."""
+    assert _imports(PACKAGE / "trainer" / "loop.py") >= {"runtime", "config"}
+    source = "from ..policy import server\nfrom . import loop\nfrom .. import judge\n"
+    assert _imported(source, ("openclaw_rl", "trainer")) == {"policy", "trainer", "judge"}

@@ -31,6 +31,7 @@ total disk use in ``/work`` is checked after each command and reported, not enfo
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import itertools
 import os
@@ -55,9 +56,11 @@ _probed = False
 _swept: set[str] = set()
 #: The only variable bwrap itself needs; the command's own environment is set by --setenv.
 _BWRAP_ENV = {"PATH": "/usr/bin:/bin"}
-#: A sandbox folder names the process that made it, so a later process can remove what a killed one
-#: (``kill -9`` of the env loop) left behind.
-_FOLDER = re.compile(r"openclaw_sbx_(\d+)_")
+#: Sandbox folders (and the staging name each has until it is locked), which a later process removes
+#: when no live sandbox holds them: what a killed one (``kill -9`` of the env loop) left behind.
+_FOLDER = re.compile(r"(?:\.openclaw_sbx_new_|openclaw_sbx_\d+_)")
+_STAGING = ".openclaw_sbx_new_"  # a folder before its lock is taken and it gets its name
+STAGING_GRACE_S = 60.0  # a staging folder older than this was left by a process that died making it
 
 
 class SandboxUnavailable(RuntimeError):
@@ -128,7 +131,8 @@ def _sweep_orphans(base_dir: str | Path | None) -> None:
     A live sandbox holds an exclusive ``flock`` on its folder for its whole life. The lock, not the
     PID in the folder's name, decides: processes in other PID namespaces (two containers sharing one
     ``/tmp``) cannot see each other's PIDs, but they do see each other's locks. A folder gets its
-    name only once its lock is held (:class:`Sandbox`), so an unheld one is abandoned."""
+    name only once its lock is held (:class:`Sandbox`), so an unheld one is abandoned; an unheld
+    staging folder is, once it is older than ``STAGING_GRACE_S``."""
     base = Path(base_dir) if base_dir is not None else Path(tempfile.gettempdir())
     if str(base) in _swept:
         return
@@ -146,6 +150,8 @@ def _sweep_orphans(base_dir: str | Path | None) -> None:
             continue  # gone mid-scan
         if st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode):
             continue  # another user's sandbox: not ours to judge
+        if entry.name.startswith(_STAGING) and time.time() - st.st_mtime < STAGING_GRACE_S:
+            continue  # its maker may be between making it and locking it
         if _unheld(entry):
             shutil.rmtree(entry, ignore_errors=True)
 
@@ -158,7 +164,21 @@ def _lock_folder(folder: Path, wait: bool) -> int | None:
     except BlockingIOError:
         os.close(fd)
         return None
+    except OSError:
+        os.close(fd)
+        raise
     return fd
+
+
+def _lock_own_folder(folder: Path) -> int | None:
+    """The creator's lock on its new folder; None on a filesystem without flock (ENOLCK, some
+    network mounts), where the sandbox works unlocked and sweeps leave every folder alone."""
+    try:
+        return _lock_folder(folder, wait=True)
+    except OSError as exc:
+        if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+            return None
+        raise
 
 
 def _unheld(folder: Path) -> bool:
@@ -188,23 +208,31 @@ class Sandbox:
         check_available()
         self.limits = limits or SandboxLimits()
         _sweep_orphans(base_dir)
-        # Made under a name the sweep ignores, locked, then renamed: a sweep never sees it unlocked.
-        staging = Path(tempfile.mkdtemp(prefix=".openclaw_sbx_new_", dir=base_dir))
-        self._lock_fd: int | None = _lock_folder(staging, wait=True)  # held until close()
-        self.root = staging.with_name(f"openclaw_sbx_{os.getpid()}_{staging.name.rsplit('_', 1)[-1]}")
-        staging.rename(self.root)
-        self.workdir = self.root / "work"
-        self.home = self.root / "home"
-        self._etc = self.root / "etc"
-        for d in (self.workdir, self.home, self._etc):
-            d.mkdir()
-        self.is_root = os.geteuid() == 0
-        self.uid = _next_uid() if self.is_root else os.geteuid()
-        self.gid = self.uid if self.is_root else os.getegid()
-        (self._etc / "passwd").write_text("agent:x:1000:1000:agent:/home/agent:/bin/bash\n")
-        (self._etc / "group").write_text("agent:x:1000:\n")
-        os.chmod(self.root, 0o755)
-        self._chown_tree()
+        # Made under a name the sweep leaves to its maker while locked, locked, then renamed: a sweep
+        # never sees a live sandbox's folder unlocked.
+        staging = Path(tempfile.mkdtemp(prefix=_STAGING, dir=base_dir))
+        self._lock_fd: int | None = None
+        self.root = staging
+        try:
+            self._lock_fd = _lock_own_folder(staging)  # held until close()
+            self.root = staging.with_name(f"openclaw_sbx_{os.getpid()}_{staging.name.removeprefix(_STAGING)}")
+            staging.rename(self.root)
+            self.workdir = self.root / "work"
+            self.home = self.root / "home"
+            self._etc = self.root / "etc"
+            for d in (self.workdir, self.home, self._etc):
+                d.mkdir()
+            self.is_root = os.geteuid() == 0
+            self.uid = _next_uid() if self.is_root else os.geteuid()
+            self.gid = self.uid if self.is_root else os.getegid()
+            (self._etc / "passwd").write_text("agent:x:1000:1000:agent:/home/agent:/bin/bash\n")
+            (self._etc / "group").write_text("agent:x:1000:\n")
+            os.chmod(self.root, 0o755)
+            self._chown_tree()
+        except BaseException:
+            self._closed = False
+            self.close()  # nothing half-made is left behind, nor its lock
+            raise
         self._closed = False
         self._probe()
 

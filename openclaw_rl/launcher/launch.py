@@ -335,7 +335,7 @@ def launch(config_path: str, dry_run: bool = False) -> int:
     print_warnings(cfg)
     checks = check_services(cfg)
     failed = [c for c in checks if not c.ok]
-    log_problem = RunDir.of(cfg).problem()  # read only: nothing is written before every check passed
+    log_problem = RunDir.of(cfg).problem()  # leaves nothing behind before every check passed
     if log_problem:
         failed.append(Check("log_dir", False, log_problem))
     if failed:  # the dry run's own lines: nothing has started, nothing needs stopping

@@ -138,17 +138,13 @@ def to_messages(req: CountTokensRequest) -> list[dict[str, Any]]:
     if req.system:
         system = req.system if isinstance(req.system, str) else _blocks_text(req.system, "system")
         out.append({"role": "system", "content": system})
-    last = len(req.messages) - 1
     for i, m in enumerate(req.messages):
         where = f"messages[{i}].content"
-        if not m.content and not (i == last and m.role == "assistant"):
-            # as Anthropic's API: dropping it would silently turn the request into another one (an
-            # empty last user message would make the reply a continuation of the assistant's)
-            raise APIError(
-                400,
-                f"{where} is empty; every message but a final assistant one needs content",
-                param=where,
-            )
+        if not m.content and m.role == "user":
+            # dropping it would silently turn the request into another one (an empty last user
+            # message would make the reply a continuation of the assistant's). An empty assistant
+            # message passes: this service can itself reply with no text, and clients send it back.
+            raise APIError(400, f"{where} is empty; a user message needs content", param=where)
         if isinstance(m.content, str):
             out.append({"role": m.role, "content": m.content})
             continue

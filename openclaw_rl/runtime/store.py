@@ -225,7 +225,7 @@ class StoreError(RuntimeError):
 
 def _not_a_folder(folder: Path) -> str:
     """The message for a log_dir that is, or lies under, a file: it names the file."""
-    file = next((p for p in (folder, *folder.parents) if p.exists()), folder)
+    file = next((p for p in (folder, *folder.parents) if os.path.exists(p)), folder)
     if file == folder:
         return f"{folder} is a file, not a directory: [global] log_dir must name a folder"
     return f"{file} is a file, so [global] log_dir = {str(folder)!r} cannot be made under it"
@@ -235,12 +235,13 @@ def folder_problem(folder: Path) -> str | None:
     """Why ``folder`` cannot hold a run, found without leaving anything behind: it or a folder above
     it is a file, or it cannot be created or written. Where it does not exist yet, a folder is made
     and removed at once in the nearest one that does (some folders, such as /proc, refuse only
-    then); None when all is well."""
+    then); None when all is well. ``os.path``'s tests, not ``Path``'s: on Python 3.11 ``Path.exists``
+    raises for a path under a folder the process may not read, where this says what is wrong."""
     folder = Path(folder)
-    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    existing = next((p for p in (folder, *folder.parents) if os.path.exists(p)), None)
     if existing is None:
         return None
-    if not existing.is_dir():
+    if not os.path.isdir(existing):
         return _not_a_folder(folder)
     if existing == folder:
         if not os.access(folder, os.W_OK | os.X_OK):
@@ -264,10 +265,10 @@ def store_problem(path: Path) -> str | None:
     """Why the store at ``path`` could not be opened, read without writing anything (the dry
     run's check); None when it could (or does not exist yet)."""
     folder = Path(path).parent
-    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
-    if existing is not None and not existing.is_dir():
+    existing = next((p for p in (folder, *folder.parents) if os.path.exists(p)), None)
+    if existing is not None and not os.path.isdir(existing):
         return _not_a_folder(folder)
-    if not Path(path).is_file():
+    if not os.path.isfile(path):
         return None
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)) as db:

@@ -7,7 +7,7 @@ reach, so a resumed run continues to N rather than adding N more; without it the
 ``[training] max_steps`` updates or, if unset, one pass over the file. A checkpoint is saved every
 ``checkpoint_interval`` updates and at the end (also on Ctrl-C), and the final policy is exported
 to ``{log_dir}/policy/`` (the run directory's one folder of exported policies) and published there:
-``openclaw-rl serve`` or a run on that ``log_dir`` serves it.
+``openclaw-rl serve [--log-dir DIR]`` or a run on that ``log_dir`` serves it.
 
 Without ``--resume`` the replay starts from the base model, so a ``log_dir`` that already holds
 checkpoints (a run's) is refused rather than overwritten; ``--log-dir`` trains into another folder.
@@ -25,11 +25,6 @@ from openclaw_rl.trainer.sample_file import SampleFileError, load_samples
 
 def train_command(cfg: Config, samples_path: str, steps: int | None, resume: bool) -> int:
     """Run offline replay; returns a process exit code (0 ok, 2 bad input)."""
-    run = RunDir.of(cfg)
-    problem = run.prepare()
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
     try:
         samples = load_samples(samples_path)
     except SampleFileError as exc:
@@ -41,19 +36,13 @@ def train_command(cfg: Config, samples_path: str, steps: int | None, resume: boo
     if steps is not None and steps < 1:
         print(f"error: --steps must be >= 1, got {steps}", file=sys.stderr)
         return 2
-    tc = cfg.training
-    from openclaw_rl.trainer.checkpoint import latest_checkpoint
-    from openclaw_rl.trainer.ppo import CheckpointError, Trainer
-
-    existing = latest_checkpoint(run.checkpoints)
-    if existing is not None and not resume:
-        print(
-            f"error: {run.checkpoints} already holds checkpoints (the newest: {existing.name}); "
-            "training from the base model would overwrite them. Pass --resume to continue from "
-            "them, or --log-dir DIR to train into another folder.",
-            file=sys.stderr,
-        )
+    run = RunDir.of(cfg)
+    problem = run.prepare() or (None if resume else _holds_a_run(run))
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
+    tc = cfg.training
+    from openclaw_rl.trainer.ppo import CheckpointError, Trainer
 
     try:
         trainer = Trainer(cfg, cfg.policy_service.model)
@@ -101,11 +90,33 @@ def train_command(cfg: Config, samples_path: str, steps: int | None, resume: boo
             and trainer.latest_checkpoint() != trainer.checkpoint_root / f"step_{trainer.step:08d}"
         ):
             trainer.save_checkpoint()
-    out = trainer.export_policy(run.policies, trainer.policy_version)
-    run.publish_policy(trainer.policy_version, out, step=trainer.step)
+    # the next version after the folder's newest publish, as the live loop counts them: a resumed
+    # replay never re-exports over a version a service may be serving
+    published = run.read_published_policy()
+    version = (published.version if published else 0) + 1
+    out = trainer.export_policy(run.policies, version)
+    run.publish_policy(version, out, step=trainer.step)
     print(
-        f"[training] done: step={trainer.step}, policy_version={trainer.policy_version}, exported and "
-        f"published {out}",
-        flush=True,
+        f"[training] done: step={trainer.step}, exported and published version {version}: {out}", flush=True
     )
     return 0
+
+
+def _holds_a_run(run: RunDir) -> str | None:
+    """Why replaying from the base model into ``run`` would overwrite a run's state, or None."""
+    from openclaw_rl.trainer.checkpoint import latest_checkpoint
+
+    existing = latest_checkpoint(run.checkpoints)
+    per_user = run.checkpoints / "users"
+    if existing is not None:
+        what = f"{run.checkpoints} already holds checkpoints (the newest: {existing.name})"
+    elif per_user.is_dir() and any(per_user.iterdir()):
+        what = f"{per_user} already holds per-user checkpoints"
+    elif run.read_published_policy() is not None or run.published_users():
+        what = f"{run.policies} already holds published policies"
+    else:
+        return None
+    return (
+        f"{what}; training from the base model would overwrite or outrank them. Pass --resume to "
+        "continue from the checkpoints, or --log-dir DIR to train into another folder."
+    )

@@ -223,6 +223,29 @@ def test_sweep_removes_only_folders_no_live_sandbox_holds(tmp_path):
     assert not held.exists()
 
 
+def test_staging_leftovers_are_swept_once_old_and_a_failed_start_leaves_nothing(tmp_path, monkeypatch):
+    from openclaw_rl.envs import sandbox as sandbox_mod
+
+    old, young = tmp_path / ".openclaw_sbx_new_old12345", tmp_path / ".openclaw_sbx_new_young123"
+    for folder in (old, young):
+        folder.mkdir()
+    past = time.time() - 2 * sandbox_mod.STAGING_GRACE_S
+    os.utime(old, (past, past))
+    sandbox_mod._swept.discard(str(tmp_path))
+    sandbox_mod._sweep_orphans(tmp_path)
+    assert not old.exists() and young.is_dir()  # young: its maker may not have locked it yet
+
+    def refuse(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sandbox_mod.os, "chmod", refuse)
+    base = tmp_path / "fresh"
+    base.mkdir()
+    with pytest.raises(OSError):
+        Sandbox(base_dir=base)
+    assert list(base.iterdir()) == []  # neither the folder nor its staging name is left behind
+
+
 def test_a_live_sandbox_survives_another_process_sweeping():
     base = Path(tempfile.mkdtemp(prefix="sweep_"))
     base.chmod(0o755)  # the sandbox uid must reach its folder (pytest's tmp_path is 0700)
@@ -231,4 +254,6 @@ def test_a_live_sandbox_survives_another_process_sweeping():
         subprocess.run([sys.executable, "-c", code, str(base)], check=True, timeout=60)
         assert live.root.is_dir()
         assert live.run("echo ok").stdout.strip() == "ok"
+        # the whole random part of the staging name is kept: names cannot collide within a process
+        assert len(live.root.name.split("_", 3)[-1]) >= 8
     shutil.rmtree(base)

@@ -4,8 +4,14 @@ folder, and a copied or moved log_dir serves its own copy."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from openclaw_rl.runtime.rundir import POLICY_POINTER, RunDir
 
@@ -50,3 +56,42 @@ def test_pointers_written_by_older_versions_still_read(tmp_path, monkeypatch):
     pointer.write_text(json.dumps({"version": 4, "path": "/gone/runA/policy/v000004", "step": 9}))
     published = run.read_published_policy()
     assert published is not None and published.step == 9 and (published.path / "weights").read_text() == "v4"
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to act as another user"
+)
+def test_a_log_dir_the_user_may_not_reach_is_named_not_a_traceback():
+    """Path.exists raises PermissionError on Python 3.11 under a folder the process may not read."""
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c"]
+    reach = subprocess.run([*as_nobody, "import openclaw_rl"], capture_output=True, timeout=60, cwd="/")
+    if reach.returncode != 0:
+        pytest.skip("this checkout is not readable by another user")
+    base = Path(tempfile.mkdtemp(prefix="perm_"))
+    try:
+        base.chmod(0o755)
+        (base / "locked").mkdir(mode=0o700)
+        code = (
+            "import sys; from pathlib import Path; from openclaw_rl.runtime.rundir import RunDir\n"
+            "run = RunDir(Path(sys.argv[1])); print(run.problem()); print(run.prepare())"
+        )
+        out = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                sys.executable,
+                "-c",
+                code,
+                str(base / "locked" / "run"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/",
+        )
+        assert out.returncode == 0, out.stderr[-1000:]
+        assert out.stdout.count("cannot be created in") == 2 and "Permission denied" in out.stdout
+    finally:
+        shutil.rmtree(base)

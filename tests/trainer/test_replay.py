@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import time
 
+import httpx
 import pytest
 
 from openclaw_rl.runtime.rundir import RunDir
@@ -66,12 +68,16 @@ def test_train_command_replays_checkpoints_and_resumes(make_cfg, tmp_path, capsy
     ckpts = cfg.log_dir / "checkpoints"
     assert (ckpts / "latest").read_text().strip() == "step_00000003"  # saved at the end too
     assert (ckpts / "step_00000002").is_dir()
-    assert (cfg.log_dir / "policy" / "v000003" / "adapter_model.safetensors").is_file()
+    assert (cfg.log_dir / "policy" / "v000001" / "adapter_model.safetensors").is_file()
     # --steps is the total to reach: a resumed run continues from 3 to 5.
     assert train_command(cfg, str(path), 5, resume=True) == 0
     out = capsys.readouterr().out
     assert "resumed at step=3" in out and out.count("[train] ppo_update done") == 2
     assert (ckpts / "latest").read_text().strip() == "step_00000005"
+    # published as the next version, never over the one before (a service may be serving it)
+    published = RunDir.of(cfg).read_published_policy()
+    assert published is not None and published.version == 2 and published.step == 5
+    assert (cfg.log_dir / "policy" / "v000001" / "adapter_model.safetensors").is_file()
 
 
 @pytest.mark.parametrize(
@@ -153,9 +159,30 @@ def test_openclaw_rl_train_command_line(tmp_path, tiny_model_dir):
         [*argv, "--steps", "1", "--log-dir", str(other)], capture_output=True, text=True, timeout=120, env=env
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert (other / "checkpoints" / "step_00000001").is_dir() and sorted(
-        p.name for p in ckpts.iterdir()
-    ) == before
+    assert (other / "checkpoints" / "step_00000001").is_dir()
+    assert sorted(p.name for p in ckpts.iterdir()) == before
+    # ... which `serve --log-dir` serves
+    from openclaw_rl.runtime.ports import free_port
+
+    port = free_port()
+    server = subprocess.Popen(
+        [*argv[:3], "serve", "--config", str(config), "--port", str(port), "--log-dir", str(other)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        health = None
+        for _ in range(240):
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).json()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        assert health is not None and health["policy_version"] == 1, health
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
     # a log_dir under a file is one error line naming the file
     (tmp_path / "afile").write_text("x")
     proc = subprocess.run(
@@ -167,3 +194,21 @@ def test_openclaw_rl_train_command_line(tmp_path, tiny_model_dir):
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith(f"error: {tmp_path / 'afile'} is a file"), proc.stderr
+
+
+@pytest.mark.parametrize("left", ["per-user checkpoints", "a published policy", "a user's published adapter"])
+def test_a_folder_holding_any_part_of_a_run_is_not_replayed_over(make_cfg, tmp_path, capsys, left):
+    cfg = make_cfg(batch_size=2, mini_batch_size=1)
+    run = RunDir.of(cfg)
+    if left == "per-user checkpoints":
+        (run.checkpoints / "users" / "alice" / "step_00000001").mkdir(parents=True)
+    else:
+        user = "alice" if "user" in left else None
+        version = run.policy_dir(user) / "v000004"
+        version.mkdir(parents=True)
+        run.publish_policy(4, version, user=user)
+    path = write_samples(tmp_path / "s.jsonl", _samples(2))
+    assert train_command(cfg, str(path), 1, resume=False) == 2
+    err = capsys.readouterr().err
+    assert "already holds" in err and "--log-dir" in err
+    assert not run.checkpoints.is_dir() or not list(run.checkpoints.glob("step_*"))
