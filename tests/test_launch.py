@@ -20,7 +20,8 @@ import pytest
 from openclaw_rl.config import ConfigError, build_config
 from openclaw_rl.launch import main as launch_main
 from openclaw_rl.trainer.sample_file import write_samples
-from openclaw_rl.types import Sample
+
+from .helpers import one_token_sample
 
 ROOT = Path(__file__).resolve().parents[1]
 CANONICAL = ROOT / "configs" / "example.toml"
@@ -166,21 +167,7 @@ def test_a_log_dir_that_is_a_file_or_holds_no_store_is_caught_by_the_dry_run_and
     corrupt.mkdir()
     (corrupt / "store.sqlite").write_text("garbage")
     local = (ROOT / "configs" / "local.toml").read_text()
-    samples = write_samples(
-        tmp_path / "s.jsonl",
-        [
-            Sample(
-                sample_id="s",
-                session_id="t",
-                turn_index=0,
-                prompt_ids=[1],
-                response_ids=[2],
-                rollout_logprobs=[-1.0],
-                loss_mask=[1],
-                reward=1.0,
-            )
-        ],
-    )
+    samples = write_samples(tmp_path / "s.jsonl", [one_token_sample("s", "t")])
     for log_dir, says, verbs in (
         (afile, "is a file, not a directory", (["users", "add", "carl"], ["status"])),
         (corrupt, "is not a usable openclaw-rl store", (["users", "add", "carl"], ["status"])),

@@ -84,23 +84,11 @@ def test_unwritable_log_dir_is_a_clear_startup_error(tmp_path):
 
 def test_status_prints_the_run_counters(tmp_path):
     from openclaw_rl.runtime.store import Store
-    from openclaw_rl.types import Sample
+
+    from ..helpers import one_token_sample
 
     store = Store(tmp_path / "logs" / "store.sqlite")
-    store.add_samples(
-        [
-            Sample(
-                sample_id="a",
-                session_id="s",
-                turn_index=0,
-                prompt_ids=[1],
-                response_ids=[2],
-                rollout_logprobs=[-1.0],
-                loss_mask=[1],
-                reward=1.0,
-            )
-        ]
-    )
+    store.add_samples([one_token_sample("a", "s")])
     store.close()
     path = tmp_path / "c.toml"
     path.write_text(f'[global]\nlog_dir = "{tmp_path / "logs"}"\n')
