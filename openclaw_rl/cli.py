@@ -7,7 +7,8 @@
     openclaw-rl eval   --config FILE [--checkpoint PATH]
     openclaw-rl status --config FILE
     openclaw-rl samples --config FILE --out F.jsonl [--status S]  the run's samples, for train --samples
-    openclaw-rl openclaw-config --config FILE [--api T]   the openclaw.json fragment for this service
+    openclaw-rl turns  --config FILE [--last N] [--user U]   the newest turns and their ids (to rate)
+    openclaw-rl openclaw-config --config FILE [--api T] [--host H] [--api-key-env VAR]  OpenClaw's fragment
     openclaw-rl users add NAME --config FILE              a user and their key (shown once)
     openclaw-rl users list --config FILE                  per user: turns, samples, feedback, ...
     openclaw-rl users delete NAME --config FILE           forget a user: every row and file of theirs
@@ -99,10 +100,16 @@ def _cmd_samples(args: argparse.Namespace) -> int:
     return samples_command(_config(args.config), args.out, args.status)
 
 
+def _cmd_turns(args: argparse.Namespace) -> int:
+    from openclaw_rl.launcher.status import turns_command
+
+    return turns_command(_config(args.config), args.last, args.user)
+
+
 def _cmd_openclaw_config(args: argparse.Namespace) -> int:
     from openclaw_rl.launcher.openclaw_config import openclaw_config_command
 
-    return openclaw_config_command(_config(args.config), args.api)
+    return openclaw_config_command(_config(args.config), args.api, args.host, args.api_key_env)
 
 
 def _cmd_users(args: argparse.Namespace) -> int:
@@ -222,15 +229,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", required=True, help="the JSONL file to write")
     p.add_argument("--status", choices=SAMPLE_STATUSES, help="only these samples (default: all)")
-    verb(
+    p = verb("turns", _cmd_turns, "list the newest recorded turns with the ids POST /v1/feedback rates")
+    p.add_argument("--last", type=_positive, default=20, help="how many (default %(default)s)")
+    p.add_argument("--user", help="only this user's turns (per_user mode)")
+    p = verb(
         "openclaw-config",
         _cmd_openclaw_config,
         "print the openclaw.json fragment that works with this config",
-    ).add_argument(
+    )
+    p.add_argument(
         "--api",
         choices=list(API_TYPES),
         default="openai-completions",
         help="the protocol OpenClaw speaks to the service (default %(default)s)",
+    )
+    p.add_argument(
+        "--host",
+        metavar="ADDRESS",
+        help="the address OpenClaw reaches the service at (default: the service's host; loopback "
+        "when it binds every address)",
+    )
+    p.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="OpenClaw reads its key from this environment variable (e.g. a user's key in per_user mode)",
     )
     users = sub.add_parser(
         "users", help="per-user identity: add, list, delete or export a user"

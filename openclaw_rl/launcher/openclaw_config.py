@@ -22,10 +22,13 @@ The fragment is JSON5 (OpenClaw reads its config as JSON5), so it carries its ow
 from __future__ import annotations
 
 import json
+import re
+import sys
 
 from openclaw_rl.config import Config, generates_client_key
 from openclaw_rl.runtime.rundir import RunDir
 
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: The provider's name in openclaw.json; the model is addressed as ``openclaw-rl/<model id>``.
 PROVIDER = "openclaw-rl"
 #: Output budget for the embedded window; a model with a window of 32k or more gets more.
@@ -40,23 +43,38 @@ LARGE_WINDOW = 32_768
 API_TYPES = {"openai-completions": "/v1", "openai-responses": "/v1", "anthropic-messages": ""}
 
 
-def provider_url(cfg: Config, api: str = "openai-completions") -> str:
-    """The URL OpenClaw should call: the service's port on loopback when it binds every address."""
-    return f"{cfg.policy_service.local_url}{API_TYPES[api]}"
+def provider_url(cfg: Config, api: str = "openai-completions", host: str | None = None) -> str:
+    """The URL OpenClaw should call: ``host`` (the address OpenClaw reaches this machine at) or, by
+    default, the service's own host — loopback when it binds every address."""
+    root = (
+        cfg.policy_service.local_url
+        if host is None
+        else f"http://{_url_host(host)}:{cfg.policy_service.port}"
+    )
+    return f"{root}{API_TYPES[api]}"
 
 
-def _api_key(cfg: Config) -> str:
-    """What OpenClaw sends as its key: the ``api_key`` from the environment it was set from, the key
-    the service generated for a public bind (read from ``<log_dir>/client.key``), or any string for an
-    open loopback service."""
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host  # an IPv6 address
+
+
+def _api_key(cfg: Config, key_env: str | None = None) -> str:
+    """What OpenClaw sends as its key: ``${key_env}`` when given (OpenClaw reads the variable: a
+    user's own key), the ``api_key`` from the environment it was set from, the key the service
+    generated for a public bind (read from ``<log_dir>/client.key``), or any string for an open
+    loopback service."""
     pol = cfg.policy_service
+    if key_env is not None:
+        return f"${{{key_env}}}"
     if pol.api_key is not None and pol.api_key.get_secret_value():
         return "${OPENCLAW_RL_API_KEY}"
     return RunDir.of(cfg).client_key(pol) or "none"
 
 
-def _api_key_note(cfg: Config) -> str:
+def _api_key_note(cfg: Config, key_env: str | None = None) -> str:
     pol = cfg.policy_service
+    if key_env is not None:
+        return f"// OpenClaw reads the key from ${key_env} (a user's key from `openclaw-rl users add`, or the api_key)"
     if pol.api_key is not None and pol.api_key.get_secret_value():
         return "// [policy_service] api_key: export OPENCLAW_RL_API_KEY with the same value"
     if generates_client_key(pol):
@@ -64,9 +82,13 @@ def _api_key_note(cfg: Config) -> str:
     return "// the service has no api_key; any string works (set one before exposing the port)"
 
 
-def openclaw_fragment(cfg: Config, api: str = "openai-completions") -> dict:
+def openclaw_fragment(
+    cfg: Config, api: str = "openai-completions", *, host: str | None = None, key_env: str | None = None
+) -> dict:
     """The fragment as data (what the command prints, minus comments); ``api``: the protocol OpenClaw
-    speaks to the service (one of :data:`API_TYPES`)."""
+    speaks to the service (one of :data:`API_TYPES`); ``host``: the address OpenClaw reaches the
+    service at (default: the service's own, loopback for a service on every address); ``key_env``:
+    the environment variable OpenClaw reads its key from."""
     pol = cfg.policy_service
     window = pol.max_model_len
     output = LARGE_OUTPUT if window >= LARGE_WINDOW else min(SMALL_OUTPUT, window // 4)
@@ -84,8 +106,8 @@ def openclaw_fragment(cfg: Config, api: str = "openai-completions") -> dict:
         "models": {
             "providers": {
                 PROVIDER: {
-                    "baseUrl": provider_url(cfg, api),
-                    "apiKey": _api_key(cfg),
+                    "baseUrl": provider_url(cfg, api, host),
+                    "apiKey": _api_key(cfg, key_env),
                     "api": api,
                     "models": [
                         {
@@ -113,13 +135,23 @@ def openclaw_fragment(cfg: Config, api: str = "openai-completions") -> dict:
     }
 
 
-def render(cfg: Config, api: str = "openai-completions") -> str:
+def render(
+    cfg: Config, api: str = "openai-completions", *, host: str | None = None, key_env: str | None = None
+) -> str:
     """The fragment as JSON5 text with comments saying what each part is for."""
-    frag = openclaw_fragment(cfg, api)
+    frag = openclaw_fragment(cfg, api, host=host, key_env=key_env)
     window = cfg.policy_service.max_model_len
     body = json.dumps(frag, indent=2)
+    pol = cfg.policy_service
+    every_address = host is None and pol.host in ("0.0.0.0", "", "::")
     notes = {
-        '"apiKey"': _api_key_note(cfg),
+        '"baseUrl"': (
+            f"// the service binds {pol.host}: from another machine, use this machine's address "
+            "(--host ADDRESS)"
+            if every_address
+            else "// where OpenClaw reaches the service (--host ADDRESS to change it)"
+        ),
+        '"apiKey"': _api_key_note(cfg, key_env),
         '"contextWindow"': "// = [policy_service] max_model_len; OpenClaw compacts its history before it fills",
         '"api"': "// the protocol: openai-completions, openai-responses or anthropic-messages (--api)",
         '"skipBootstrap"': "// no workspace bootstrap files in the prompt",
@@ -144,7 +176,12 @@ def render(cfg: Config, api: str = "openai-completions") -> str:
     return "\n".join(head + lines) + "\n"
 
 
-def openclaw_config_command(cfg: Config, api: str = "openai-completions") -> int:
-    """Print the fragment; exit 0."""
-    print(render(cfg, api), end="")
+def openclaw_config_command(
+    cfg: Config, api: str = "openai-completions", host: str | None = None, key_env: str | None = None
+) -> int:
+    """Print the fragment; exit 0 (2 for a ``key_env`` that is no variable name)."""
+    if key_env is not None and not ENV_NAME.match(key_env):
+        print(f"error: --api-key-env {key_env!r} is not an environment variable name", file=sys.stderr)
+        return 2
+    print(render(cfg, api, host=host, key_env=key_env), end="")
     return 0

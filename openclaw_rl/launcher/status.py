@@ -106,3 +106,29 @@ def samples_command(cfg: Config, out: str, status: SampleStatus | None) -> int:
     which = f" {status}" if status else ""
     print(f"{len(samples)}{which} sample(s) written to {path}")
     return 0
+
+
+def turns_command(cfg: Config, last: int, user: str | None) -> int:
+    """``openclaw-rl turns``: the newest recorded turns, one line each, with the id a client rates
+    (``POST /v1/feedback``): clients such as OpenClaw do not show it."""
+    store = existing_store(cfg)
+    if store is None:
+        return 1
+    try:
+        rows = store.recent_turns(last, user)
+    finally:
+        store.close()
+    if not rows:
+        print("no turns recorded" + (f" for user {user!r}" if user is not None else ""))
+        return 0
+    print(
+        f"{'response id':<38} {'user':<12} {'session':<14} {'turn':>4} {'type':<4} {'v':>3} {'judged':>6}  reply"
+    )
+    for turn, status, score in rows:
+        judged = f"{score:+d}" if score is not None else status
+        reply = " ".join(turn.response_text.split()) or ("(tool call)" if turn.tool_calls else "(empty)")
+        print(
+            f"{turn.response_id or '-':<38} {turn.user[:12]:<12} {turn.session_id[:14]:<14} "
+            f"{turn.turn_index:>4} {turn.turn_type:<4} {turn.policy_version:>3} {judged:>6}  {reply[:60]!r}"
+        )
+    return 0

@@ -36,7 +36,8 @@ from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
 
 MAX_RESTARTS = 3
-PROGRESS_EVERY_S = 10.0
+PROGRESS_EVERY_S = 10.0  # checked this often, printed when it moved ...
+PROGRESS_QUIET_S = 60.0  # ... or when this long has passed without a line (a quiet run is alive)
 HEALTH_TIMEOUT_S = 180.0
 #: When training reaches max_steps, how long the launcher waits for the evaluator to score the last
 #: published policy (the curve's final point) before it stops the run anyway.
@@ -293,7 +294,7 @@ def run_all(cfg: Config, config_path: str) -> int:
 
     rc = 0
     reached_max_steps = False
-    last_progress, last_line = 0.0, ""
+    last_progress, last_printed, last_line = 0.0, 0.0, ""
     try:
         while not stopping:
             time.sleep(0.5)
@@ -311,11 +312,13 @@ def run_all(cfg: Config, config_path: str) -> int:
                 print(f"[launch] {gone}", flush=True)
                 stopping, rc = True, 1
                 break
-            if time.monotonic() - last_progress >= PROGRESS_EVERY_S:
+            now = time.monotonic()
+            if now - last_progress >= PROGRESS_EVERY_S:
                 line = run_progress_line(cfg, store)
-                if line != last_line:
+                if line != last_line or now - last_printed >= PROGRESS_QUIET_S:
                     print(line, flush=True)
-                last_progress, last_line = time.monotonic(), line
+                    last_printed = now
+                last_progress, last_line = now, line
     finally:
         if reached_max_steps:
             if "env_service" in children:

@@ -99,7 +99,14 @@ def next_state_of(messages: list[ChatMessage]) -> NextState | None:
     if tail[-1].role == "tool":
         tools = [m for m in tail if m.role == "tool"]
         return NextState(role="tool", content="\n".join(m.text for m in tools))
-    return NextState(role=tail[-1].role, content=tail[-1].text)
+    # Consecutive messages of the last one's role are joined: a user who wrote twice before the
+    # next reply (a retry after a failed request, a second thought) said both things to this turn.
+    run: list[ChatMessage] = []
+    for m in reversed(tail):
+        if m.role != tail[-1].role:
+            break
+        run.append(m)
+    return NextState(role=tail[-1].role, content="\n".join(m.text for m in reversed(run)))
 
 
 class SessionManager:

@@ -923,6 +923,17 @@ class Store:
         for data, status, score in rows:
             yield Turn.model_validate_json(data), status, score
 
+    def recent_turns(self, limit: int, user: str | None = None) -> list[tuple[Turn, str, int | None]]:
+        """The ``limit`` newest recorded turns (``user``: of that user's sessions), newest first,
+        each with its status and judged score: what ``openclaw-rl turns`` lists."""
+        only, args = ("WHERE s.user=? ", (user, limit)) if user is not None else ("", (limit,))
+        rows = self._all(
+            "SELECT t.data, t.status, t.score FROM turns t JOIN sessions s ON s.session_id=t.session_id "
+            f"{only}ORDER BY t.rowid DESC LIMIT ?",
+            args,
+        )
+        return [(Turn.model_validate_json(data), status, score) for data, status, score in rows]
+
     def delete_user(self, name: str) -> dict[str, int]:
         """Remove everything the store holds about ``name`` — key, sessions, turns (with their
         judgements), samples, remembered prefixes, feedback, adapter version — in one commit; returns

@@ -75,3 +75,19 @@ def test_fragment_carries_the_generated_client_key_of_a_public_bind(tmp_path):
     assert _parse(text)["models"]["providers"]["openclaw-rl"]["apiKey"] == key
     assert RunDir.of(cfg).client_key(cfg.policy_service) == key  # what the service will require
     assert str(tmp_path / "client.key") in text  # the comment says where it came from
+
+
+def test_a_gateway_elsewhere_and_a_users_own_key(capsys):
+    """A service on every address: the fragment says to give OpenClaw this machine's address, and
+    --host does; --api-key-env lets OpenClaw read a per-user key from its environment."""
+    cfg = build_config({"policy_service": {"host": "0.0.0.0", "port": 31000, "api_key": "k"}}, environ={})
+    text = render(cfg)
+    assert "use this machine's address (--host ADDRESS)" in text
+    frag = _parse(render(cfg, "anthropic-messages", host="10.1.2.3", key_env="ALICE_KEY"))
+    provider = frag["models"]["providers"]["openclaw-rl"]
+    assert provider["baseUrl"] == "http://10.1.2.3:31000" and provider["apiKey"] == "${ALICE_KEY}"
+    assert _parse(render(cfg, host="fd00::7"))["models"]["providers"]["openclaw-rl"]["baseUrl"] == (
+        "http://[fd00::7]:31000/v1"
+    )
+    assert main(["openclaw-config", "--config", "configs/local.toml", "--api-key-env", "MY KEY"]) == 2
+    assert "not an environment variable name" in capsys.readouterr().err

@@ -132,3 +132,40 @@ def test_a_runs_samples_are_written_as_the_file_train_replays(tmp_path, capsys):
     assert main(["samples", "--config", str(config), "--out", str(trained), "--status", "trained"]) == 0
     assert load_samples(every) == made and [s.sample_id for s in load_samples(trained)] == ["s0"]
     assert "3 sample(s) written to" in capsys.readouterr().out
+
+
+def test_turns_lists_the_newest_turns_with_the_ids_feedback_rates(tmp_path, capsys):
+    """What a client such as OpenClaw does not show: the id of each reply, to rate it."""
+    from openclaw_rl.cli import main
+    from openclaw_rl.types import Turn
+
+    log_dir = tmp_path / "logs"
+    config = tmp_path / "c.toml"
+    config.write_text(f'[global]\nlog_dir = "{log_dir}"\n')
+    store = Store(log_dir / "store.sqlite")
+    for i, (user, text) in enumerate(
+        [("alice", "first reply"), ("bob", "bob's\nreply"), ("alice", "newest")]
+    ):
+        turn = Turn(
+            session_id=f"{user}-s",
+            turn_index=i,
+            messages=[{"role": "user", "content": "q"}],
+            prompt_ids=[1],
+            response_ids=[2],
+            response_logprobs=[-1.0],
+            response_text=text,
+            user=user,
+            response_id=f"chatcmpl-{i}",
+        )
+        store.record_turn(turn)
+    store.close()
+    assert main(["turns", "--config", str(config), "--last", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("response id") and len(lines) == 3
+    assert lines[1].startswith("chatcmpl-2") and "'newest'" in lines[1] and "alice" in lines[1]
+    assert lines[2].startswith("chatcmpl-1") and '"bob\'s reply"' in lines[2]
+    assert main(["turns", "--config", str(config), "--user", "alice"]) == 0
+    ids = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert ids == ["chatcmpl-2", "chatcmpl-0"]
+    assert main(["turns", "--config", str(config), "--user", "carol"]) == 0
+    assert "no turns recorded for user 'carol'" in capsys.readouterr().out

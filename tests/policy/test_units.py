@@ -13,7 +13,7 @@ from openclaw_rl.policy.sessions import SessionManager, next_state_of
 from openclaw_rl.policy.tools import parse_tool_calls
 from openclaw_rl.runtime.chat_format import template_messages
 from openclaw_rl.runtime.store import Store
-from openclaw_rl.types import Turn
+from openclaw_rl.types import NextState, Turn
 
 WEATHER = ToolDef.model_validate(
     {
@@ -191,6 +191,13 @@ def test_next_state_joins_parallel_tool_results():
     state = next_state_of(msgs)
     assert state is not None and state.role == "tool" and state.content == "one\ntwo"
     assert next_state_of(_msgs(("user", "x"), ("assistant", "y"))) is None
+    # a user who wrote twice before the next reply (a retry after a failed request) said both
+    twice = next_state_of(
+        _msgs(("user", "q"), ("assistant", "a"), ("user", "Are you there?"), ("user", "Back again."))
+    )
+    assert twice == NextState(role="user", content="Are you there?\nBack again.")
+    after_tools = _msgs(("user", "q"), ("assistant", "a"), ("tool", "out"), ("user", "that's wrong"))
+    assert next_state_of(after_tools) == NextState(role="user", content="that's wrong")
 
 
 @pytest.mark.parametrize(
