@@ -79,6 +79,11 @@ def status_command(cfg: Config) -> int:
             f"[train] last update step={r['step']} loss={r.get('loss', float('nan')):.4g} "
             f"kl={r.get('kl', float('nan')):.4g} clip_frac={r.get('clip_frac', float('nan')):.4g}"
             + (f" judge_agreement={r['judge_agreement']:.2f}" if "judge_agreement" in r else "")
+            + (
+                " judge_agreement=n/a (no turn scored apart from its group since the update before)"
+                if "judge_agreement" not in r and "truth_mean" in r
+                else ""
+            )
         )
     learned = learned_line(cfg.log_dir)
     if learned:

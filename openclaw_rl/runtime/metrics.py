@@ -153,7 +153,7 @@ def plot_metrics(log_dir: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     panels = [
-        ("reward_mean", "reward (batch mean)"),
+        ("reward_mean", "reward (batch mean, else its groups')"),
         ("kl", "KL to reference"),
         ("clip_frac", "clip fraction"),
     ]
@@ -164,7 +164,13 @@ def plot_metrics(log_dir: Path) -> Path | None:
         if key == "score":
             _plot_eval(ax, evals)
         else:
-            pts = [(r["step"], r[key]) for r in train if _number(r.get(key))]
+            # an update whose groups all scored alike carries no RL reward: its groups' mean stands in
+            fallback = "group_reward_mean" if key == "reward_mean" else key
+            pts = [
+                (r["step"], r[key] if _number(r.get(key)) else r[fallback])
+                for r in train
+                if _number(r.get(key)) or _number(r.get(fallback))
+            ]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3)
         ax.set_title(title)

@@ -147,8 +147,8 @@ def signal_health(
     """
     out: dict[str, float] = {}
     advs = [abs(s.rl_signal) for s in batch if s.rl_signal is not None]
-    if advs:
-        out["adv_abs_mean"] = sum(advs) / len(advs)
+    if batch:
+        out["adv_abs_mean"] = sum(advs) / len(advs) if advs else 0.0
     gaps = [
         t - r
         for s in batch
@@ -357,7 +357,8 @@ class TrainingLoop:
         if self.cores is not None:
             metrics["wide_pass_frac"] = self.cores.take_share_of_wide()
         rewards = [s.reward for s in batch if s.reward is not None]
-        metrics["reward_mean"] = sum(rewards) / len(rewards) if rewards else 0.0
+        if rewards:  # none when every group's rewards were equal (no RL part): not a mean of 0
+            metrics["reward_mean"] = sum(rewards) / len(rewards)
         signal = self.store.get_meta(SIGNAL_META, {})
         metrics.update(signal_health(batch, signal if isinstance(signal, dict) else {}, self._last_signal))
         self._last_signal = signal if isinstance(signal, dict) else {}

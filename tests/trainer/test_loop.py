@@ -256,8 +256,8 @@ def test_signal_health_reports_what_the_learning_signal_is_worth():
             "repeat_frac": 0.0,
         }
     )
-    # nothing new judged, no RL or OPD part: only what every batch has
-    assert signal_health([sample("d")], now, now) == {"repeat_frac": 0.0}
+    # nothing new judged, no RL or OPD part: only what every batch has, and an RL push of 0
+    assert signal_health([sample("d")], now, now) == {"repeat_frac": 0.0, "adv_abs_mean": 0.0}
 
 
 def test_core_budget_takes_every_core_only_while_the_others_are_idle():
