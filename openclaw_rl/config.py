@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 #: Data sets that ship inside the package, by the name ``[env_service] data_path`` may give instead
@@ -59,8 +59,11 @@ RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 #: ``[policy_service] client_rules``: the clients whose own requests have rule sets.
 ClientRule = Literal["openclaw"]
-#: ``[env_service] interaction_types``: the environments a worker can run.
-InteractionType = Literal["chat", "terminal", "gui", "tool_call"]
+#: ``[env_service] interaction_types``: the built-in environments a worker can run (more register
+#: from ``[env_service] env_modules``).
+BUILTIN_INTERACTION_TYPES: tuple[str, ...] = ("chat", "terminal", "gui", "tool_call")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 #: ``[env_service] personas``: the chat environment's simulated users.
 Persona = Literal["student", "teacher", "analyst"]
 #: Where the OPD teacher reads the hint (``[prm_service] hint_placement``, docs/judge.md).
@@ -77,7 +80,7 @@ def _all_client_rules() -> list[ClientRule]:
     return ["openclaw"]
 
 
-def _chat_only() -> list[InteractionType]:
+def _chat_only() -> list[str]:
     return ["chat"]
 
 
@@ -235,7 +238,17 @@ class PolicyServiceConfig(_Section):
 class EnvServiceConfig(_Section):
     mode: Literal["local", "cloud"] = "local"
     num_envs: int = Field(8, ge=0)
-    interaction_types: list[InteractionType] = Field(default_factory=_chat_only)
+    env_modules: list[str] = Field(
+        default_factory=list,
+        description="Python modules that register environments of your own "
+        '(@openclaw_rl.envs.register("name")), imported by every process that builds environments; '
+        "found where the config file is, or installed; docs/envs.md",
+    )
+    interaction_types: list[str] = Field(
+        default_factory=_chat_only,
+        description="the environments workers run: chat, terminal, gui, tool_call, or one of your own "
+        "registered by a module in env_modules",
+    )
     state_capture: bool = True
     enabled: bool = True
     user_mode: Literal["scripted", "llm"] = "scripted"
@@ -281,6 +294,27 @@ class EnvServiceConfig(_Section):
         "judge never sees: how far a perfect graded judge would take the run; real users' turns carry no "
         'truth and keep the judge\'s score; docs/training.md "An oracle reward"',
     )
+
+    @field_validator("env_modules")
+    @classmethod
+    def _module_names(cls, v: list[str]) -> list[str]:
+        bad = [m for m in v if not _MODULE_NAME.match(m)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a Python module name (e.g. my_envs or mypkg.envs)")
+        return v
+
+    @field_validator("interaction_types")
+    @classmethod
+    def _known_types(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        # env_modules is declared (so validated) first: a name of its own needs a module to come from
+        modules = info.data.get("env_modules") or []
+        for name in v:
+            if name not in BUILTIN_INTERACTION_TYPES and (not modules or not _ENV_NAME.match(name)):
+                raise ValueError(
+                    f"{name!r} is none of {', '.join(BUILTIN_INTERACTION_TYPES)} (an environment of your "
+                    "own: name the module that registers it in [env_service] env_modules; docs/envs.md)"
+                )
+        return v
 
     @field_validator("personas")
     @classmethod

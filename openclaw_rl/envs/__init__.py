@@ -5,6 +5,6 @@ as clients of the policy service. Scoring a policy on the held-out split (it nee
 of its own) lives above the loops, in :mod:`openclaw_rl.launcher.evaluate`.
 """
 
-from openclaw_rl.envs.base import Env, make, register, registered
+from openclaw_rl.envs.base import Env, EnvUnavailable, import_env_modules, make, register, registered
 
-__all__ = ["Env", "make", "register", "registered"]
+__all__ = ["Env", "EnvUnavailable", "import_env_modules", "make", "register", "registered"]

@@ -51,6 +51,12 @@ def check_turns(name: str, value: int) -> int:
     return value
 
 
+class EnvUnavailable(RuntimeError):
+    """An environment type cannot be built here (no browser, no sandbox, a module that does not
+    import): the environment service skips the type with one error line instead of failing every
+    episode."""
+
+
 _REGISTRY: dict[str, Callable[..., Env]] = {}
 
 
@@ -88,3 +94,23 @@ def _load_builtin() -> None:
         except ModuleNotFoundError as exc:
             if exc.name != f"openclaw_rl.envs.{module}":
                 raise
+
+
+def import_env_modules(modules: list[str], config_source: str | None = None) -> None:
+    """Import ``[env_service] env_modules`` so the environments they register can be made by name.
+    A module is found where the config file is (a ``my_envs.py`` beside ``config.toml``), in the
+    working folder, or installed; :class:`EnvUnavailable` names one that does not import."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    for folder in (Path(config_source).resolve().parent if config_source else None, Path.cwd()):
+        if folder is not None and str(folder) not in sys.path:
+            sys.path.append(str(folder))
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # any error in the user's module: name it, and what it raised
+            raise EnvUnavailable(
+                f"[env_service] env_modules: {module!r} does not import: {type(exc).__name__}: {exc}"
+            ) from exc

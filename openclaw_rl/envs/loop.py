@@ -63,7 +63,7 @@ from typing import Any, Literal
 import httpx
 
 from openclaw_rl.config import OUTCOME_REWARDS, Config, Persona
-from openclaw_rl.envs.base import Env, make
+from openclaw_rl.envs.base import Env, EnvUnavailable, import_env_modules, make
 from openclaw_rl.runtime.chat_stream import add_tool_call_deltas, read_error, tool_calls_in_order
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.secrets import without_key
@@ -311,6 +311,7 @@ class EnvLoop:
                 "[env_service] interaction_types is empty: name at least one of "
                 "chat, terminal, gui, tool_call"
             )
+        import_env_modules(es.env_modules, cfg.source)  # environments of the user's own, by name
         self.cfg = cfg
         pol = cfg.policy_service
         self.base_url = base_url or pol.local_url
@@ -420,7 +421,7 @@ class EnvLoop:
         kw.update(self.env_overrides.get(itype, {}))
         try:
             return make(itype, seed=seed, **kw)
-        except (KeyError, ImportError) as exc:
+        except (KeyError, ImportError, EnvUnavailable) as exc:
             # e.g. gui without its browser: drop the type rather than crash every worker forever
             with self._count_lock:
                 first = itype not in self.disabled_types

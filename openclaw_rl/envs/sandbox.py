@@ -47,6 +47,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from openclaw_rl.envs.base import EnvUnavailable
+
 BWRAP = "/usr/bin/bwrap"
 PRLIMIT = shutil.which("prlimit") or "/usr/bin/prlimit"
 SANDBOX_UID_BASE = 61000
@@ -63,7 +65,7 @@ _STAGING = ".openclaw_sbx_new_"  # a folder before its lock is taken and it gets
 STAGING_GRACE_S = 60.0  # a staging folder older than this was left by a process that died making it
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(EnvUnavailable):
     """bubblewrap (or prlimit) is missing or cannot create namespaces here."""
 
 

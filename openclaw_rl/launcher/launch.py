@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from openclaw_rl.config import (
+    BUILTIN_INTERACTION_TYPES,
     Config,
     ConfigError,
     DataPathError,
@@ -250,6 +251,21 @@ def check_env(cfg: Config) -> Check:
         if problem:
             problems.append(problem)
     types = set(env.interaction_types)
+    own = sorted(types - set(BUILTIN_INTERACTION_TYPES))
+    if env.env_modules:
+        from openclaw_rl.envs import EnvUnavailable, import_env_modules, registered
+
+        try:
+            import_env_modules(env.env_modules, cfg.source)
+        except EnvUnavailable as exc:
+            problems.append(str(exc))
+        else:
+            missing = [name for name in own if name not in registered()]
+            if missing:
+                problems.append(
+                    f"interaction_types {missing} registered by none of env_modules {env.env_modules} "
+                    f"(registered: {registered()})"
+                )
     if types & {"terminal", "tool_call"} and shutil.which("bwrap") is None:
         problems.append("terminal/tool_call need bubblewrap (bwrap): apt-get install bubblewrap")
     if "gui" in types:

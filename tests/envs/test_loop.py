@@ -165,26 +165,85 @@ def test_an_episode_longer_than_the_window_goes_on_without_its_oldest_steps(tmp_
     assert sum(n > 4 for n in seen) == 1 and seen[-1] <= 4, seen
 
 
-def test_unavailable_type_is_skipped(tmp_path, monkeypatch):
-    import openclaw_rl.envs.loop as service_mod
-
-    real_make = service_mod.make
-
-    def make_without_gui(name, **kw):
-        if name == "gui":
-            raise KeyError("unknown environment 'gui'")
-        return real_make(name, **kw)
-
-    # Only the registry lookup is replaced, so this runs whether or not the gui env exists yet.
-    monkeypatch.setattr(service_mod, "make", make_without_gui)
+def test_unavailable_type_is_skipped_with_one_error_line(tmp_path, caplog):
+    """gui without its browser: found when the environment is built, so the type is dropped once,
+    not failed at every reset."""
     with ChatServer(_terminal_agent) as srv:
         cfg = _cfg(tmp_path, srv.port, types=("gui", "terminal"), num_envs=1)
-        svc = EnvLoop(cfg, max_episodes=2, env_overrides={"terminal": {"task": "count_lines"}})
+        svc = EnvLoop(
+            cfg,
+            max_episodes=2,
+            env_overrides={
+                "terminal": {"task": "count_lines"},
+                "gui": {"chromium_path": "/nonexistent/chromium"},
+            },
+        )
         svc.start()
-        stats = svc.wait_episodes(2, timeout=30)
+        stats = svc.wait_episodes(2, timeout=60)
         svc.stop()
     assert len(stats) == 2 and {s.interaction_type for s in stats} == {"terminal"}
     assert svc.disabled_types == {"gui"}
+    said = [r.getMessage() for r in caplog.records if "unavailable" in r.getMessage()]
+    assert len(said) == 1 and "Chromium not found at '/nonexistent/chromium'" in said[0]
+
+
+ECHO_ENV = """
+from openclaw_rl.envs import Env, register
+
+
+@register("echo")
+class EchoEnv(Env):
+    \"\"\"Asks for a word back; solved when the reply holds it.\"\"\"
+
+    def __init__(self, seed=None, max_turns=2, **_):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None, options=None):
+        self.turns = 0
+        return "Say the word banana.", {"next_state_role": "user"}
+
+    def step(self, action):
+        self.turns += 1
+        done = "banana" in str(action).lower()
+        info = {"next_state_role": "user", "success": done}
+        return ("thanks!" if done else "no, say banana"), float(done), done, self.turns >= self.max_turns, info
+"""
+
+
+def test_an_environment_of_your_own_runs_from_the_config(tmp_path):
+    """docs/envs.md: a module beside config.toml registers it; env_modules names the module."""
+    from openclaw_rl.config import ConfigError, load_config
+    from openclaw_rl.launcher.launch import check_env
+
+    (tmp_path / "my_envs.py").write_text(ECHO_ENV)
+    with ChatServer(lambda body: "banana!") as srv:
+        config = tmp_path / "config.toml"
+        config.write_text(
+            f'[global]\nlog_dir = "{tmp_path / "logs"}"\n'
+            f'[policy_service]\nport = {srv.port}\nhost = "127.0.0.1"\nmodel = "m"\n'
+            '[env_service]\nnum_envs = 1\nenv_modules = ["my_envs"]\ninteraction_types = ["echo"]\n'
+        )
+        cfg = load_config(config)
+        assert check_env(cfg).ok, check_env(cfg).detail
+        svc = EnvLoop(cfg, max_episodes=1)
+        svc.start()
+        stats = svc.wait_episodes(1, timeout=60)
+        svc.stop()
+    assert [(s.interaction_type, s.success) for s in stats] == [("echo", True)]
+    # the dry run's check names what is wrong: an unregistered name, a module that does not import
+    config.write_text(config.read_text().replace('["echo"]', '["echo", "ecco"]'))
+    detail = check_env(load_config(config)).detail
+    assert "interaction_types ['ecco'] registered by none of env_modules ['my_envs']" in detail
+    (tmp_path / "broken_envs.py").write_text("raise RuntimeError('half-written')\n")
+    config.write_text(config.read_text().replace('["my_envs"]', '["broken_envs"]'))
+    detail = check_env(load_config(config)).detail
+    assert "'broken_envs' does not import: RuntimeError: half-written" in detail
+    # without env_modules, a name of one's own is a config error that says where it would come from
+    config.write_text(config.read_text().replace('env_modules = ["broken_envs"]\n', ""))
+    with pytest.raises(
+        ConfigError, match="name the module that registers it in \\[env_service\\] env_modules"
+    ):
+        load_config(config)
 
 
 def test_cloud_mode_is_rejected(tmp_path):

@@ -31,6 +31,8 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from openclaw_rl.envs.base import EnvUnavailable
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -63,8 +65,24 @@ class BrowserError(RuntimeError):
     """The browser could not be started or stopped responding; the message says what to do."""
 
 
-class ChromiumNotFound(BrowserError):
+class ChromiumNotFound(BrowserError, EnvUnavailable):
     """No Chromium binary where we were told to look (retrying cannot help)."""
+
+
+def check_chromium(executable_path: str) -> None:
+    """Raise :class:`ChromiumNotFound`, saying where one is if there is, unless ``executable_path``
+    is an executable file."""
+    if os.path.isfile(executable_path) and os.access(executable_path, os.X_OK):
+        return
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    raise ChromiumNotFound(
+        f"Chromium not found at {executable_path!r}"
+        + (
+            f" (but {found} exists: pass chromium_path={found!r})"
+            if found
+            else "; install it with `make sysdeps` (Debian package `chromium`)"
+        )
+    )
 
 
 def is_loopback_url(url: str) -> bool:
@@ -152,16 +170,7 @@ class BrowserHost:
             if self._browser is not None:
                 log.warning("chromium (pid %s) is gone; relaunching", self._pid)
                 await self.drop_browser()
-            if not (os.path.isfile(self.executable_path) and os.access(self.executable_path, os.X_OK)):
-                found = shutil.which("chromium") or shutil.which("chromium-browser")
-                raise ChromiumNotFound(
-                    f"Chromium not found at {self.executable_path!r}"
-                    + (
-                        f" (but {found} exists: pass chromium_path={found!r})"
-                        if found
-                        else "; install it with `make sysdeps` (Debian package `chromium`)"
-                    )
-                )
+            check_chromium(self.executable_path)
             for attempt in (1, 2):
                 try:
                     if self._pw is None:

@@ -36,6 +36,7 @@ from openclaw_rl.envs.gui.browser import (
     BrowserError,
     BrowserHost,
     ChromiumNotFound,
+    check_chromium,
     is_loopback_url,
 )
 from openclaw_rl.envs.gui.observe import (
@@ -146,6 +147,8 @@ class GuiEnv(Env):
             self.screenshot_dir.mkdir(parents=True, exist_ok=True)
         self._rng = random.Random(seed)
         self._own_host = browser is None
+        if browser is None:
+            check_chromium(chromium_path)  # now, not at the first reset: the service skips the type
         self.host = browser if browser is not None else BrowserHost(executable_path=chromium_path)
         self.server = AppServer()
         self._uid = f"gui{next(_instances)}"
