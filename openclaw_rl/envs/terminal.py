@@ -31,16 +31,26 @@ SYSTEM_PROMPT = (
     "```bash code block. You will see its exit code, stdout and stderr. There is no network."
 )
 
-_FENCE = re.compile(r"```[ \t]*(?:bash|sh|shell|console|zsh)?[ \t]*\n(.*?)```", re.S)
+_LANG = r"(?P<lang>bash|sh|shell|console|zsh|python3?|py)?"
+_FENCE = re.compile(rf"```[ \t]*{_LANG}[ \t]*\n(?P<body>.*?)```", re.S)
+_OPEN_FENCE = re.compile(rf"```[ \t]*{_LANG}[ \t]*\n(?P<body>.*)\Z", re.S)  # never closed
+_PY_END = "OPENCLAW_PY_END"
 
 
 def extract_command(text: str) -> str:
     """The command in the agent's reply: the first fenced block, else the raw text.
 
-    A leading ``$ `` prompt marker on each line is dropped, since models often copy it.
+    A block whose closing fence never came (the reply was cut at ``max_tokens``) runs as far as it
+    got, rather than as a shell syntax error over the fence itself; a ``python`` block runs with
+    ``python3``. A leading ``$ `` prompt marker on each line is dropped, since models often copy it.
     """
-    m = _FENCE.search(text)
-    body = m.group(1) if m else text
+    m = _FENCE.search(text) or _OPEN_FENCE.search(text)
+    if m is None:
+        body, lang = text, ""
+    else:
+        body, lang = m.group("body"), (m.group("lang") or "").lower()
+    if lang in ("python", "python3", "py"):
+        return f"python3 - <<'{_PY_END}'\n{body.strip()}\n{_PY_END}"
     lines = [re.sub(r"^\s*\$ ", "", ln) for ln in body.strip().splitlines()]
     return "\n".join(lines).strip()
 

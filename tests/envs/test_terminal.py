@@ -37,6 +37,9 @@ def test_extract_command():
     assert extract_command("Sure:\n```bash\n$ ls -la\n```\nthat lists") == "ls -la"
     assert extract_command("```\necho hi\n```") == "echo hi"
     assert extract_command("  wc -l a.txt \n") == "wc -l a.txt"
+    # cut off at max_tokens before the closing fence: what it got to, not the fence as a command
+    assert extract_command("Run this:\n```bash\nls -la\nwc -l a.t") == "ls -la\nwc -l a.t"
+    assert extract_command("```python\nprint(6 * 7)\n```").startswith("python3 - <<'")
 
 
 def test_episode_truncates_and_reports_bad_replies():
