@@ -217,12 +217,17 @@ def eval_command(
     from openclaw_rl.policy.server import PolicyService
 
     sizes = sizes or EvalSizes()
-    if checkpoint is not None and not Path(checkpoint).is_dir():
-        print(
-            f"[eval] error: --checkpoint {checkpoint}: not a directory (give an exported adapter or model dir)",
-            flush=True,
-        )
-        return 2
+    if checkpoint is not None:
+        policy, problem = _policy_folder(Path(checkpoint))
+        if problem:
+            print(f"[eval] error: --checkpoint {checkpoint}: {problem}", flush=True)
+            return 2
+        if policy != Path(checkpoint):
+            print(
+                f"[eval] note: {checkpoint} is a training checkpoint; evaluating its policy, {policy}",
+                flush=True,
+            )
+        checkpoint = str(policy)
     target = Path(out) if out else Path(cfg.global_.log_dir) / "eval" / f"eval-{int(time.time())}.json"
     try:  # checked before the model loads: an evaluation is minutes of work to lose at the end
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -250,9 +255,11 @@ def eval_command(
         version = 0
         if checkpoint is not None:
             version = service.swap_weights(checkpoint, 1)
+        types = cfg.env_service.interaction_types
+        parts = {"chat": f"{sizes.chat}/persona", "terminal": sizes.terminal, "tool_call": sizes.tool_call}
         print(
-            f"[eval] policy={checkpoint or cfg.policy_service.model} version={version} "
-            f"sizes=chat:{sizes.chat}/persona terminal:{sizes.terminal} tool_call:{sizes.tool_call}",
+            f"[eval] policy={checkpoint or cfg.policy_service.model} version={version} sizes="
+            + " ".join(f"{part}:{n}" for part, n in parts.items() if part in types),
             flush=True,
         )
         for part, asked, held_out in (
@@ -265,7 +272,6 @@ def eval_command(
                     f"{'problems' if part == 'chat' else 'tasks'} exist; all {held_out} are run",
                     flush=True,
                 )
-        types = cfg.env_service.interaction_types
         skipped = [
             p
             for p, n in (("chat", sizes.chat), ("terminal", sizes.terminal), ("tool_call", sizes.tool_call))
@@ -295,3 +301,17 @@ def eval_command(
     target.write_text(text + "\n")
     print(f"[eval] summary written to {target}", flush=True)
     return 0
+
+
+def _policy_folder(path: Path) -> tuple[Path, str | None]:
+    """The folder of weights ``--checkpoint`` names: an exported policy (a LoRA adapter or a full
+    model), or the ``policy/`` inside a training checkpoint; else what is wrong with it."""
+    if not path.is_dir():
+        return path, "not a directory (give an exported policy, e.g. <log_dir>/policy/v000001)"
+    for folder in (path, path / "policy"):
+        if (folder / "adapter_config.json").is_file() or (folder / "config.json").is_file():
+            return folder, None
+    return path, (
+        "holds no policy (no adapter_config.json or config.json, nor a policy/ folder with one); give "
+        "an exported policy, e.g. <log_dir>/policy/v000001"
+    )

@@ -100,6 +100,22 @@ def test_eval_rejects_missing_checkpoint(tmp_path, tiny_model_dir, capsys):
     cfg.write_text(f'[policy_service]\nmodel = "{tiny_model_dir}"\n')
     assert main(["eval", "--config", str(cfg), "--checkpoint", str(tmp_path / "nope")]) == 2
     assert "not a directory" in capsys.readouterr().out
+    (tmp_path / "checkpoints" / "step_00000002").mkdir(parents=True)  # a checkpoint with no policy/
+    assert (
+        main(["eval", "--config", str(cfg), "--checkpoint", str(tmp_path / "checkpoints" / "step_00000002")])
+        == 2
+    )
+    assert "holds no policy" in capsys.readouterr().out
+
+
+def test_a_training_checkpoint_is_evaluated_by_its_policy_folder(tmp_path):
+    from openclaw_rl.launcher.evaluate import _policy_folder
+
+    ckpt = tmp_path / "step_00000002"
+    (ckpt / "policy").mkdir(parents=True)
+    (ckpt / "policy" / "adapter_config.json").write_text("{}")
+    assert _policy_folder(ckpt) == (ckpt / "policy", None)
+    assert _policy_folder(ckpt / "policy") == (ckpt / "policy", None)
 
 
 def test_eval_flags_default_to_the_eval_sizes(capsys):
