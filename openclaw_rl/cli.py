@@ -28,10 +28,12 @@ from pathlib import Path
 from openclaw_rl.config import Config, ConfigError, load_config, print_warnings
 
 
-def _config(path: str) -> Config:
+def _config(path: str, log_dir: str | None = None) -> Config:
+    """The validated config (its warnings printed); ``log_dir``: a verb's ``--log-dir``, which reads
+    or writes that folder instead of ``[global] log_dir``."""
     cfg = load_config(path)
     print_warnings(cfg)
-    return cfg
+    return cfg if log_dir is None else cfg.with_log_dir(log_dir)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -43,10 +45,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from openclaw_rl.policy.server import serve_command
 
-    cfg = _config(args.config)
-    if args.log_dir is not None:
-        cfg = cfg.with_log_dir(args.log_dir)
-    return serve_command(cfg, args.host, args.port)
+    return serve_command(_config(args.config, args.log_dir), args.host, args.port)
 
 
 def _cmd_judge(args: argparse.Namespace) -> int:
@@ -73,10 +72,7 @@ def _text_arg(value: str) -> str:
 def _cmd_train(args: argparse.Namespace) -> int:
     from openclaw_rl.trainer.cli import train_command
 
-    cfg = _config(args.config)
-    if args.log_dir is not None:
-        cfg = cfg.with_log_dir(args.log_dir)
-    return train_command(cfg, args.samples, args.steps, args.resume)
+    return train_command(_config(args.config, args.log_dir), args.samples, args.steps, args.resume)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -91,25 +87,25 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     from openclaw_rl.launcher.status import status_command
 
-    return status_command(_config(args.config))
+    return status_command(_config(args.config, args.log_dir))
 
 
 def _cmd_samples(args: argparse.Namespace) -> int:
     from openclaw_rl.launcher.status import samples_command
 
-    return samples_command(_config(args.config), args.out, args.status)
+    return samples_command(_config(args.config, args.log_dir), args.out, args.status)
 
 
 def _cmd_turns(args: argparse.Namespace) -> int:
     from openclaw_rl.launcher.status import turns_command
 
-    return turns_command(_config(args.config), args.last, args.user)
+    return turns_command(_config(args.config, args.log_dir), args.last, args.user)
 
 
 def _cmd_openclaw_config(args: argparse.Namespace) -> int:
     from openclaw_rl.launcher.openclaw_config import openclaw_config_command
 
-    return openclaw_config_command(_config(args.config), args.api, args.host, args.api_key_env)
+    return openclaw_config_command(_config(args.config, args.log_dir), args.api, args.host, args.api_key_env)
 
 
 def _cmd_users(args: argparse.Namespace) -> int:
@@ -157,16 +153,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(fn=fn)
         return p
 
+    def log_dir_flag(p: argparse.ArgumentParser, what: str) -> None:
+        p.add_argument("--log-dir", metavar="DIR", help=f"{what} this folder instead of [global] log_dir")
+
     p = verb("run", _cmd_run, "run the four loops (serving, environments, judge, trainer)")
     p.add_argument("--dry-run", action="store_true", help="validate and check every service, then exit")
     p = verb("serve", _cmd_serve, "run the policy service alone")
     p.add_argument("--host")
     p.add_argument("--port", type=_port)
-    p.add_argument(
-        "--log-dir",
-        metavar="DIR",
-        help="serve (and record into) this folder instead of [global] log_dir, e.g. a replay's",
-    )
+    log_dir_flag(p, "serve from (and record into)")
     p = verb("judge", _cmd_judge, "judge one (response, next state) pair and print JSON")
     p.add_argument(
         "--response", required=True, help="the assistant's reply; @FILE reads it from a file, - from stdin"
@@ -186,12 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", required=True)
     p.add_argument("--steps", type=int)
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
-    p.add_argument(
-        "--log-dir",
-        metavar="DIR",
-        help="train into this folder instead of [global] log_dir (replay a run's samples without "
-        "touching the run)",
-    )
+    log_dir_flag(p, "train into (a replay that leaves the run alone)")
     p = verb("eval", _cmd_eval, "evaluate on the held-out set")
     p.add_argument("--checkpoint", help="exported policy directory (default: the base model)")
     from openclaw_rl.launcher.evaluate import EvalSizes  # the defaults live there, once
@@ -221,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="max tokens per reply (default %(default)s)",
     )
     p.add_argument("--out", help="where to write the JSON summary (default <log_dir>/eval/)")
-    verb("status", _cmd_status, "print the run's counters")
+    log_dir_flag(verb("status", _cmd_status, "print the run's counters"), "read")
     from openclaw_rl.runtime.store import SAMPLE_STATUSES
 
     p = verb(
@@ -229,9 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", required=True, help="the JSONL file to write")
     p.add_argument("--status", choices=SAMPLE_STATUSES, help="only these samples (default: all)")
+    log_dir_flag(p, "read")
     p = verb("turns", _cmd_turns, "list the newest recorded turns with the ids POST /v1/feedback rates")
     p.add_argument("--last", type=_positive, default=20, help="how many (default %(default)s)")
     p.add_argument("--user", help="only this user's turns (per_user mode)")
+    log_dir_flag(p, "read")
     p = verb(
         "openclaw-config",
         _cmd_openclaw_config,
@@ -254,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="VAR",
         help="OpenClaw reads its key from this environment variable (e.g. a user's key in per_user mode)",
     )
+    log_dir_flag(p, "read the generated client key from")
     users = sub.add_parser(
         "users", help="per-user identity: add, list, delete or export a user"
     ).add_subparsers(dest="users_command", required=True)

@@ -307,7 +307,9 @@ class EnvServiceConfig(_Section):
     @classmethod
     def _known_types(cls, v: list[str], info: ValidationInfo) -> list[str]:
         # env_modules is declared (so validated) first: a name of its own needs a module to come from
-        modules = info.data.get("env_modules") or []
+        if "env_modules" not in info.data:
+            return v  # env_modules itself is wrong, and says so: no second, misleading problem
+        modules = info.data["env_modules"]
         for name in v:
             if name not in BUILTIN_INTERACTION_TYPES and (not modules or not _ENV_NAME.match(name)):
                 raise ValueError(

@@ -30,6 +30,8 @@ def _imported(source: str, package: tuple[str, ...]) -> set[str]:
                 base = package[: len(package) - (node.level - 1)]
                 names = [".".join((*base, node.module)) if node.module else ".".join(base)]
                 names += [".".join((*base, alias.name)) for alias in node.names] if not node.module else []
+            elif node.module == "openclaw_rl":  # from openclaw_rl import envs
+                names = [f"openclaw_rl.{alias.name}" for alias in node.names]
             else:
                 names = [node.module or ""]
         elif isinstance(node, ast.Import):
@@ -72,3 +74,4 @@ def test_relative_imports_are_resolved():
     assert _imports(PACKAGE / "trainer" / "loop.py") >= {"runtime", "config"}
     source = "from ..policy import server\nfrom . import loop\nfrom .. import judge\n"
     assert _imported(source, ("openclaw_rl", "trainer")) == {"policy", "trainer", "judge"}
+    assert _imported("from openclaw_rl import envs\n", ("openclaw_rl", "trainer")) == {"envs"}

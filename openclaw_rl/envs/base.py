@@ -52,9 +52,9 @@ def check_turns(name: str, value: int) -> int:
 
 
 class EnvUnavailable(RuntimeError):
-    """An environment type cannot be built here (no browser, no sandbox, a module that does not
-    import): the environment service skips the type with one error line instead of failing every
-    episode."""
+    """An environment type cannot run here (no browser, no sandbox), raised when it is built or
+    reset: the environment service skips the type with one error line instead of failing every
+    episode. :func:`import_env_modules` raises it for a module that does not import."""
 
 
 _REGISTRY: dict[str, Callable[..., Env]] = {}
@@ -98,19 +98,30 @@ def _load_builtin() -> None:
 
 def import_env_modules(modules: list[str], config_source: str | None = None) -> None:
     """Import ``[env_service] env_modules`` so the environments they register can be made by name.
-    A module is found where the config file is (a ``my_envs.py`` beside ``config.toml``), in the
-    working folder, or installed; :class:`EnvUnavailable` names one that does not import."""
+
+    A module is looked for beside the config file first, then in the working folder, then among the
+    installed packages: the same order in every process (the launcher's dry run, the environment
+    service, a Ray actor). Those two folders are on ``sys.path`` only while the modules import, so
+    nothing later picks up a file from them by accident. The built-in environments register first,
+    so a module that registers one of their names replaces it everywhere.
+    :class:`EnvUnavailable` names a module that does not import."""
     import importlib
     import sys
     from pathlib import Path
 
-    for folder in (Path(config_source).resolve().parent if config_source else None, Path.cwd()):
-        if folder is not None and str(folder) not in sys.path:
-            sys.path.append(str(folder))
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except Exception as exc:  # any error in the user's module: name it, and what it raised
-            raise EnvUnavailable(
-                f"[env_service] env_modules: {module!r} does not import: {type(exc).__name__}: {exc}"
-            ) from exc
+    _load_builtin()
+    folders = [str(Path(config_source).resolve().parent)] if config_source else []
+    folders += [str(Path.cwd())] if str(Path.cwd()) not in folders else []
+    added = [f for f in folders if f not in sys.path[: len(folders)]]
+    sys.path[:0] = added
+    try:
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except Exception as exc:  # any error in the user's module: name it, and what it raised
+                raise EnvUnavailable(
+                    f"[env_service] env_modules: {module!r} does not import: {type(exc).__name__}: {exc}"
+                ) from exc
+    finally:
+        for folder in added:
+            sys.path.remove(folder)

@@ -422,13 +422,17 @@ class EnvLoop:
         try:
             return make(itype, seed=seed, **kw)
         except (KeyError, ImportError, EnvUnavailable) as exc:
-            # e.g. gui without its browser: drop the type rather than crash every worker forever
-            with self._count_lock:
-                first = itype not in self.disabled_types
-                self.disabled_types.add(itype)
-            if first:
-                log.error("[env_service] interaction type %r is unavailable (%s); skipping it", itype, exc)
+            self._disable(itype, exc)
             return None
+
+    def _disable(self, itype: str, why: BaseException) -> None:
+        """Drop an interaction type that cannot run here (gui without its browser, a sandbox that
+        cannot be built), with one error line, rather than fail every episode of it forever."""
+        with self._count_lock:
+            first = itype not in self.disabled_types
+            self.disabled_types.add(itype)
+        if first:
+            log.error("[env_service] interaction type %r is unavailable (%s); skipping it", itype, why)
 
     def _worker(self, index: int, client: PolicyClient) -> None:
         rng = random.Random(self.cfg.global_.seed * 1000 + index)
@@ -621,6 +625,9 @@ class EnvLoop:
 
         try:
             _obs, info = env.reset(seed=seed)
+        except EnvUnavailable as exc:  # found only when an episode starts (a sandbox is made then)
+            self._disable(itype, exc)
+            return stats(False, f"unavailable: {exc}", env_failed=True)
         except Exception as exc:  # an env bug ends this episode, not the worker
             log.exception("[env_service] worker %d: %s reset failed", index, itype)
             return stats(False, f"reset failed: {exc}", env_failed=True)

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import random
 import re
+import shlex
 import tarfile
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from openclaw_rl.envs.base import Env, Observation, StepResult, check_turns, register
-from openclaw_rl.envs.sandbox import CommandResult, Sandbox, SandboxLimits
+from openclaw_rl.envs.sandbox import CommandResult, Sandbox, SandboxLimits, check_available
 
 Checker = Callable[[Sandbox, CommandResult], bool]
 
@@ -31,26 +33,41 @@ SYSTEM_PROMPT = (
     "```bash code block. You will see its exit code, stdout and stderr. There is no network."
 )
 
-_LANG = r"(?P<lang>bash|sh|shell|console|zsh|python3?|py)?"
-_FENCE = re.compile(rf"```[ \t]*{_LANG}[ \t]*\n(?P<body>.*?)```", re.S)
-_OPEN_FENCE = re.compile(rf"```[ \t]*{_LANG}[ \t]*\n(?P<body>.*)\Z", re.S)  # never closed
-_PY_END = "OPENCLAW_PY_END"
+_SHELL = ("", "bash", "sh", "shell", "console", "zsh")  # fence labels whose block is a command
+_PYTHON = ("python", "python3", "py")
 
 
 def extract_command(text: str) -> str:
-    """The command in the agent's reply: the first fenced block, else the raw text.
+    """The command in the agent's reply: its first ``bash`` (or ``sh``, unlabelled...) fenced block,
+    else the raw text when the reply has no fence at all ("" when it has fences but no shell block).
 
-    A block whose closing fence never came (the reply was cut at ``max_tokens``) runs as far as it
-    got, rather than as a shell syntax error over the fence itself; a ``python`` block runs with
-    ``python3``. A leading ``$ `` prompt marker on each line is dropped, since models often copy it.
+    Fences pair in order, so a block's closing fence never opens another. A block whose closing
+    fence never came (the reply was cut at ``max_tokens``) runs as far as it got, rather than as a
+    shell syntax error over the fence itself; a ``python`` block runs with ``python3``. Indentation
+    common to a block's lines (a block under a list item) and a leading ``$ `` prompt marker on each
+    line (models often copy it) are dropped.
     """
-    m = _FENCE.search(text) or _OPEN_FENCE.search(text)
-    if m is None:
+    blocks: list[tuple[str, list[str]]] = []
+    inside: list[str] | None = None
+    for line in text.splitlines():
+        fence = line.strip().startswith("```")
+        if inside is None and fence:
+            inside = []
+            blocks.append((line.strip()[3:].strip().lower(), inside))
+        elif inside is not None and fence:
+            inside = None
+        elif inside is not None:
+            inside.append(line)
+    if not blocks:
         body, lang = text, ""
     else:
-        body, lang = m.group("body"), (m.group("lang") or "").lower()
-    if lang in ("python", "python3", "py"):
-        return f"python3 - <<'{_PY_END}'\n{body.strip()}\n{_PY_END}"
+        found = next(((lang, lines) for lang, lines in blocks if lang in _SHELL or lang in _PYTHON), None)
+        if found is None:
+            return ""
+        lang, block = found
+        body = textwrap.dedent("\n".join(block))
+    if lang in _PYTHON:
+        return f"python3 -c {shlex.quote(body.strip())}"
     lines = [re.sub(r"^\s*\$ ", "", ln) for ln in body.strip().splitlines()]
     return "\n".join(lines).strip()
 
@@ -424,6 +441,7 @@ class TerminalEnv(Env):
     ):
         if task is not None and task not in TASKS_BY_NAME:
             raise ValueError(f"unknown terminal task {task!r}; known: {sorted(TASKS_BY_NAME)}")
+        check_available()  # no bubblewrap: say so now, so the environment service skips the type
         self.fixed_task = task
         self.names = task_names(split)
         self.max_turns = check_turns("max_turns", max_turns)

@@ -35,7 +35,7 @@ from typing import Any, Literal, TypedDict
 from openclaw_rl.config import resolve_data_path
 from openclaw_rl.envs.base import Env, Observation, StepResult, check_turns, register
 from openclaw_rl.envs.data import GsmItem, gsm8k_split
-from openclaw_rl.envs.sandbox import Sandbox, SandboxLimits
+from openclaw_rl.envs.sandbox import Sandbox, SandboxLimits, check_available
 
 SYSTEM_PROMPT = (
     "You can call tools: python (run Python code), calculator (arithmetic) and file (read/write/list "
@@ -233,6 +233,7 @@ class ToolCallEnv(Env):
         config_source: str | None = None,
         **_: Any,
     ):
+        check_available()  # no bubblewrap: say so now, so the environment service skips the type
         self.split = split
         self._data = (data_path, eval_size, config_source)
         self._items = items

@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import importlib.util
+import json
 import shlex
 import shutil
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -39,6 +41,7 @@ from openclaw_rl.config import (
 from openclaw_rl.runtime.rundir import RunDir
 
 DRY_RUN_DEADLINE_S = 25.0
+ENV_IMPORT_TIMEOUT_S = 20.0  # the user's environment modules, imported in a child (check_env)
 PROBE_TIMEOUT_S = 8.0
 
 
@@ -239,6 +242,47 @@ def check_prm(cfg: Config) -> Check:
     return Check("prm_service", ok, f"backend={prm.backend} (API channel): {detail}")
 
 
+#: A dry run imports the user's environment modules in a child process, as the environment service
+#: will: their import-time side effects (threads, signal handlers, logging set-up) stay out of the
+#: launcher, which supervises the run for its whole life.
+_IMPORT_ENVS = """
+import json, sys
+from openclaw_rl.envs.base import EnvUnavailable, import_env_modules, registered
+try:
+    import_env_modules(json.loads(sys.argv[1]), sys.argv[2] or None)
+except EnvUnavailable as exc:
+    print(json.dumps({"error": str(exc)}))
+else:
+    print(json.dumps({"registered": registered()}))
+"""
+
+
+def _own_environments_problem(modules: list[str], names: list[str], source: str | None) -> str | None:
+    """Whether ``modules`` import and register every name in ``names``, found as the environment
+    service will find them; what is wrong, or None."""
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _IMPORT_ENVS, json.dumps(modules), source or ""],
+            capture_output=True,
+            text=True,
+            timeout=ENV_IMPORT_TIMEOUT_S,
+        )
+        answer = json.loads(out.stdout.strip().splitlines()[-1])
+    except subprocess.TimeoutExpired:
+        return f"env_modules {modules} did not import within {ENV_IMPORT_TIMEOUT_S:.0f}s"
+    except (ValueError, IndexError):  # it crashed the interpreter, or printed no answer
+        return f"env_modules {modules} could not be imported: {(out.stderr or out.stdout).strip()[-300:]}"
+    if "error" in answer:
+        return str(answer["error"])
+    missing = [name for name in names if name not in answer["registered"]]
+    if missing:
+        return (
+            f"interaction_types {missing} registered by none of env_modules {modules} "
+            f"(registered: {answer['registered']})"
+        )
+    return None
+
+
 def check_env(cfg: Config) -> Check:
     env = cfg.env_service
     if not env.enabled or env.num_envs == 0:
@@ -253,19 +297,9 @@ def check_env(cfg: Config) -> Check:
     types = set(env.interaction_types)
     own = sorted(types - set(BUILTIN_INTERACTION_TYPES))
     if env.env_modules:
-        from openclaw_rl.envs import EnvUnavailable, import_env_modules, registered
-
-        try:
-            import_env_modules(env.env_modules, cfg.source)
-        except EnvUnavailable as exc:
-            problems.append(str(exc))
-        else:
-            missing = [name for name in own if name not in registered()]
-            if missing:
-                problems.append(
-                    f"interaction_types {missing} registered by none of env_modules {env.env_modules} "
-                    f"(registered: {registered()})"
-                )
+        problem = _own_environments_problem(env.env_modules, own, cfg.source)
+        if problem:
+            problems.append(problem)
     if types & {"terminal", "tool_call"} and shutil.which("bwrap") is None:
         problems.append("terminal/tool_call need bubblewrap (bwrap): apt-get install bubblewrap")
     if "gui" in types:

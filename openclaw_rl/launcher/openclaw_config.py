@@ -183,5 +183,12 @@ def openclaw_config_command(
     if key_env is not None and not ENV_NAME.match(key_env):
         print(f"error: --api-key-env {key_env!r} is not an environment variable name", file=sys.stderr)
         return 2
+    if host is not None and ("/" in host or host.count(":") == 1 or not host.strip("[]")):
+        print(
+            f"error: --host {host!r}: give the address alone (a name, an IPv4 or IPv6 address); the port "
+            "is [policy_service] port",
+            file=sys.stderr,
+        )
+        return 2
     print(render(cfg, api, host=host, key_env=key_env), end="")
     return 0

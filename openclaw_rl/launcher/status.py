@@ -130,7 +130,8 @@ def turns_command(cfg: Config, last: int, user: str | None) -> int:
         f"{'response id':<38} {'user':<12} {'session':<14} {'turn':>4} {'type':<4} {'v':>3} {'judged':>6}  reply"
     )
     for turn, status, score in rows:
-        judged = f"{score:+d}" if score is not None else status
+        # a score only while it stands: a turn rated again (feedback) waits for its new judgement
+        judged = f"{score:+d}" if status == "judged" and score is not None else status
         reply = " ".join(turn.response_text.split()) or ("(tool call)" if turn.tool_calls else "(empty)")
         print(
             f"{turn.response_id or '-':<38} {turn.user[:12]:<12} {turn.session_id[:14]:<14} "

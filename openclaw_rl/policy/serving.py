@@ -451,12 +451,11 @@ class Serving:
             done = done_h if done_h is not None else bool(req.session_done)
             episode = _episode_headers(headers)
             truth = _truth_header(headers.get("x-turn-truth"))
-            assign = self.sessions.assign(_history(req), sid, ttype, done, user)  # type: ignore[arg-type]
+            clean = (lambda text: clean_user_text(text, rules)) if rules else None
+            assign = self.sessions.assign(_history(req), sid, ttype, done, user, clean)  # type: ignore[arg-type]
             assign.episode = episode
             if assign.next_state is not None and truth is not None:
                 assign.next_state.truth = truth
-            if assign.next_state is not None and assign.next_state.role == "user" and rules:
-                assign.next_state.content = clean_user_text(assign.next_state.content, rules)
             gen.session_id = assign.session_id
             job = Job(req, gen, assign)
             job.keyed = caller.key_user is not None

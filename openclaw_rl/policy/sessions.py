@@ -33,6 +33,7 @@ import json
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,8 +87,9 @@ def digest(items: list[tuple[str, str, list[tuple[str, str]]]], user: str = DEFA
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def next_state_of(messages: list[ChatMessage]) -> NextState | None:
-    """What followed the last assistant message, as the previous turn's next state."""
+def next_state_of(messages: list[ChatMessage], clean: Callable[[str], str] | None = None) -> NextState | None:
+    """What followed the last assistant message, as the previous turn's next state; ``clean``: what
+    to take off each user message first (a client's timestamps: :mod:`~.client_rules`)."""
     tail: list[ChatMessage] = []
     for m in reversed(messages):
         if m.role == "assistant":
@@ -106,7 +108,8 @@ def next_state_of(messages: list[ChatMessage]) -> NextState | None:
         if m.role != tail[-1].role:
             break
         run.append(m)
-    return NextState(role=tail[-1].role, content="\n".join(m.text for m in reversed(run)))
+    texts = [m.text if clean is None or m.role != "user" else clean(m.text) for m in reversed(run)]
+    return NextState(role=tail[-1].role, content="\n".join(texts))
 
 
 class SessionManager:
@@ -182,8 +185,10 @@ class SessionManager:
         turn_type: TurnType | None,
         done: bool,
         user: str = DEFAULT_USER,
+        clean: Callable[[str], str] | None = None,
     ) -> Assignment:
-        """Decide the session, turn index and next state for ``user``'s request."""
+        """Decide the session, turn index and next state for ``user``'s request (``clean``: see
+        :func:`next_state_of`)."""
         ttype: TurnType = turn_type or "main"
         stitched = False
         if session_id is None:
@@ -193,7 +198,7 @@ class SessionManager:
             fresh = found is None
         else:
             fresh = False
-        state = None if fresh or ttype != "main" else next_state_of(messages)
+        state = None if fresh or ttype != "main" else next_state_of(messages, clean)
         return Assignment(
             session_id=session_id,
             turn_index=self._allocate(session_id),

@@ -114,6 +114,8 @@ def _holds_a_run(run: RunDir) -> str | None:
         what = f"{per_user} already holds per-user checkpoints"
     elif run.read_published_policy() is not None or run.published_users():
         what = f"{run.policies} already holds published policies"
+    elif run.store.is_file():  # a live run that has not checkpointed yet would resume from the replay
+        what = f"{run.root} already holds a run's store"
     else:
         return None
     return (

@@ -503,3 +503,27 @@ def test_stopping_cancels_the_reply_a_worker_waits_for(tmp_path, tiny_model_dir,
         assert not list(ps.store.user_turns(DEFAULT_USER))  # the unread reply is not recorded
     finally:
         ps.stop()
+
+
+def test_an_environment_found_unavailable_at_reset_is_skipped_once(tmp_path, caplog):
+    """A sandbox is made when an episode starts, so some environments learn only then that they
+    cannot run here; the type is dropped with one error line, the others go on."""
+    (tmp_path / "gpu_envs.py").write_text(
+        "from openclaw_rl.envs import Env, EnvUnavailable, register\n\n"
+        "@register('needs_gpu')\n"
+        "class NeedsGpu(Env):\n"
+        "    def __init__(self, **_):\n        pass\n"
+        "    def reset(self, seed=None, options=None):\n        raise EnvUnavailable('no GPU on this machine')\n"
+        "    def step(self, action):\n        raise AssertionError('never reached')\n"
+    )
+    with ChatServer(_terminal_agent) as srv:
+        cfg = _cfg(tmp_path, srv.port, types=("needs_gpu", "terminal"), num_envs=1, env_modules=["gpu_envs"])
+        cfg.source = str(tmp_path / "config.toml")  # modules are found beside the config file
+        svc = EnvLoop(cfg, max_episodes=3, env_overrides={"terminal": {"task": "count_lines"}})
+        svc.start()
+        stats = svc.wait_episodes(3, timeout=60)
+        svc.stop()
+    assert svc.disabled_types == {"needs_gpu"}
+    assert [s.interaction_type for s in stats].count("terminal") >= 2
+    said = [r.getMessage() for r in caplog.records if "unavailable" in r.getMessage()]
+    assert len(said) == 1 and "no GPU on this machine" in said[0]

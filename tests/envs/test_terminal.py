@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
 from openclaw_rl.envs import make
@@ -39,7 +41,13 @@ def test_extract_command():
     assert extract_command("  wc -l a.txt \n") == "wc -l a.txt"
     # cut off at max_tokens before the closing fence: what it got to, not the fence as a command
     assert extract_command("Run this:\n```bash\nls -la\nwc -l a.t") == "ls -la\nwc -l a.t"
-    assert extract_command("```python\nprint(6 * 7)\n```").startswith("python3 - <<'")
+    assert extract_command("```python\nprint(6 * 7)\n```") == "python3 -c 'print(6 * 7)'"
+    # fences pair in order: a closing fence never opens a block, and prose after a block is prose
+    assert extract_command("```text\nfoo\n```\nthen run ls -la") == ""
+    assert extract_command("```json\n{}\n```\n```bash\necho ok\n```") == "echo ok"
+    # a block under a list item keeps its own indentation, minus the common part
+    listed = "1. run:\n   ```python\n   for i in range(2):\n       print(i)\n   ```"
+    assert extract_command(listed) == "python3 -c " + shlex.quote("for i in range(2):\n    print(i)")
 
 
 def test_episode_truncates_and_reports_bad_replies():

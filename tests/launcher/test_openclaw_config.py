@@ -91,3 +91,9 @@ def test_a_gateway_elsewhere_and_a_users_own_key(capsys):
     )
     assert main(["openclaw-config", "--config", "configs/local.toml", "--api-key-env", "MY KEY"]) == 2
     assert "not an environment variable name" in capsys.readouterr().err
+
+
+def test_a_host_with_a_port_or_scheme_is_refused(capsys):
+    for host in ("10.0.0.5:31000", "http://10.0.0.5"):
+        assert main(["openclaw-config", "--config", "configs/local.toml", "--host", host]) == 2
+        assert "give the address alone" in capsys.readouterr().err

@@ -196,6 +196,17 @@ def test_next_state_joins_parallel_tool_results():
         _msgs(("user", "q"), ("assistant", "a"), ("user", "Are you there?"), ("user", "Back again."))
     )
     assert twice == NextState(role="user", content="Are you there?\nBack again.")
+    # a client's decorations come off each message, not only the first
+    from openclaw_rl.policy.client_rules import clean_user_text
+
+    stamped = _msgs(
+        ("user", "q"),
+        ("assistant", "a"),
+        ("user", "[Wed 2026-12-02 22:08 UTC] are you there?"),
+        ("user", "[Wed 2026-12-02 22:09 UTC] back again"),
+    )
+    cleaned = next_state_of(stamped, lambda text: clean_user_text(text, ["openclaw"]))
+    assert cleaned == NextState(role="user", content="are you there?\nback again")
     after_tools = _msgs(("user", "q"), ("assistant", "a"), ("tool", "out"), ("user", "that's wrong"))
     assert next_state_of(after_tools) == NextState(role="user", content="that's wrong")
 

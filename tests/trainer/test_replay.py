@@ -196,12 +196,18 @@ def test_openclaw_rl_train_command_line(tmp_path, tiny_model_dir):
     assert proc.stderr.startswith(f"error: {tmp_path / 'afile'} is a file"), proc.stderr
 
 
-@pytest.mark.parametrize("left", ["per-user checkpoints", "a published policy", "a user's published adapter"])
+@pytest.mark.parametrize(
+    "left", ["per-user checkpoints", "a published policy", "a user's published adapter", "a run's store"]
+)
 def test_a_folder_holding_any_part_of_a_run_is_not_replayed_over(make_cfg, tmp_path, capsys, left):
     cfg = make_cfg(batch_size=2, mini_batch_size=1)
     run = RunDir.of(cfg)
     if left == "per-user checkpoints":
         (run.checkpoints / "users" / "alice" / "step_00000001").mkdir(parents=True)
+    elif left == "a run's store":
+        from openclaw_rl.runtime.store import Store
+
+        Store(run.store).close()  # a live run that has recorded turns but not checkpointed yet
     else:
         user = "alice" if "user" in left else None
         version = run.policy_dir(user) / "v000004"
