@@ -111,6 +111,18 @@ class EpisodeStats:
         return asdict(self)
 
 
+def as_messages(observation: Any, info: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chat messages an environment's ``reset`` / ``step`` adds to the conversation: its
+    ``info["messages"]`` when it gives them (the built-in ones do, with system prompts and tool
+    results), else the observation itself, as a list of messages or as the text of one message from
+    the user (tool and environment output included: a tool message needs a call id)."""
+    if "messages" in info:
+        return list(info["messages"])
+    if isinstance(observation, list):
+        return list(observation)
+    return [{"role": "user", "content": str(observation)}]
+
+
 def env_kwargs_for(
     cfg: Config, interaction_type: str, split: Literal["train", "eval"] = "train"
 ) -> dict[str, Any]:
@@ -333,6 +345,7 @@ class EnvLoop:
         self.started_episodes = 0
         self.finished_episodes = 0
         self.disabled_types: set[str] = set()
+        self._refused_streak: dict[int, int] = {}  # worker -> episodes in a row refused at once
         self.backlog = backlog
         limit = es.max_ready_samples
         self.max_backlog = 2 * cfg.training.batch_size if limit is None else limit
@@ -526,6 +539,24 @@ class EnvLoop:
             self._report(stats)
         return not any(stats is None for stats in outcomes)  # None: stopping mid-episode
 
+    def _after_refusal(self, index: int) -> None:
+        """An episode refused at its first request: the next one would most likely be refused the
+        same way (an environment whose messages the service cannot take), so wait, twice as long
+        each time in a row, up to ``backoff_max`` seconds; an episode that gets going resets it."""
+        with self._count_lock:
+            streak = self._refused_streak.get(index, 0) + 1
+            self._refused_streak[index] = streak
+        wait = min(self.backoff_max, 0.5 * 2 ** (streak - 1))
+        if streak > 1:
+            log.warning(
+                "[env_service] worker %d: %d episodes in a row refused at their first request; "
+                "waiting %.1f s",
+                index,
+                streak,
+                wait,
+            )
+            self.stop_event.wait(wait)
+
     def _wait_for_trainer(self, episodes: int) -> bool:
         """Wait while the samples waiting for the trainer, with those the episodes in flight will
         still add, reach ``max_ready_samples``; then reserve ``episodes`` in flight (given back by
@@ -631,7 +662,7 @@ class EnvLoop:
         except Exception as exc:  # an env bug ends this episode, not the worker
             log.exception("[env_service] worker %d: %s reset failed", index, itype)
             return stats(False, f"reset failed: {exc}", env_failed=True)
-        messages = [dict(m) for m in info.get("messages", [])]
+        messages = [dict(m) for m in as_messages(_obs, info)]
         tools = info.get("tools")
         headers = dict(group or {})
         user = simulated_user(self.cfg, info)
@@ -680,6 +711,8 @@ class EnvLoop:
                         self.backoff_max,
                     )
                     self.stop_event.wait(self.backoff_max)
+                elif turns == 0:
+                    self._after_refusal(index)
                 return refused
             if reply is None:
                 return None
@@ -691,10 +724,13 @@ class EnvLoop:
                 log.exception("[env_service] worker %d: %s step failed", index, itype)
                 return stats(False, f"step failed: {exc}", env_failed=True)
             turns += 1
+            if turns == 1:
+                with self._count_lock:
+                    self._refused_streak.pop(index, None)  # the service takes this worker's requests
             if not capture:
                 # The session was closed with this request; the next state is never sent back.
                 return stats(bool(info.get("success")), None, state_captured=False)
-            messages.extend(info.get("messages", []))
+            messages.extend(as_messages(_obs, info))
             # The next request carries this turn's next state, and with it the truth it scores.
             headers = {**(group or {}), **truth_header(info)}
             if terminated or truncated:

@@ -21,6 +21,7 @@ The fragment is JSON5 (OpenClaw reads its config as JSON5), so it carries its ow
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import sys
@@ -52,6 +53,20 @@ def provider_url(cfg: Config, api: str = "openai-completions", host: str | None 
         else f"http://{_url_host(host)}:{cfg.policy_service.port}"
     )
     return f"{root}{API_TYPES[api]}"
+
+
+_HOST_NAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
+
+
+def _reachable_address(host: str) -> bool:
+    """A host name or an IP address a client can connect to (not a wildcard such as 0.0.0.0)."""
+    try:
+        address = ipaddress.ip_address(host.removeprefix("[").removesuffix("]"))
+    except ValueError:
+        return bool(_HOST_NAME.match(host)) and not host.replace(".", "").isdigit()
+    return not address.is_unspecified
 
 
 def _url_host(host: str) -> str:
@@ -183,10 +198,10 @@ def openclaw_config_command(
     if key_env is not None and not ENV_NAME.match(key_env):
         print(f"error: --api-key-env {key_env!r} is not an environment variable name", file=sys.stderr)
         return 2
-    if host is not None and ("/" in host or host.count(":") == 1 or not host.strip("[]")):
+    if host is not None and not _reachable_address(host):
         print(
-            f"error: --host {host!r}: give the address alone (a name, an IPv4 or IPv6 address); the port "
-            "is [policy_service] port",
+            f"error: --host {host!r}: give the address OpenClaw reaches this machine at, alone (a host "
+            "name, an IPv4 or IPv6 address; the port is [policy_service] port)",
             file=sys.stderr,
         )
         return 2

@@ -230,6 +230,8 @@ def test_an_environment_of_your_own_runs_from_the_config(tmp_path):
         stats = svc.wait_episodes(1, timeout=60)
         svc.stop()
     assert [(s.interaction_type, s.success) for s in stats] == [("echo", True)]
+    # an environment that gives no info["messages"]: its observation is the user's message
+    assert srv.requests[0]["body"]["messages"] == [{"role": "user", "content": "Say the word banana."}]
     # the dry run's check names what is wrong: an unregistered name, a module that does not import
     config.write_text(config.read_text().replace('["echo"]', '["echo", "ecco"]'))
     detail = check_env(load_config(config)).detail
@@ -527,3 +529,20 @@ def test_an_environment_found_unavailable_at_reset_is_skipped_once(tmp_path, cap
     assert [s.interaction_type for s in stats].count("terminal") >= 2
     said = [r.getMessage() for r in caplog.records if "unavailable" in r.getMessage()]
     assert len(said) == 1 and "no GPU on this machine" in said[0]
+
+
+def test_episodes_refused_at_their_first_request_back_off(tmp_path):
+    """An environment whose requests the service refuses would otherwise start, and fail, episodes
+    as fast as the CPU allows (thousands of log lines a minute)."""
+    refuse = (
+        400,
+        {"error": {"message": "messages: List should have at least 1 item", "type": "invalid_request_error"}},
+    )
+    with ChatServer(lambda body: refuse) as srv:
+        cfg = _cfg(tmp_path, srv.port, types=("terminal",), num_envs=1)
+        svc = EnvLoop(cfg, env_overrides={"terminal": {"task": "count_lines"}})
+        svc.start()
+        time.sleep(4.0)
+        svc.stop()
+    # waits of 0, 0.5, 1, 2 s: a handful of requests in 4 s, not hundreds
+    assert 2 <= len(srv.requests) <= 6, len(srv.requests)

@@ -94,6 +94,18 @@ def test_a_gateway_elsewhere_and_a_users_own_key(capsys):
 
 
 def test_a_host_with_a_port_or_scheme_is_refused(capsys):
-    for host in ("10.0.0.5:31000", "http://10.0.0.5"):
+    for host in (
+        "10.0.0.5:31000",
+        "http://10.0.0.5",
+        "10.0.0.5 x",
+        "host?x",
+        "a@b",
+        "0.0.0.0",
+        "::",
+        "999.1.1.1",
+    ):
         assert main(["openclaw-config", "--config", "configs/local.toml", "--host", host]) == 2
-        assert "give the address alone" in capsys.readouterr().err
+        assert "give the address OpenClaw reaches this machine at" in capsys.readouterr().err, host
+    for host in ("gpu-box.lan", "10.0.0.5", "fd00::7", "[fd00::7]", "localhost"):
+        assert main(["openclaw-config", "--config", "configs/local.toml", "--host", host]) == 0, host
+        capsys.readouterr()
