@@ -108,7 +108,11 @@ def test_a_real_openclaw_session_is_served_recorded_and_judged(openclaw, tmp_pat
         turns = [t for sid in sids for t in service.store.session_turns(sid)]
         main = [t for t in turns if t.turn_type == "main"]
         sessions = {t.session_id for t in main}
-        assert len(sessions) == 1, [(t.session_id, t.turn_index) for t in main]  # stitched into one session
+        # stitched into one session (on failure: each main turn's session, index, time and last messages)
+        assert len(sessions) == 1, [
+            (t.session_id, t.turn_index, round(t.created_at, 1), [str(m)[:120] for m in t.messages[-3:]])
+            for t in main
+        ]
         assert [t.turn_index for t in main] == [0, 1, 2]
         for turn, said in zip(
             main[:2], MESSAGES[1:], strict=True
