@@ -88,6 +88,23 @@ def _both_personas() -> list[Persona]:
     return ["student", "teacher"]
 
 
+def expand_home(path: str) -> str:
+    """``~/runs/x`` as the home folder it means to a user, not a folder named ``~`` (every reader of
+    the value, on every machine and in cluster mode alike, sees the expanded path); ValueError for
+    ``~name`` of a user this machine does not know."""
+    if not path.startswith("~"):
+        return path
+    try:
+        return str(Path(path).expanduser())
+    except RuntimeError:
+        raise ValueError(f"cannot expand {path.split('/', 1)[0]!r}: no such user's home folder") from None
+
+
+def url_host(host: str) -> str:
+    """``host`` as it goes into a URL: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 class GlobalConfig(_Section):
     run_name: str = Field(
         "openclaw_rl",
@@ -113,14 +130,7 @@ class GlobalConfig(_Section):
     @field_validator("log_dir")
     @classmethod
     def _home(cls, v: str) -> str:
-        # "~/runs/x" means the home folder to a user, not a folder named "~" (every reader of the
-        # value, on every machine and in cluster mode alike, sees the expanded path).
-        if not v.startswith("~"):
-            return v
-        try:
-            return str(Path(v).expanduser())
-        except RuntimeError:  # "~name/..." of a user this machine does not know
-            raise ValueError(f"cannot expand {v.split('/', 1)[0]!r}: no such user's home folder") from None
+        return expand_home(v)
 
 
 class ApiConfig(_Section):
@@ -222,7 +232,7 @@ class PolicyServiceConfig(_Section):
             return "127.0.0.1"
         if self.host == "::":
             return "[::1]"
-        return f"[{self.host}]" if ":" in self.host else self.host
+        return url_host(self.host)
 
     @property
     def local_url(self) -> str:
@@ -599,7 +609,7 @@ class Config(BaseModel):
         file's own value would be."""
         out = self.model_copy(deep=True)
         try:
-            out.global_.log_dir = GlobalConfig._home(log_dir)
+            out.global_.log_dir = expand_home(log_dir)
         except ValueError as exc:
             raise ConfigError("--log-dir", [str(exc)]) from None
         return out

@@ -1,11 +1,14 @@
-"""Test-only helpers: a tiny randomly initialised model with the embedded tokenizer, and a minimal
-training sample.
+"""Test-only helpers: a tiny randomly initialised model with the embedded tokenizer, a minimal
+training sample, and a loop started as its own process.
 
 Real token ids and the real tokenizer, but a model small enough to train in a test in seconds.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from openclaw_rl.runtime.models import load_tokenizer
@@ -62,4 +65,20 @@ def one_token_sample(
         loss_mask=[1],
         reward=1.0,
         user=user,
+    )
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def start_module(module: str, config: Path) -> subprocess.Popen[str]:
+    """``python -m <module> --config <config>`` from the repository root, as the launcher starts a
+    loop: stdout and stderr merged into one unbuffered text pipe."""
+    return subprocess.Popen(
+        [sys.executable, "-m", module, "--config", str(config)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )

@@ -112,8 +112,7 @@ def import_env_modules(modules: list[str], config_source: str | None = None) -> 
     _load_builtin()
     folders = [str(Path(config_source).resolve().parent)] if config_source else []
     folders += [str(Path.cwd())] if str(Path.cwd()) not in folders else []
-    added = [f for f in folders if f not in sys.path[: len(folders)]]
-    sys.path[:0] = added
+    sys.path[:0] = folders
     try:
         for module in modules:
             try:
@@ -123,5 +122,5 @@ def import_env_modules(modules: list[str], config_source: str | None = None) -> 
                     f"[env_service] env_modules: {module!r} does not import: {type(exc).__name__}: {exc}"
                 ) from exc
     finally:
-        for folder in added:
-            sys.path.remove(folder)
+        for folder in folders:
+            sys.path.remove(folder)  # the first of its name: the one put in front above

@@ -655,14 +655,14 @@ class EnvLoop:
             )
 
         try:
-            _obs, info = env.reset(seed=seed)
+            obs, info = env.reset(seed=seed)
         except EnvUnavailable as exc:  # found only when an episode starts (a sandbox is made then)
             self._disable(itype, exc)
             return stats(False, f"unavailable: {exc}", env_failed=True)
         except Exception as exc:  # an env bug ends this episode, not the worker
             log.exception("[env_service] worker %d: %s reset failed", index, itype)
             return stats(False, f"reset failed: {exc}", env_failed=True)
-        messages = [dict(m) for m in as_messages(_obs, info)]
+        messages = [dict(m) for m in as_messages(obs, info)]
         tools = info.get("tools")
         headers = dict(group or {})
         user = simulated_user(self.cfg, info)
@@ -719,7 +719,7 @@ class EnvLoop:
             messages.append(reply)
             try:
                 action: str | dict[str, Any] = reply if reply.get("tool_calls") else reply["content"]
-                _obs, reward, terminated, truncated, info = env.step(action)
+                obs, reward, terminated, truncated, info = env.step(action)
             except Exception as exc:  # as above
                 log.exception("[env_service] worker %d: %s step failed", index, itype)
                 return stats(False, f"step failed: {exc}", env_failed=True)
@@ -730,7 +730,7 @@ class EnvLoop:
             if not capture:
                 # The session was closed with this request; the next state is never sent back.
                 return stats(bool(info.get("success")), None, state_captured=False)
-            messages.extend(as_messages(_obs, info))
+            messages.extend(as_messages(obs, info))
             # The next request carries this turn's next state, and with it the truth it scores.
             headers = {**(group or {}), **truth_header(info)}
             if terminated or truncated:

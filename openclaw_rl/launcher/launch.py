@@ -385,7 +385,8 @@ def launch(config_path: str, dry_run: bool = False) -> int:
     print_warnings(cfg)
     checks = check_services(cfg)
     failed = [c for c in checks if not c.ok]
-    log_problem = RunDir.of(cfg).problem()  # leaves nothing behind before every check passed
+    run = RunDir.of(cfg)
+    log_problem = run.problem()  # leaves nothing behind before every check passed
     if log_problem:
         failed.append(Check("log_dir", False, log_problem))
     if failed:  # the dry run's own lines: nothing has started, nothing needs stopping
@@ -396,11 +397,11 @@ def launch(config_path: str, dry_run: bool = False) -> int:
             file=sys.stderr,
         )
         return 2
-    log_problem = RunDir.of(cfg).prepare()
+    log_problem = run.prepare()
     if log_problem:
         print(f"error: {log_problem}", file=sys.stderr)
         return 2
-    RunDir.of(cfg).new_admin_key()  # this run's secret for its loops' admin calls (see rundir.py)
+    run.new_admin_key()  # this run's secret for its loops' admin calls (see rundir.py)
     print(f"[launch] run={cfg.global_.run_name} config={config_path} log_dir={cfg.log_dir}", flush=True)
     if cfg.env_service.mode == "cloud":
         from openclaw_rl.launcher.cluster import run_cluster

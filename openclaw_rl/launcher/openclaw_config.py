@@ -26,7 +26,7 @@ import json
 import re
 import sys
 
-from openclaw_rl.config import Config, generates_client_key
+from openclaw_rl.config import Config, generates_client_key, url_host
 from openclaw_rl.runtime.rundir import RunDir
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -48,9 +48,7 @@ def provider_url(cfg: Config, api: str = "openai-completions", host: str | None 
     """The URL OpenClaw should call: ``host`` (the address OpenClaw reaches this machine at) or, by
     default, the service's own host — loopback when it binds every address."""
     root = (
-        cfg.policy_service.local_url
-        if host is None
-        else f"http://{_url_host(host)}:{cfg.policy_service.port}"
+        cfg.policy_service.local_url if host is None else f"http://{url_host(host)}:{cfg.policy_service.port}"
     )
     return f"{root}{API_TYPES[api]}"
 
@@ -67,10 +65,6 @@ def _reachable_address(host: str) -> bool:
     except ValueError:
         return bool(_HOST_NAME.match(host)) and not host.replace(".", "").isdigit()
     return not address.is_unspecified
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host  # an IPv6 address
 
 
 def _api_key(cfg: Config, key_env: str | None = None) -> str:

@@ -35,6 +35,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import takewhile
 from typing import Any
 
 from openclaw_rl.policy.protocol import ChatMessage
@@ -103,13 +104,11 @@ def next_state_of(messages: list[ChatMessage], clean: Callable[[str], str] | Non
         return NextState(role="tool", content="\n".join(m.text for m in tools))
     # Consecutive messages of the last one's role are joined: a user who wrote twice before the
     # next reply (a retry after a failed request, a second thought) said both things to this turn.
-    run: list[ChatMessage] = []
-    for m in reversed(tail):
-        if m.role != tail[-1].role:
-            break
-        run.append(m)
-    texts = [m.text if clean is None or m.role != "user" else clean(m.text) for m in reversed(run)]
-    return NextState(role=tail[-1].role, content="\n".join(texts))
+    role = tail[-1].role
+    texts = [m.text for m in reversed(list(takewhile(lambda m: m.role == role, reversed(tail))))]
+    if clean is not None and role == "user":
+        texts = [clean(text) for text in texts]
+    return NextState(role=role, content="\n".join(texts))
 
 
 class SessionManager:

@@ -165,12 +165,9 @@ def plot_metrics(log_dir: Path) -> Path | None:
             _plot_eval(ax, evals)
         else:
             # an update whose groups all scored alike carries no RL reward: its groups' mean stands in
-            fallback = "group_reward_mean" if key == "reward_mean" else key
-            pts = [
-                (r["step"], r[key] if _number(r.get(key)) else r[fallback])
-                for r in train
-                if _number(r.get(key)) or _number(r.get(fallback))
-            ]
+            keys = (key, "group_reward_mean") if key == "reward_mean" else (key,)
+            found = ((r["step"], next((r[k] for k in keys if _number(r.get(k))), None)) for r in train)
+            pts = [(step, value) for step, value in found if value is not None]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3)
         ax.set_title(title)

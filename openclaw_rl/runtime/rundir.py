@@ -108,12 +108,9 @@ class RunDir:
         return folder_problem(self.root) or store_problem(self.store)
 
     def prepare(self) -> str | None:
-        """Create the folder and prove it takes a write and has room for checkpoints; what is wrong,
-        or None. Every command that writes a run calls it first, so a bad log_dir is one message, not
-        a crash later."""
-        problem = self.problem()
-        if problem:
-            return problem
+        """After :meth:`problem` found nothing: create the folder and prove it takes a write and has
+        room for checkpoints; what is wrong, or None. Every command that writes a run calls both
+        first, so a bad log_dir is one message, not a crash later."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             probe = self.root / ".write_probe"

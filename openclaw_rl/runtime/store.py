@@ -223,9 +223,15 @@ class StoreError(RuntimeError):
     """The store file cannot be opened: its folder is no folder, or the file is no store."""
 
 
+def _nearest_existing(folder: Path) -> Path | None:
+    """``folder`` or the nearest folder above it that exists (``os.path``'s test, not ``Path``'s: on
+    Python 3.11 ``Path.exists`` raises for a path under a folder the process may not read)."""
+    return next((p for p in (folder, *folder.parents) if os.path.exists(p)), None)
+
+
 def _not_a_folder(folder: Path) -> str:
     """The message for a log_dir that is, or lies under, a file: it names the file."""
-    file = next((p for p in (folder, *folder.parents) if os.path.exists(p)), folder)
+    file = _nearest_existing(folder) or folder
     if file == folder:
         return f"{folder} is a file, not a directory: [global] log_dir must name a folder"
     return f"{file} is a file, so [global] log_dir = {str(folder)!r} cannot be made under it"
@@ -235,10 +241,9 @@ def folder_problem(folder: Path) -> str | None:
     """Why ``folder`` cannot hold a run, found without leaving anything behind: it or a folder above
     it is a file, or it cannot be created or written. Where it does not exist yet, a folder is made
     and removed at once in the nearest one that does (some folders, such as /proc, refuse only
-    then); None when all is well. ``os.path``'s tests, not ``Path``'s: on Python 3.11 ``Path.exists``
-    raises for a path under a folder the process may not read, where this says what is wrong."""
+    then); None when all is well."""
     folder = Path(folder)
-    existing = next((p for p in (folder, *folder.parents) if os.path.exists(p)), None)
+    existing = _nearest_existing(folder)
     if existing is None:
         return None
     if not os.path.isdir(existing):
@@ -265,7 +270,7 @@ def store_problem(path: Path) -> str | None:
     """Why the store at ``path`` could not be opened, read without writing anything (the dry
     run's check); None when it could (or does not exist yet)."""
     folder = Path(path).parent
-    existing = next((p for p in (folder, *folder.parents) if os.path.exists(p)), None)
+    existing = _nearest_existing(folder)
     if existing is not None and not os.path.isdir(existing):
         return _not_a_folder(folder)
     if not os.path.isfile(path):

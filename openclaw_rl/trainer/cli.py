@@ -37,7 +37,7 @@ def train_command(cfg: Config, samples_path: str, steps: int | None, resume: boo
         print(f"error: --steps must be >= 1, got {steps}", file=sys.stderr)
         return 2
     run = RunDir.of(cfg)
-    problem = run.prepare() or (None if resume else _holds_a_run(run))
+    problem = run.problem() or run.prepare() or (None if resume else _holds_a_run(run))
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -85,11 +85,8 @@ def train_command(cfg: Config, samples_path: str, steps: int | None, resume: boo
         return 130
     finally:
         # On success, Ctrl-C or a crash: keep what was learned so far.
-        if (
-            trainer.step > 0
-            and trainer.latest_checkpoint() != trainer.checkpoint_root / f"step_{trainer.step:08d}"
-        ):
-            trainer.save_checkpoint()
+        if trainer.step > 0:
+            trainer.save_checkpoint_once()
     # the next version after the folder's newest publish, as the live loop counts them: a resumed
     # replay never re-exports over a version a service may be serving
     published = run.read_published_policy()

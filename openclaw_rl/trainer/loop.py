@@ -375,7 +375,7 @@ class TrainingLoop:
             if self._user_updates[user] % self.cfg.policy_service.weight_sync_interval == 0:
                 self._publish(user)
             # every per-user update: the user's adapter, optimiser and (just published) version
-            self._save_unless_saved()
+            trainer.save_checkpoint_once()
             self._commit_checkpoint()
         else:
             if trainer.step % self.cfg.policy_service.weight_sync_interval == 0:
@@ -435,15 +435,8 @@ class TrainingLoop:
         """Final checkpoint, unless the last update already wrote one for this very step."""
         if self.per_user:  # every per-user update was checkpointed and committed as it finished
             return
-        self._save_unless_saved()
+        self.started_trainer.save_checkpoint_once()
         self._commit_checkpoint()
-
-    def _save_unless_saved(self) -> None:
-        """Save a checkpoint of this step, unless the update already did (``checkpoint_interval``)."""
-        trainer = self.started_trainer
-        latest = trainer.latest_checkpoint()
-        if latest is None or latest.name != f"step_{trainer.step:08d}":
-            trainer.save_checkpoint()
 
 
 def main(argv: list[str] | None = None) -> int:

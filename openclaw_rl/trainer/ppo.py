@@ -817,6 +817,13 @@ class Trainer:
         """Keep the newest KEEP_CHECKPOINTS complete checkpoints (never the one just written)."""
         prune_checkpoints(self.checkpoint_root, keep, KEEP_CHECKPOINTS)
 
+    def save_checkpoint_once(self) -> None:
+        """Save a checkpoint of this step, unless the newest one already is of it (an update saves
+        one every ``checkpoint_interval``): the end of a run, or a per-user update, writes it once."""
+        latest = self.latest_checkpoint()
+        if latest is None or latest.name != checkpoint_name(self.step):
+            self.save_checkpoint()
+
     def latest_checkpoint(self) -> Path | None:
         """The checkpoint the pointer names, or the newest complete one if the pointer is missing."""
         return latest_checkpoint(self.checkpoint_root)

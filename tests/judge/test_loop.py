@@ -15,6 +15,7 @@ from openclaw_rl.runtime.chat_format import prompt_ids
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.types import EpisodeTag, NextState, Turn
 
+from ..helpers import start_module
 from .conftest import api_config
 
 
@@ -139,9 +140,6 @@ def test_background_loop_judges_while_running(remote, tiny, tmp_path):
 def test_service_runs_as_its_own_process(remote, tmp_path):
     """``python -m openclaw_rl.judge.loop --config FILE`` judges what another process recorded."""
     import signal
-    import subprocess
-    import sys
-    from pathlib import Path
 
     from .conftest import KEY
 
@@ -173,14 +171,7 @@ retry_interval_sec = 0.1
             ),
             next_state_for_previous=NextState(role="user", content=state) if state else None,
         )
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "openclaw_rl.judge.loop", "--config", str(config)],
-        cwd=root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_module("openclaw_rl.judge.loop", config)
     try:
         deadline = time.time() + 120
         while store.turn_status("p", 0) != "judged" and time.time() < deadline and proc.poll() is None:

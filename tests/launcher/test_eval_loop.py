@@ -20,7 +20,7 @@ from openclaw_rl.launcher.status import progress_line
 from openclaw_rl.runtime.metrics import MetricsWriter, read_metrics
 from openclaw_rl.runtime.rundir import POLICY_POINTER, PublishedPolicy, RunDir
 from openclaw_rl.runtime.store import Store
-from tests.helpers import save_tiny_model
+from tests.helpers import save_tiny_model, start_module
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZES = EvalSizes(chat=2, terminal=0, tool_call=0, max_tokens=8)
@@ -239,14 +239,7 @@ def test_evaluator_process_runs_niced_and_stops_on_sigterm(tmp_path, tiny_model_
         f'[env_service]\npersonas = ["student"]\ndata_path = "{gsm8k_path}"\neval_size = 20\n'
         f"[training]\neval_interval = 1\neval_size = 2\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "openclaw_rl.launcher.eval_loop", "--config", str(conf)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    proc = start_module("openclaw_rl.launcher.eval_loop", conf)
     try:
         deadline = time.monotonic() + 240
         while not read_metrics(log_dir, kind="eval"):

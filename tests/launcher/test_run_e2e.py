@@ -20,6 +20,8 @@ import pytest
 from openclaw_rl.runtime.ports import free_port
 from openclaw_rl.runtime.store import Store
 
+from ..helpers import start_module
+
 pytestmark = pytest.mark.slow  # real processes, a sandbox, Ray, FSDP, or trains a model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,14 +97,7 @@ mini_batch_size = 1
 checkpoint_interval = 1
 max_steps = 3
 """)
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "openclaw_rl.launcher", "--config", str(conf)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    launcher = start_module("openclaw_rl.launcher", conf)
     stop, seen = threading.Event(), {"ok": 0, "errors": 0, "max_version": 0}
     driver = threading.Thread(target=_drive, args=(f"http://127.0.0.1:{port}", stop, seen), daemon=True)
     if not env_workers:
