@@ -115,7 +115,7 @@ def _cmd_users(args: argparse.Namespace) -> int:
     if args.users_command == "add":
         return users_add(cfg, args.name)
     if args.users_command == "delete":
-        return users_delete(cfg, args.name)
+        return users_delete(cfg, args.name, args.yes)
     if args.users_command == "export":
         return users_export(cfg, args.name, args.out)
     return users_list(cfg)
@@ -259,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=_cmd_users)
     p = users.add_parser("delete", help="remove a user's key, turns, samples, adapters and feedback")
     p.add_argument("name")
+    p.add_argument("--yes", action="store_true", help="needed to delete 'default' (every anonymous turn)")
     p.add_argument("--config", required=True, help="path to config.toml")
     p.set_defaults(fn=_cmd_users)
     p = users.add_parser("export", help="write a user's adapter (PEFT) and turns (JSONL) to a folder")

@@ -39,10 +39,10 @@ def users_add(cfg: Config, name: str) -> int:
     """Register ``name`` and print their key (the only time it is shown)."""
     if _bad_name(name):
         return 2
-    if name == DEFAULT_USER:  # a key for it would own every anonymous request's turns
+    if name.lower() == DEFAULT_USER:  # a key for it would own every anonymous request's turns
         print(
-            f"error: NAME: {DEFAULT_USER!r} is reserved: it is the user of every request that names "
-            "no one (docs/users.md); pick another name",
+            f"error: NAME: {name!r} is reserved: {DEFAULT_USER!r} is the user of every request that "
+            "names no one (docs/users.md); pick another name",
             file=sys.stderr,
         )
         return 2
@@ -57,7 +57,7 @@ def users_add(cfg: Config, name: str) -> int:
         store.close()
     print(f"user {name} added. Their key (shown only now; the run keeps only a digest of it):")
     print(key.text)
-    print(f"Clients send it as: Authorization: Bearer {key.text[:12]}...")
+    print(f"Clients send it as: Authorization: Bearer {key.text}")
     return 0
 
 
@@ -139,9 +139,19 @@ def _scrub_metrics(cfg: Config, name: str) -> int:
     return dropped
 
 
-def users_delete(cfg: Config, name: str) -> int:
-    """The right to be forgotten: remove everything the run holds about ``name`` and say what."""
+def users_delete(cfg: Config, name: str, yes: bool = False) -> int:
+    """The right to be forgotten: remove everything the run holds about ``name`` and say what.
+
+    ``default`` holds every anonymous turn (and every turn from before users existed): deleting it
+    takes ``yes``."""
     if _bad_name(name):
+        return 2
+    if name == DEFAULT_USER and not yes:
+        print(
+            f"error: {DEFAULT_USER!r} is every request that names no user, and every turn recorded "
+            "before users existed: deleting it removes all of them. Run again with --yes to do that.",
+            file=sys.stderr,
+        )
         return 2
     store = existing_store(cfg)
     if store is None:

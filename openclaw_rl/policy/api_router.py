@@ -75,7 +75,7 @@ from openclaw_rl.policy.responses_api import (
 )
 from openclaw_rl.policy.serving import Job, Serving, escape_for_log
 from openclaw_rl.policy.weights import WeightLoadError
-from openclaw_rl.runtime.users import UserError, check_user_name, key_matches, split_key
+from openclaw_rl.runtime.users import KEY_PREFIX, UserError, check_user_name, key_matches, split_key
 
 log = logging.getLogger("openclaw_rl.policy")
 
@@ -171,10 +171,14 @@ def _error(exc: APIError, path: str = "") -> JSONResponse:
 
 
 def _bearer(request: Request) -> str:
-    """The client's key: ``Authorization: Bearer <key>``, or Anthropic's ``x-api-key`` header."""
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    """The client's key: ``Authorization: Bearer <key>`` (any whitespace after the scheme), a user key
+    sent in ``Authorization`` without its scheme, or Anthropic's ``x-api-key`` header."""
+    auth = request.headers.get("authorization", "").strip()
+    scheme, _, given = auth.replace("\t", " ").partition(" ")
     if scheme.lower() == "bearer":
         return given.strip()
+    if auth.lower().startswith(KEY_PREFIX):
+        return auth
     return request.headers.get("x-api-key", "").strip()
 
 
@@ -213,6 +217,14 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
             if found is None or not key_matches(parts[1], found[1], found[2]):
                 raise refused("unknown or revoked user key")
             return Caller(key_user=found[0], trusted=False)
+        if given.lower().startswith(KEY_PREFIX) and not (
+            expected is not None and hmac.compare_digest(given.encode(), expected)
+        ):
+            # a user key cut short or mistyped: serving it as the anonymous user would file that
+            # user's words under someone else (and out of reach of `users export` / `delete`)
+            raise refused(
+                f"malformed user key: a user key is {KEY_PREFIX}<key id>-<secret>, as `users add` printed it"
+            )
         if expected is not None:
             if not hmac.compare_digest(given.encode(), expected):
                 raise refused(

@@ -1,8 +1,8 @@
 """Who is talking: a request's credentials and what they let it say about its user (docs/users.md).
 
 * a **user key** (``ocu-...``, from ``openclaw-rl users add``) makes the request that user's,
-  whatever its body says; a key of that shape that matches no user is refused (401), never served
-  as someone else;
+  whatever its body says; a key that matches no user, or anything else sent as a key that begins
+  ``ocu-`` (a user key cut short or mistyped), is refused (401), never served as someone else;
 * a **trusted gateway** — a request authenticated with the service's own ``api_key``, or, when
   there is none, one from loopback — names its users: the header ``[users] header`` if configured
   and sent, else the body's OpenAI ``user`` field;

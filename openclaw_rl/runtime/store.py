@@ -822,6 +822,13 @@ class Store:
             row = db.execute("SELECT key_id FROM users WHERE name=?", (name,)).fetchone()
             if row is not None and row[0] is not None:
                 raise UserError(f"user {name!r} already exists (remove them with `openclaw-rl users delete`)")
+            # their folders (policy/users/NAME) would be one on a case-insensitive file system
+            other = db.execute(
+                "SELECT name FROM users WHERE lower(name)=lower(?) AND name<>? AND key_id IS NOT NULL",
+                (name, name),
+            ).fetchone()
+            if other is not None:
+                raise UserError(f"user {other[0]!r} already exists: names may not differ only in case")
             db.execute(
                 "INSERT OR REPLACE INTO users(name, key_id, key_salt, key_digest, created_at) "
                 "VALUES (?, ?, ?, ?, ?)",

@@ -249,3 +249,49 @@ def test_default_cannot_be_added_and_exports_refuse_bad_folders(live, tmp_path):
     out = _cli(config, "export", OTHER, "--out", str(reused))
     assert out.returncode == 0, out.stderr
     assert json.loads((reused / "adapter" / "adapter_config.json").read_text()) != {}
+
+
+def test_a_user_key_cut_short_or_mistyped_is_refused_never_filed_under_default(live):
+    """On an open loopback service (no api_key) an anonymous request is ``default``'s; a broken user
+    key must not become one, or that user's words land where export and delete cannot reach them."""
+    svc, url, _, keys = live
+    key = keys[NAME]
+    key_id = key.split("-")[1]
+    hi = {"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 2}
+    turns_before = svc.store.counters().turns
+    with httpx.Client(base_url=url, timeout=60) as c:
+        for auth in (
+            f"Bearer {key[:-5]}",
+            f"Bearer ocu-{key_id}",
+            "Bearer ocu-",
+            "Bearer OCU-" + key[4:],
+            key[:-1],
+        ):
+            r = c.post("/v1/chat/completions", json=hi, headers={"Authorization": auth})
+            assert r.status_code == 401, (auth[:16], r.status_code, r.text)
+            assert key not in r.text and key[:-5] not in r.text  # the error never echoes the key
+        assert svc.store.counters().turns == turns_before  # nothing recorded, under anyone
+        # the key itself, with a tab after the scheme or with no scheme at all, is hers
+        for auth in (f"Bearer\t{key}", key):
+            r = c.post("/v1/chat/completions", json=hi, headers={"Authorization": auth})
+            assert r.status_code == 200, r.text
+            assert svc.store.turn_by_response(r.json()["id"])[1] == NAME
+
+
+def test_names_differing_only_in_case_and_deleting_default_are_refused(live):
+    svc, url, config, _ = live
+    out = _cli(config, "add", NAME.upper())
+    assert out.returncode == 1 and "only in case" in out.stderr
+    out = _cli(config, "add", "DEFAULT")
+    assert out.returncode == 2 and "reserved" in out.stderr
+    with httpx.Client(base_url=url, timeout=60) as c:  # an anonymous turn: the user default's
+        r = c.post(
+            "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        )
+        assert r.status_code == 200
+    out = _cli(config, "delete", "default")
+    assert out.returncode == 2 and "--yes" in out.stderr
+    assert svc.store.turn_by_response(r.json()["id"]) is not None  # nothing removed
+    out = _cli(config, "delete", "default", "--yes")
+    assert out.returncode == 0, out.stderr
+    assert svc.store.turn_by_response(r.json()["id"]) is None
