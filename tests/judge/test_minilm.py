@@ -114,6 +114,11 @@ def _observation(exit_code: int, stdout: str = "", stderr: str = "") -> str:
         ("user", "no, I meant the other file, settings.py", -1),
         ("user", "wrong file — I was asking about routes.ts, not app.ts", -1),
         ("user", "not that one, I meant the invoices folder", -1),
+        # thanks, then a request for the same answer again in another form, is a correction; thanks,
+        # then a new question, is not (phrasings that are in no training file)
+        ("user", "Thanks. Now give it to me as a numbered list.", -1),
+        ("user", "OK thank you. Now repeat that without the greeting.", -1),
+        ("user", "Thanks! Now, how many days are in a leap year?", 1),
     ],
 )
 def test_formerly_missed_kinds_get_the_right_sign(judge, role, text, expected):
