@@ -26,6 +26,8 @@ def progress_line(c: Counters, evaluation: dict[str, Any] | None = None, run_nam
         f"dropped={c.samples_dropped} step={c.trainer_updates} checkpointed={c.trainer_step} "
         f"version={c.policy_version} reward_mean={reward}"
     )
+    if c.user_adapters:  # per_user mode: the shared version stays 0 while each user's adapter moves on
+        line += f" user_adapters={c.user_adapters} (newest v{c.newest_user_version})"
     return line + eval_field(evaluation)
 
 

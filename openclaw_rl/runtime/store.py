@@ -217,6 +217,8 @@ class Counters:
     trainer_step: int  # the last update whose checkpoint is on disk (its samples count as trained)
     trainer_updates: int  # updates done, checkpointed or not
     sessions: int = 0  # sessions with at least one main turn: the conversations had so far
+    user_adapters: int = 0  # per_user mode: users whose own adapter is being served
+    newest_user_version: int = 0  # per_user mode: the highest version among those adapters
 
 
 class StoreError(RuntimeError):
@@ -1097,6 +1099,11 @@ class Store:
         sample_counts = dict(self._all("SELECT status, COUNT(*) FROM samples GROUP BY status"))
         reward = self._one("SELECT AVG(score) FROM turns WHERE status='judged'")[0]
         sessions = self._one("SELECT COUNT(DISTINCT session_id) FROM turns WHERE turn_type='main'")[0]
+        adapters = [
+            int(v)
+            for (v,) in self._all("SELECT value FROM meta WHERE key LIKE ?", (adapter_meta("") + "%",))
+            if str(v).isdigit() and int(v) > 0
+        ]
         return Counters(
             turns=sum(turn_counts.values()),
             open=turn_counts.get("open", 0),
@@ -1112,6 +1119,8 @@ class Store:
             trainer_step=self._meta_int("trainer_step", 0),
             trainer_updates=self._meta_int("trainer_updates", self._meta_int("trainer_step", 0)),
             sessions=int(sessions),
+            user_adapters=len(adapters),
+            newest_user_version=max(adapters, default=0),
         )
 
 

@@ -169,3 +169,19 @@ def test_turns_lists_the_newest_turns_with_the_ids_feedback_rates(tmp_path, caps
     assert ids == ["chatcmpl-2", "chatcmpl-0"]
     assert main(["turns", "--config", str(config), "--user", "carol"]) == 0
     assert "no turns recorded for user 'carol'" in capsys.readouterr().out
+
+
+def test_in_per_user_mode_the_progress_line_shows_the_users_adapters(tmp_path):
+    """The shared version stays 0 in per_user mode; the line says how far the users' adapters got."""
+    from openclaw_rl.runtime.users import adapter_meta
+
+    store = Store(tmp_path / "store.sqlite")
+    try:
+        assert "user_adapters" not in progress_line(store.counters())
+        store.set_meta(adapter_meta("alice"), 3)  # what the service writes when it serves a version
+        store.set_meta(adapter_meta("bob"), 1)
+        store.set_meta(adapter_meta("carol"), 0)  # no adapter yet: served the base
+        line = progress_line(store.counters())
+        assert " version=0 " in line and line.endswith(" user_adapters=2 (newest v3)")
+    finally:
+        store.close()
