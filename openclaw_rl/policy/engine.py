@@ -24,7 +24,7 @@ from typing import Any
 
 from openclaw_rl.config import Config
 from openclaw_rl.policy.guided import OutputGrammar, RowGrammar, output_grammar
-from openclaw_rl.policy.protocol import APIError, ChatMessage, ResponseFormat, ToolDef
+from openclaw_rl.policy.protocol import APIError, ChatMessage, ContextLengthExceeded, ResponseFormat, ToolDef
 from openclaw_rl.runtime import chat_format
 
 
@@ -199,7 +199,7 @@ class Engine(ABC):
             )
         limit = self.cfg.policy_service.max_model_len
         if len(ids) >= limit:
-            raise context_length_exceeded(limit, len(ids))
+            raise ContextLengthExceeded(limit, len(ids))
         room = limit - len(ids)
         if (
             req.max_tokens_given
@@ -217,16 +217,3 @@ class Engine(ABC):
             )
         req.params.max_tokens = min(req.params.max_tokens, room)
         req.prompt_ids = ids
-
-
-def context_length_exceeded(limit: int, prompt_tokens: int) -> APIError:
-    """OpenAI's error for a prompt that does not fit the window, worded as OpenAI words it: clients
-    match ``context_length_exceeded`` or "maximum context length" to decide to compact."""
-    return APIError(
-        400,
-        f"This model's maximum context length is {limit} tokens. However, your messages "
-        f"resulted in {prompt_tokens} tokens, which leaves no room to generate. Please reduce the "
-        "length of the messages.",
-        param="messages",
-        code="context_length_exceeded",
-    )

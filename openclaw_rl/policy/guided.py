@@ -132,7 +132,24 @@ class GrammarCompiler:
             where = "response_format.json_schema.schema" if grammar.kind == "json" else "tools"
             reason = _LOG_PREFIX.sub("", (str(exc).strip().splitlines() or [type(exc).__name__])[0])
             what = "this JSON schema" if grammar.kind == "json" else "a forced call to these functions"
+            if grammar.kind != "json":
+                bad = self._unusable_functions(grammar)
+                if bad:
+                    what = "a forced call to " + ", ".join(repr(name) for name in bad)
             raise APIError(400, f"{where}: {what} cannot be enforced: {reason[:300]}", param=where) from None
+
+    def _unusable_functions(self, grammar: OutputGrammar) -> list[str]:
+        """The names of the functions whose parameters schema fails to compile on its own."""
+        bad = []
+        for name, params in grammar.functions:
+            try:
+                with self._lock:
+                    self._xgr.Grammar.from_json_schema(
+                        json.dumps(params or {"type": "object"}), any_whitespace=False
+                    )
+            except (RuntimeError, ValueError, TypeError):
+                bad.append(name)
+        return bad
 
 
 class RowGrammar:

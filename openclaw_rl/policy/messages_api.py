@@ -28,7 +28,7 @@ from pydantic import Field, field_validator
 
 from openclaw_rl.config import USER_NAME
 from openclaw_rl.policy.chat_events import chat_events, token_counts
-from openclaw_rl.policy.protocol import MAX_STOP, APIError, LenientModel, parse_body
+from openclaw_rl.policy.protocol import MAX_STOP, APIError, ContextLengthExceeded, LenientModel, parse_body
 
 if TYPE_CHECKING:
     from openclaw_rl.policy.identity import Caller
@@ -51,10 +51,10 @@ STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_
 
 def error_body(exc: APIError) -> dict[str, Any]:
     """An :class:`APIError` in Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``."""
-    return {
-        "type": "error",
-        "error": {"type": ERROR_TYPES.get(exc.status, "api_error"), "message": exc.message},
-    }
+    message = exc.message
+    if isinstance(exc, ContextLengthExceeded):  # Anthropic's words, which its clients compact on
+        message = f"prompt is too long: {exc.prompt_tokens} tokens > {exc.limit} maximum"
+    return {"type": "error", "error": {"type": ERROR_TYPES.get(exc.status, "api_error"), "message": message}}
 
 
 class ToolSpec(LenientModel):
@@ -250,6 +250,8 @@ CHAT_TO_MESSAGES = {
     "response_format.json_schema.schema": "output_config.format.schema",
     "response_format.": "output_config.format.",
     "stop": "stop_sequences",
+    "tools[*].function.parameters": "tools[*].input_schema",
+    "tools[*].function.": "tools[*].",
 }
 
 

@@ -396,16 +396,43 @@ class APIError(Exception):
 
         def rename(path: str) -> str:
             for chat, theirs in fields.items():
-                if path == chat.rstrip(".") or (chat.endswith(".") and path.startswith(chat)):
-                    return theirs.rstrip(".") + path[len(chat.rstrip(".")) :]
+                # "[*]" stands for any list index, kept in the new name ("tools[2].function.parameters")
+                pattern = re.escape(chat.rstrip(".")).replace(re.escape("[*]"), r"(\[\d+\])")
+                m = re.match(pattern + (r"(?=\.|$)" if chat.endswith(".") else "$"), path)
+                if m:
+                    new = theirs.rstrip(".")
+                    for index in m.groups():
+                        new = new.replace("[*]", index, 1)
+                    return new + path[m.end() :]
             return path
 
         message = self.message
         head, sep, rest = message.partition(": ")
         if sep and " " not in head:
             message = f"{rename(head)}: {rest}"
-        param = rename(self.param) if self.param else None
-        return APIError(self.status, message, self.type, param, self.code, self.headers)
+        out = type(self).__new__(type(self))  # keeps a subclass and what it carries (the counts of
+        out.__dict__.update(self.__dict__)  # ContextLengthExceeded), without calling its __init__
+        Exception.__init__(out, message)
+        out.message, out.param = message, rename(self.param) if self.param else None
+        return out
+
+
+class ContextLengthExceeded(APIError):
+    """A prompt that leaves no room to generate, worded as OpenAI words it (clients match
+    ``context_length_exceeded`` or "maximum context length" to decide to compact); the counts let the
+    Messages route word it as Anthropic does ("prompt is too long")."""
+
+    def __init__(self, limit: int, prompt_tokens: int):
+        super().__init__(
+            400,
+            f"This model's maximum context length is {limit} tokens. However, your messages "
+            f"resulted in {prompt_tokens} tokens, which leaves no room to generate. Please reduce the "
+            "length of the messages.",
+            param="messages",
+            code="context_length_exceeded",
+        )
+        self.limit = limit
+        self.prompt_tokens = prompt_tokens
 
 
 def validation_message(exc: ValidationError) -> tuple[str, str | None]:

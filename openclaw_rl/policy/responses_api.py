@@ -316,6 +316,7 @@ CHAT_TO_RESPONSES = {
     "response_format.": "text.format.",
     "messages": "input",
     "max_tokens": "max_output_tokens",
+    "tools[*].function.": "tools[*].",
 }
 
 

@@ -303,6 +303,45 @@ def test_the_other_protocols_name_their_own_fields_and_refuse_forcing_without_to
         },
     )
     assert r.status_code == 400 and r.json()["error"]["message"].startswith("output_config.format.schema: ")
+    # a tool's schema, named as each protocol names it (not as the chat route it is served through)
+    not_object = {"type": "string"}
+    r = client.post(
+        "/v1/messages",
+        json={
+            "model": "m",
+            "messages": ASK,
+            "max_tokens": 4,
+            "tools": [{"name": "f", "input_schema": not_object}],
+        },
+    )
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["message"].startswith("tools[0].input_schema: "), err
+    r = client.post(
+        "/v1/responses",
+        json={"input": "hi", "tools": [{"type": "function", "name": "f", "parameters": not_object}]},
+    )
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["message"].startswith("tools[0].parameters: "), err
+    assert err["param"] == "tools[0].parameters"
+
+
+def test_a_forced_call_that_cannot_be_enforced_names_the_function(client):
+    tools = [
+        {"type": "function", "function": {"name": "fine", "parameters": {"type": "object"}}},
+        {
+            "type": "function",
+            "function": {
+                "name": "odd",
+                "parameters": {"type": "object", "properties": {"a": {"type": "nonsense"}}},
+            },
+        },
+    ]
+    r = client.post(
+        "/v1/chat/completions",
+        json={"messages": ASK, "max_tokens": 4, "tools": tools, "tool_choice": "required"},
+    )
+    err = r.json()["error"]
+    assert r.status_code == 400 and "a forced call to 'odd' cannot be enforced" in err["message"], err
 
 
 def test_a_forced_call_cut_short_leaves_no_markup_in_the_reply(tiny_service):

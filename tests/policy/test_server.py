@@ -4,6 +4,7 @@ bad input, auth and the 429 path."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import httpx
@@ -570,6 +571,16 @@ def test_a_prompt_that_cannot_fit_gets_openais_overflow_error(start_service, tin
     err = exc.value.body
     assert err["code"] == "context_length_exceeded" and err["type"] == "invalid_request_error"
     assert err["param"] == "messages" and "maximum context length is 32 tokens" in err["message"]
+    # the Anthropic SDK on /v1/messages gets Anthropic's words, which its agent clients compact on
+    import anthropic
+
+    with pytest.raises(anthropic.BadRequestError) as aexc:
+        anthropic.Anthropic(base_url=url, api_key="none", timeout=60, max_retries=0).messages.create(
+            model="m", messages=[{"role": "user", "content": "word " * 100}], max_tokens=4
+        )
+    said = aexc.value.body["error"]
+    assert said["type"] == "invalid_request_error"
+    assert re.fullmatch(r"prompt is too long: \d+ tokens > 32 maximum", said["message"]), said
 
 
 def test_a_body_far_beyond_the_window_is_refused_unread_and_others_are_served(start_service, tiny_model_dir):
