@@ -401,22 +401,33 @@ def launch(config_path: str, dry_run: bool = False) -> int:
     if log_problem:
         print(f"error: {log_problem}", file=sys.stderr)
         return 2
-    run.new_admin_key()  # this run's secret for its loops' admin calls (see rundir.py)
-    print(f"[launch] run={cfg.global_.run_name} config={config_path} log_dir={cfg.log_dir}", flush=True)
-    if cfg.env_service.mode == "cloud":
-        from openclaw_rl.launcher.cluster import run_cluster
+    lock = run.hold()  # before the admin key: a second launcher must not replace the first's
+    if isinstance(lock, str):
+        print(f"error: {lock}", file=sys.stderr)
+        return 2
+    try:
+        run.new_admin_key()  # this run's secret for its loops' admin calls (see rundir.py)
+        print(f"[launch] run={cfg.global_.run_name} config={config_path} log_dir={cfg.log_dir}", flush=True)
+        if cfg.env_service.mode == "cloud":
+            from openclaw_rl.launcher.cluster import run_cluster
 
-        return run_cluster(cfg, config_path)
-    from openclaw_rl.launcher.wiring import run_all
+            return run_cluster(cfg, config_path)
+        from openclaw_rl.launcher.wiring import run_all
 
-    return run_all(cfg, config_path)
+        return run_all(cfg, config_path, keep_fds=() if lock.fd is None else (lock.fd,))
+    finally:
+        lock.release()
 
 
 def _dry_run(cfg: Config, config_path: str) -> int:
     """The dry run's report: the run, one line per service, the file's pitfalls; 0 when all are ready."""
     print(f"[dry-run] run={cfg.global_.run_name} config={config_path} log_dir={cfg.log_dir}", flush=True)
     checks = check_services(cfg)
-    log_problem = RunDir.of(cfg).problem()
+    run = RunDir.of(cfg)
+    log_problem = run.problem()
+    holder = run.holder() if log_problem is None else None
+    if holder is not None:
+        log_problem = run.in_use(holder)
     if log_problem:
         checks.append(Check("log_dir", False, log_problem))
     for c in checks:

@@ -79,6 +79,7 @@ class Child:
     restarts: int = 0
     finished: bool = field(default=False)
     threads: int | None = None  # torch's intra-op threads (OMP_NUM_THREADS), see thread_shares
+    keep_fds: tuple[int, ...] = ()  # open files the child inherits (the run's folder lock)
 
     def start(self) -> None:
         # A new process group per child: Ctrl-C in the terminal reaches the launcher alone, which
@@ -91,6 +92,7 @@ class Child:
             start_new_session=True,
             env=env,
             preexec_fn=functools.partial(stop_with_launcher, os.getpid()),
+            pass_fds=self.keep_fds,
         )
 
     def alive(self) -> bool:
@@ -261,10 +263,13 @@ def engine_gone(cfg: Config, engine: Any) -> str | None:
     )
 
 
-def run_all(cfg: Config, config_path: str) -> int:
-    """Start the loops, watch them, restart a crashed one, stop all on max_steps or Ctrl-C."""
+def run_all(cfg: Config, config_path: str, keep_fds: tuple[int, ...] = ()) -> int:
+    """Start the loops, watch them, restart a crashed one, stop all on max_steps or Ctrl-C.
+    ``keep_fds``: files every loop inherits (the run's folder lock, :meth:`RunDir.hold`)."""
     store = Store(RunDir.of(cfg).store)
     children = build_children(cfg, config_path)
+    for child in children.values():
+        child.keep_fds = keep_fds
     url = policy_url(cfg)
     stopping = False
 

@@ -25,6 +25,8 @@ made once, at the service's first start, and its clients (the run's own and the 
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import secrets
@@ -39,6 +41,32 @@ from openclaw_rl.runtime.store import folder_problem, store_problem
 #: The file naming the newest published policy version, inside :attr:`RunDir.policies`.
 POLICY_POINTER = "latest.json"
 MIN_FREE_BYTES = 200 * 2**20  # below this, the next checkpoint may not fit
+#: The file a running run holds an exclusive ``flock`` on (and names its launcher's PID in).
+RUN_LOCK = "run.lock"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    return True
+
+
+@dataclass
+class RunLock:
+    """A folder held for one run. The lock belongs to the open file, so children given ``fd``
+    (``Popen(pass_fds=...)``) hold it too: a run whose launcher was killed still holds its folder
+    until its last loop has exited."""
+
+    fd: int | None  # None on a file system without flock: nothing is held, nothing is refused
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o644, exclusive: bool = False) -> bool:
@@ -124,6 +152,58 @@ class RunDir:
                 f"[global] log_dir = {str(self.root)!r}: only {free // 2**20} MiB free; checkpoints need more"
             )
         return None
+
+    def holder(self) -> int | None:
+        """The PID of the launcher running a run in this folder now (0 when it named none), or None
+        (the dry run's check; it takes nothing)."""
+        try:
+            fd = os.open(self.root / RUN_LOCK, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else 0
+        except OSError:  # no flock on this file system
+            return None
+        finally:
+            os.close(fd)
+        return None
+
+    def in_use(self, pid: int) -> str:
+        """The message for a folder that another run holds."""
+        who = f" (pid {pid})" if pid else ""
+        if pid and not _alive(pid):  # its launcher was killed; its loops hold the lock as they stop
+            who = f" (its launcher, pid {pid}, has exited and its loops are still stopping: try again shortly)"
+        return (
+            f"[global] log_dir = {str(self.root)!r} is in use by another run{who}: two runs on one "
+            "folder would train the same samples twice and refuse each other's weight swaps; stop "
+            "that run first, or give this one its own log_dir"
+        )
+
+    def hold(self) -> RunLock | str:
+        """Take this folder for this process's run (after :meth:`prepare`): the lock, or a message
+        naming the run that holds it."""
+        path = self.root / RUN_LOCK
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            return f"[global] log_dir = {str(self.root)!r}: cannot create {RUN_LOCK}: {exc.strerror or exc}"
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            os.close(fd)
+            return self.in_use(int(text) if text.isdigit() else 0)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                return RunLock(None)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return RunLock(fd)
 
     @property
     def store(self) -> Path:

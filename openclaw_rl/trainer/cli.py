@@ -21,6 +21,7 @@ import sys
 from openclaw_rl.config import Config
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.trainer.sample_file import SampleFileError, load_samples
+from openclaw_rl.types import Sample
 
 
 def train_command(cfg: Config, samples_path: str, steps: int | None, resume: bool) -> int:
@@ -41,6 +42,20 @@ def train_command(cfg: Config, samples_path: str, steps: int | None, resume: boo
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    lock = run.hold()  # a replay beside a live run would train and checkpoint over it
+    if isinstance(lock, str):
+        print(f"error: {lock}", file=sys.stderr)
+        return 2
+    try:
+        return _replay(cfg, run, samples, samples_path, steps, resume)
+    finally:
+        lock.release()
+
+
+def _replay(
+    cfg: Config, run: RunDir, samples: list[Sample], samples_path: str, steps: int | None, resume: bool
+) -> int:
+    """The replay itself, on a folder held for it."""
     tc = cfg.training
     from openclaw_rl.trainer.ppo import CheckpointError, Trainer
 

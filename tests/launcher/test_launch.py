@@ -234,3 +234,32 @@ def test_a_run_that_cannot_start_names_every_problem_at_once(tmp_path):
         assert said in run.stderr, (said, run.stderr)
     policy = next(ln for ln in dry.stdout.splitlines() if ln.startswith("[dry-run] policy_service"))
     assert "FAILED" in policy and "no-such-model" in policy and f"127.0.0.1:{port}" in policy, policy
+
+
+def test_a_second_launcher_on_a_folder_in_use_is_refused_and_changes_nothing(tmp_path):
+    """Two runs on one log_dir would train the same samples twice and replace each other's admin
+    key; the second is refused (and the dry run says so), naming the first run's process."""
+    from openclaw_rl.runtime.rundir import RunDir
+
+    logs = tmp_path / "logs"
+    path = tmp_path / "c.toml"
+    path.write_text(
+        f'[global]\nlog_dir = "{logs}"\n[policy_service]\nport = 0\n[env_service]\nnum_envs = 0\n'
+    )
+    run = RunDir(logs)
+    logs.mkdir()
+    run.admin_key_file.write_text("the-first-runs-admin-key")
+    lock = run.hold()  # what the first launcher holds while it runs
+    assert not isinstance(lock, str)
+    try:
+        proc = _launch("--config", str(path))
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert f"is in use by another run (pid {os.getpid()})" in proc.stderr, proc.stderr
+        assert run.admin_key_file.read_text() == "the-first-runs-admin-key"
+        assert not run.store.exists()
+        dry = _launch("--config", str(path), "--dry-run")
+        assert dry.returncode == 1 and "[dry-run] log_dir: FAILED" in dry.stdout, dry.stdout
+        assert "in use by another run" in dry.stdout
+    finally:
+        lock.release()
+    assert run.holder() is None  # free once the run is gone

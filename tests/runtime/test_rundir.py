@@ -97,3 +97,32 @@ def test_a_log_dir_the_user_may_not_reach_is_named_not_a_traceback():
         assert "Permission denied" in prepared  # and the run would not start either
     finally:
         shutil.rmtree(base)
+
+
+def test_a_held_folder_stays_held_while_a_child_that_inherited_the_lock_lives(tmp_path):
+    """The launcher's loops inherit its folder lock: a launcher killed with kill -9 leaves the folder
+    held until its last loop has exited, so a new run cannot start beside the old loops."""
+    import os
+    import subprocess
+    import sys
+
+    from openclaw_rl.runtime.rundir import RunDir
+
+    run = RunDir(tmp_path)
+    lock = run.hold()
+    assert not isinstance(lock, str) and lock.fd is not None
+    assert run.holder() == os.getpid()
+    second = run.hold()
+    assert isinstance(second, str) and f"pid {os.getpid()}" in second and "log_dir" in second
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, pass_fds=(lock.fd,)
+    )
+    try:
+        lock.release()  # the launcher is gone; its loop is not
+        assert run.holder() == os.getpid()
+    finally:
+        child.communicate(timeout=30)
+    assert run.holder() is None
+    again = run.hold()
+    assert not isinstance(again, str)
+    again.release()
