@@ -133,6 +133,10 @@ class GlobalConfig(_Section):
         return expand_home(v)
 
 
+#: A route an OpenAI-compatible client appends to the API root itself (so a root must not end in one).
+_ENDPOINT_PATH = re.compile(r"/(chat/completions|chat|completions|messages|responses|embeddings|models)$")
+
+
 class ApiConfig(_Section):
     """One OpenAI-compatible channel shared by the judge, the teacher and a remote policy."""
 
@@ -149,11 +153,17 @@ class ApiConfig(_Section):
         parts = urlsplit(v)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"{v!r} is not an http(s) URL; give the API root, e.g. https://host/api")
+        path = parts.path.rstrip("/")
+        endpoint = _ENDPOINT_PATH.search(path)
+        root = f"{parts.scheme}://{parts.netloc}{path[: endpoint.start()] if endpoint else path}"
         if parts.query or parts.fragment:
             raise ValueError(
                 f"{v!r} looks like a web page address (it has a query string or fragment such as "
-                "tracking parameters); give the API root instead, e.g. "
-                f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+                f"tracking parameters); give the API root instead, e.g. {root}"
+            )
+        if endpoint:  # the clients add the route themselves: .../chat/completions/chat/completions
+            raise ValueError(
+                f"{v!r} ends in the route {endpoint.group(0)!r}; give the API root instead: {root}"
             )
         return v.rstrip("/")
 
@@ -854,7 +864,14 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(p), [f"not valid TOML: {exc}"]) from None
+        # tomllib names the place, not the key ("Cannot overwrite a value (at line 8, column 10)"):
+        # show the line, so a key given twice is seen at once
+        at = re.search(r"at line (\d+)", str(exc))
+        lines = text.splitlines()
+        shown = ""
+        if at and 0 < int(at.group(1)) <= len(lines):
+            shown = f": {lines[int(at.group(1)) - 1].strip()[:120]!r}"
+        raise ConfigError(str(p), [f"not valid TOML: {exc}{shown}"]) from None
     cfg = build_config(raw, source=str(p), environ=environ)
     if not raw:
         # legal, but more likely the wrong file (or an unsaved editor buffer) than a wish for defaults
@@ -974,7 +991,12 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
             f"[api] base_url: required because prm_service.backend = {prm.backend!r} or "
             'policy_service.backend = "api" uses the API channel'
         )
-    if pol.backend in ("sglang", "vllm") and not pol.engine_url and not pol.launch:
+    if pol.backend in ("sglang", "vllm") and not pol.engine_url and pol.port == 0:
+        errors.append(
+            f'[policy_service] backend = "{pol.backend}" with port = 0 needs engine_url: the engine\'s '
+            "default address is the service's port + 1, which a port chosen at start-up does not give"
+        )
+    elif pol.backend in ("sglang", "vllm") and not pol.engine_url and not pol.launch:
         warnings.append(
             f'[policy_service] backend = "{pol.backend}" without engine_url: assuming the engine '
             f"at {pol.engine_root}"

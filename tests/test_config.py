@@ -79,6 +79,18 @@ def test_base_url_web_page_rejected():
     with pytest.raises(ConfigError) as exc:
         build_config({"api": {"base_url": "https://gw.example/api?utm_source=newsletter"}}, environ={})
     assert "web page address" in str(exc.value) and "https://gw.example/api" in str(exc.value)
+    # the root suggested is the API root, not the page's path; a route pasted with the root is refused
+    for pasted in (
+        "https://gw.example/api/v1/chat?utm_source=x",
+        "https://gw.example/api/v1/chat/completions/",
+    ):
+        with pytest.raises(ConfigError) as exc:
+            build_config({"api": {"base_url": pasted}}, environ={})
+        said = str(exc.value)
+        assert "give the API root instead" in said and "https://gw.example/api/v1 (got" in said, said
+    assert build_config({"api": {"base_url": "https://gw.example/api/v1"}}, environ={}).api.v1_url.endswith(
+        "/api/v1"
+    )
 
 
 @pytest.mark.parametrize("votes, needle", [(1, "noisy"), (4, "even")])
@@ -298,3 +310,21 @@ def test_an_unknown_users_home_is_a_config_error_not_a_traceback():
     assert "[global] log_dir" in str(exc.value) and "no such user's home folder" in str(exc.value)
     with pytest.raises(ConfigError, match="no such user's home folder"):
         build_config({}, environ={}).with_log_dir("~no-such-user-here/replay")
+
+
+def test_an_engine_backend_on_any_free_port_needs_the_engines_address():
+    with pytest.raises(ConfigError) as exc:
+        build_config({"policy_service": {"backend": "sglang", "port": 0}}, environ={})
+    assert "port = 0 needs engine_url" in str(exc.value)
+    cfg = build_config(
+        {"policy_service": {"backend": "vllm", "port": 0, "engine_url": "http://127.0.0.1:8000"}}, environ={}
+    )
+    assert cfg.policy_service.engine_root == "http://127.0.0.1:8000"
+
+
+def test_a_key_given_twice_shows_the_line(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[policy_service]\nport = 30000\nhost = \"127.0.0.1\"\nport = 30001\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    assert "not valid TOML" in str(exc.value) and "'port = 30001'" in str(exc.value), str(exc.value)

@@ -115,7 +115,10 @@ def _port_free(host: str, port: int) -> tuple[bool, str]:
         try:
             s.bind((host, port))
         except OSError as exc:
-            return False, f"cannot listen on {host}:{port} ({exc.strerror})"
+            return False, (
+                f"cannot listen on {host}:{port} ({exc.strerror}): another process holds it "
+                f"(`ss -ltnp 'sport = :{port}'` names it), or set another [policy_service] port"
+            )
     return True, f"{host}:{port} is free"
 
 
@@ -130,7 +133,7 @@ def check_policy(cfg: Config) -> Check:
     """The policy's model or engine, and the service's own port: every problem of the two at once."""
     free, door = _front_door(cfg)
     backend = _check_policy_backend(cfg)
-    return Check("policy_service", backend.ok and free, backend.detail + door)
+    return Check("policy_service", backend.ok and free, backend.detail.rstrip(".") + door)
 
 
 def _check_policy_backend(cfg: Config) -> Check:
@@ -373,6 +376,27 @@ def check_services(cfg: Config) -> list[Check]:
     return results
 
 
+def run_warnings(cfg: Config) -> list[str]:
+    """What the run's folder says about this config: a ``max_steps`` the run has already reached."""
+    limit = cfg.training.max_steps
+    store_path = RunDir.of(cfg).store
+    if not limit or not store_path.is_file() or RunDir.of(cfg).problem():
+        return []
+    from openclaw_rl.runtime.store import Store
+
+    store = Store(store_path)
+    try:
+        done = store.counters().trainer_updates
+    finally:
+        store.close()
+    if done < limit:
+        return []
+    return [
+        f"[training] max_steps = {limit}: the run in {cfg.log_dir} has already taken {done} updates, so "
+        "it would start and stop again without training; raise max_steps (or remove it) to go on learning"
+    ]
+
+
 def launch(config_path: str, dry_run: bool = False) -> int:
     """Validate ``config_path``; then dry-run (exit status) or run the loops until done."""
     try:
@@ -383,6 +407,8 @@ def launch(config_path: str, dry_run: bool = False) -> int:
     if dry_run:
         return _dry_run(cfg, config_path)
     print_warnings(cfg)
+    for warning in run_warnings(cfg):
+        print(f"warning: {warning}", file=sys.stderr)
     checks = check_services(cfg)
     failed = [c for c in checks if not c.ok]
     run = RunDir.of(cfg)
@@ -432,7 +458,7 @@ def _dry_run(cfg: Config, config_path: str) -> int:
         checks.append(Check("log_dir", False, log_problem))
     for c in checks:
         print(c.line(), flush=True)
-    for warning in cfg.warnings:
+    for warning in [*cfg.warnings, *run_warnings(cfg)]:
         print(f"[dry-run] warning: {warning}", flush=True)
     ok = all(c.ok for c in checks)
     failed = ", ".join(c.service for c in checks if not c.ok)

@@ -275,6 +275,12 @@ def run_all(cfg: Config, config_path: str, keep_fds: tuple[int, ...] = ()) -> in
 
     def on_signal(*_: object) -> None:
         nonlocal stopping
+        if not stopping:  # at once: the loops may take a minute to finish what they are doing
+            print(
+                "[launch] stopping: the trainer ends or abandons its update and publishes what it "
+                "trained; the server drains its replies (up to a minute or two on a busy machine)",
+                flush=True,
+            )
         stopping = True
 
     signal.signal(signal.SIGINT, on_signal)

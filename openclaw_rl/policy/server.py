@@ -213,7 +213,8 @@ def serve_command(cfg: Config, host: str | None, port: int | None) -> int:
         except OSError as exc:
             print(
                 f"[policy_service] error: cannot listen on {cfg.policy_service.host}:"
-                f"{cfg.policy_service.port}: {exc}",
+                f"{cfg.policy_service.port}: {exc}; stop the process that holds it or set another "
+                "[policy_service] port (or --port)",
                 file=sys.stderr,
             )
             return 2

@@ -108,7 +108,11 @@ class _Row:
         try:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
         except RuntimeError:  # the request's event loop is gone (server shut down); nothing to deliver to
-            log.warning("dropping an event for a request whose event loop has closed")
+            if not self.cancelled:  # said once per reply, which stops here
+                log.info(
+                    "[policy_service] shutting down: a reply in progress is dropped (its client is gone)"
+                )
+            self.cancelled = True
 
 
 def _stop_holdback(text: str, stops: list[str]) -> int:

@@ -175,7 +175,9 @@ class RunDir:
         """The message for a folder that another run holds."""
         who = f" (pid {pid})" if pid else ""
         if pid and not _alive(pid):  # its launcher was killed; its loops hold the lock as they stop
-            who = f" (its launcher, pid {pid}, has exited and its loops are still stopping: try again shortly)"
+            who = (
+                f" (its launcher, pid {pid}, has exited and its loops are still stopping: try again shortly)"
+            )
         return (
             f"[global] log_dir = {str(self.root)!r} is in use by another run{who}: two runs on one "
             "folder would train the same samples twice and refuse each other's weight swaps; stop "

@@ -44,11 +44,14 @@ def load_samples(path: str | os.PathLike[str]) -> list[Sample]:
             try:
                 samples.append(Sample.model_validate(obj))
             except ValidationError as exc:
-                first = exc.errors()[0]
-                loc = ".".join(str(x) for x in first["loc"]) or "sample"
-                msg = first["msg"].removeprefix("Value error, ")
-                more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
-                raise SampleFileError(f"{p}:{lineno}: invalid sample: {loc}: {msg}{more}") from None
+                problems = [
+                    f"{'.'.join(str(x) for x in err['loc']) or 'sample'}: {err['msg'].removeprefix('Value error, ')}"
+                    for err in exc.errors()
+                ]
+                shown = "; ".join(problems[:8]) + (
+                    f"; and {len(problems) - 8} more" if len(problems) > 8 else ""
+                )
+                raise SampleFileError(f"{p}:{lineno}: invalid sample: {shown}") from None
     return samples
 
 

@@ -263,3 +263,22 @@ def test_a_second_launcher_on_a_folder_in_use_is_refused_and_changes_nothing(tmp
     finally:
         lock.release()
     assert run.holder() is None  # free once the run is gone
+
+
+def test_the_dry_run_warns_when_the_run_has_already_reached_max_steps(tmp_path):
+    from openclaw_rl.runtime.store import Store
+
+    logs = tmp_path / "logs"
+    store = Store(logs / "store.sqlite")
+    store.set_meta("trainer_updates", 8)  # a run that trained 8 updates
+    store.close()
+    path = tmp_path / "c.toml"
+    path.write_text(
+        f'[global]\nlog_dir = "{logs}"\n[policy_service]\nport = 0\n[env_service]\nnum_envs = 0\n'
+        "[training]\nmax_steps = 5\n"
+    )
+    dry = _launch("--config", str(path), "--dry-run")
+    assert "[dry-run] warning: [training] max_steps = 5: the run in" in dry.stdout, dry.stdout
+    assert "already taken 8 updates" in dry.stdout
+    path.write_text(path.read_text().replace("max_steps = 5", "max_steps = 12"))
+    assert "max_steps" not in _launch("--config", str(path), "--dry-run").stdout

@@ -102,7 +102,9 @@ def test_train_command_bad_input_exits_2(make_cfg, tmp_path, capsys):
     path = tmp_path / "bad.jsonl"
     path.write_text("{}\n")
     assert train_command(cfg, str(path), 1, resume=False) == 2
-    assert "bad.jsonl:1: invalid sample" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "bad.jsonl:1: invalid sample" in err
+    assert "sample_id: Field required" in err and "session_id: Field required" in err  # every problem
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     assert train_command(cfg, str(empty), 1, resume=False) == 2
