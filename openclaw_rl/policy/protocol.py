@@ -59,12 +59,40 @@ class ToolCall(_Lenient):
     function: FunctionCall
 
 
+def legacy_call_id(name: object) -> str:
+    """The id a call of OpenAI's older ``functions`` form is given here (that form has no ids)."""
+    return f"call_{name}"
+
+
 class ChatMessage(_Lenient):
     role: str
     content: str | list[TextPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_function_messages(cls, data: Any) -> Any:
+        """OpenAI's older function calling, read as tool calling: an assistant ``function_call`` is
+        a tool call, a ``function`` message (named by ``name``) that call's result."""
+        if not isinstance(data, dict):
+            return data
+        if data.get("role") == "function":
+            data = {
+                **data,
+                "role": "tool",
+                "tool_call_id": data.get("tool_call_id") or legacy_call_id(data.get("name")),
+            }
+        call = data.get("function_call")
+        if data.get("role") == "assistant" and isinstance(call, dict) and not data.get("tool_calls"):
+            data = {
+                **data,
+                "tool_calls": [
+                    {"id": legacy_call_id(call.get("name")), "type": "function", "function": call}
+                ],
+            }
+        return data
 
     @field_validator("role")
     @classmethod
@@ -205,9 +233,42 @@ class ChatCompletionRequest(_Lenient):
     user: str | None = Field(None, min_length=1, max_length=128)
     # vLLM's: the last (assistant) message is the start of the reply, which the model continues
     continue_final_message: bool = False
+    # OpenAI's older function calling, served as tools / tool_choice (see _legacy_functions); a
+    # request that used it gets its call back as ``message.function_call``
+    functions: list[FunctionDef] | None = None
+    function_call: Any = None
     # output kinds: only text is produced here, so asking for audio is an error, not silently dropped
     modalities: list[str] | None = None
     audio: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_functions(cls, data: Any) -> Any:
+        """``functions`` / ``function_call`` become ``tools`` / ``tool_choice`` (never both forms)."""
+        if not isinstance(data, dict) or (
+            data.get("functions") is None and data.get("function_call") is None
+        ):
+            return data
+        if data.get("tools") is not None or data.get("tool_choice") is not None:
+            raise ValueError(
+                "functions / function_call (OpenAI's older form) and tools / tool_choice cannot be mixed"
+            )
+        out = dict(data)
+        if isinstance(data.get("functions"), list):
+            out["tools"] = [{"type": "function", "function": f} for f in data["functions"]]
+        choice = data.get("function_call")
+        if isinstance(choice, dict) and isinstance(choice.get("name"), str):
+            out["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+        elif choice in ("auto", "none"):
+            out["tool_choice"] = choice
+        elif choice is not None:
+            raise ValueError(f'function_call: expected "auto", "none" or {{"name": ...}}, got {choice!r}')
+        return out
+
+    @property
+    def legacy_functions(self) -> bool:
+        """Whether the request used ``functions``: its reply names the call ``function_call``."""
+        return self.functions is not None
 
     @field_validator("modalities")
     @classmethod
@@ -270,6 +331,8 @@ class ChatCompletionRequest(_Lenient):
     def _checks(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs: requires logprobs = true")
+        if self.stream_options is not None and not self.stream:  # as OpenAI: a client bug, said so
+            raise ValueError("stream_options: only allowed when stream = true")
         if self.tools is not None:
             names = [t.function.name for t in self.tools]
             dupes = sorted({n for n in names if names.count(n) > 1})

@@ -658,7 +658,9 @@ class Serving:
     # ------------------------------------------------------------------ responses
     def finish_reason(self, job: Job) -> str:
         assert job.final is not None
-        return "tool_calls" if job.tool_calls else job.final.finish_reason
+        if job.tool_calls:
+            return "function_call" if job.req.legacy_functions else "tool_calls"
+        return job.final.finish_reason
 
     async def complete(self, job: Job) -> dict[str, Any]:
         """Wait for the whole generation and build a ``chat.completion`` object."""
@@ -677,7 +679,9 @@ class Serving:
         final = job.final
         assert final is not None
         message: dict[str, Any] = {"role": "assistant", "content": job.content}
-        if job.tool_calls:
+        if job.tool_calls and job.req.legacy_functions:  # the older form: one call, no id
+            message["function_call"] = job.tool_calls[0]["function"]
+        elif job.tool_calls:
             message["tool_calls"] = job.tool_calls
         choice: dict[str, Any] = {
             "index": 0,
@@ -782,7 +786,9 @@ class Serving:
                 yield chunk({"content": piece} if piece else {}, choice_extra=extra)
         final = job.final
         assert final is not None
-        if job.tool_calls:
+        if job.tool_calls and job.req.legacy_functions:
+            yield chunk({"function_call": job.tool_calls[0]["function"]})
+        elif job.tool_calls:
             calls = [{"index": i, **c} for i, c in enumerate(job.tool_calls)]
             yield chunk({"tool_calls": calls})
         elif sent < len(job.content or ""):

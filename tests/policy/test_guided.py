@@ -378,3 +378,50 @@ def test_a_forced_call_cut_short_leaves_no_markup_in_the_reply(tiny_service):
     )
     assert resp.status == "incomplete" and "<tool" not in resp.output_text
     assert all(o.status == "incomplete" for o in resp.output if o.type == "message")
+
+
+def test_openais_older_functions_form_is_served_and_answered_in_that_form(tiny_service):
+    """``functions`` / ``function_call`` (deprecated by OpenAI, still served by it): the forced call
+    comes back as ``message.function_call``, streamed too, and a history in that form continues."""
+    svc, url = tiny_service
+    client = _openai(url)
+    legacy = [UNIT["function"], MODE["function"]]
+    resp = client.chat.completions.create(
+        model="policy", messages=ASK, functions=legacy, function_call={"name": "set_mode"}, max_tokens=80
+    )
+    choice = resp.choices[0]
+    assert choice.finish_reason == "function_call" and not choice.message.tool_calls
+    assert choice.message.function_call.name == "set_mode"
+    _args_fit(choice.message.function_call.arguments, MODE)
+    stream = client.chat.completions.create(
+        model="policy",
+        messages=ASK,
+        functions=legacy,
+        function_call={"name": "set_unit"},
+        max_tokens=80,
+        stream=True,
+    )
+    calls, finish = [], None
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.function_call:
+            calls.append(chunk.choices[0].delta.function_call)
+        finish = (chunk.choices[0].finish_reason if chunk.choices else None) or finish
+    assert finish == "function_call" and [c.name for c in calls] == ["set_unit"]
+    _args_fit(calls[0].arguments, UNIT)
+    history = [
+        *ASK,
+        {"role": "assistant", "content": None, "function_call": choice.message.function_call.model_dump()},
+        {"role": "function", "name": "set_mode", "content": '{"ok": true}'},
+    ]
+    follow = client.chat.completions.create(
+        model="policy", messages=history, functions=legacy, function_call="none", max_tokens=4
+    )
+    assert follow.choices[0].finish_reason in ("stop", "length")
+    turn = svc.store.turn_by_response(follow.id)[0]
+    assert turn.turn_index == 1  # the same conversation: the older form's call continued it
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as c:
+        mixed = {"messages": ASK, "functions": legacy, "tools": [UNIT], "max_tokens": 4}
+        r = c.post("/v1/chat/completions", json=mixed)
+        assert r.status_code == 400 and "cannot be mixed" in r.json()["error"]["message"]
+        r = c.post("/v1/chat/completions", json={"messages": ASK, "max_tokens": 2, "stream_options": {}})
+        assert r.status_code == 400 and "stream_options" in r.json()["error"]["message"]
