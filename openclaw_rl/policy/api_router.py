@@ -164,9 +164,12 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _error(exc: APIError, path: str = "") -> JSONResponse:
-    """The error in the shape of the route's protocol: Anthropic's on ``/v1/messages``, else OpenAI's."""
-    body = error_body(exc) if path.startswith("/v1/messages") else exc.body()
+def _error(exc: APIError, request: Request) -> JSONResponse:
+    """The error in the shape of the caller's protocol: Anthropic's on ``/v1/messages`` and to any
+    request an Anthropic client sent (it names its ``anthropic-version``: ``/v1/models`` too), else
+    OpenAI's."""
+    anthropic = request.url.path.startswith("/v1/messages") or "anthropic-version" in request.headers
+    body = error_body(exc) if anthropic else exc.body()
     return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
@@ -275,13 +278,13 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
         log.info(
             "[policy_service] %d on %s: %s", exc.status, request.url.path, escape_for_log(exc.message, 300)
         )
-        return _error(exc, request.url.path)
+        return _error(exc, request)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         return _error(
             APIError(400, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())),
-            request.url.path,
+            request,
         )
 
     @app.exception_handler(StarletteHTTPException)
@@ -292,15 +295,13 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
                 f"{request.method} {request.url.path}: {exc.detail}",
                 code={404: "unknown_route", 405: "method_not_allowed"}.get(exc.status_code),
             ),
-            request.url.path,
+            request,
         )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s", request.url.path)
-        return _error(
-            APIError(500, f"internal error: {type(exc).__name__}", type_="server_error"), request.url.path
-        )
+        return _error(APIError(500, f"internal error: {type(exc).__name__}", type_="server_error"), request)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:

@@ -517,3 +517,8 @@ def test_the_served_model_can_be_looked_up_by_name_with_either_sdk(tiny_service)
     with pytest.raises(NotFoundError) as missing:
         _openai(url).models.retrieve("gpt-4o")
     assert missing.value.code == "model_not_found" and "gpt-4o" in str(missing.value.message)
+    import anthropic
+
+    with pytest.raises(anthropic.NotFoundError) as theirs:  # Anthropic's error shape to its SDK
+        _anthropic(url).models.retrieve("claude-opus")
+    assert theirs.value.body["type"] == "error" and theirs.value.body["error"]["type"] == "not_found_error"
