@@ -105,7 +105,9 @@ class JudgeLoop:
         if self.lease_s <= 0:
             raise ValueError(f"JudgeLoop: lease_s must be > 0, got {self.lease_s}")
         self._released = False
-        self.step = 0  # judged turns since start, shown in the [rollout] lines
+        # the run's judged turns, shown in the [rollout] lines: counted from the store, so a restarted
+        # run goes on from where it was, as the progress line's counters do
+        self.step = store.counters().judged
         self.failures = 0
         self.taken_over = 0  # judgements dropped because another judge had taken the turn over
         self._stop = threading.Event()

@@ -135,6 +135,7 @@ def test_background_loop_judges_while_running(remote, tiny, tmp_path):
     finally:
         service.stop()
     assert store.counters().judged == 3 and service.step == 3
+    assert JudgeLoop(cfg, store).step == 3  # a restarted judge goes on counting the run's judged turns
 
 
 def test_service_runs_as_its_own_process(remote, tmp_path):
