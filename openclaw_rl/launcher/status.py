@@ -63,10 +63,32 @@ def existing_store(cfg: Config) -> Store | None:
     return Store(path)
 
 
+def _replay_summary(cfg: Config) -> str | None:
+    """For a folder an offline replay (``openclaw-rl train --log-dir``) wrote: what it holds. None for
+    any other folder (a live run has a store; an empty folder has nothing to say)."""
+    run = RunDir.of(cfg)
+    if run.problem() or run.store.exists():
+        return None
+    from openclaw_rl.trainer.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(run.checkpoints) if run.checkpoints.is_dir() else None
+    published = run.read_published_policy()
+    if ckpt is None and published is None:
+        return None
+    parts = [f"checkpoint {ckpt.name}" if ckpt else "no checkpoint"]
+    if published is not None:
+        parts.append(f"published policy version {published.version} ({published.path})")
+    return f"[status] {run.root}: an offline replay (no live run, so no turns or samples): " + ", ".join(parts)
+
+
 def status_command(cfg: Config) -> int:
     """``openclaw-rl status``: the progress line, the last update, and sessions to learn."""
     from openclaw_rl.launcher.eval_loop import learned_line
 
+    replay = _replay_summary(cfg)
+    if replay is not None:
+        print(replay)
+        return 0
     store = existing_store(cfg)
     if store is None:
         return 1

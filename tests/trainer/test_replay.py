@@ -163,7 +163,21 @@ def test_openclaw_rl_train_command_line(tmp_path, tiny_model_dir):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (other / "checkpoints" / "step_00000001").is_dir()
     assert sorted(p.name for p in ckpts.iterdir()) == before
-    # ... which `serve --log-dir` serves
+    # ... which `status --log-dir` describes (it has no store: no live run ever used it) ...
+    status = subprocess.run(
+        [*argv[:3], "status", "--config", str(config), "--log-dir", str(other)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert (
+        "offline replay" in status.stdout
+        and "step_00000001" in status.stdout
+        and "version 1" in status.stdout
+    )
+    # ... and `serve --log-dir` serves
     from openclaw_rl.runtime.ports import free_port
 
     port = free_port()
