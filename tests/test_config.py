@@ -324,7 +324,7 @@ def test_an_engine_backend_on_any_free_port_needs_the_engines_address():
 
 def test_a_key_given_twice_shows_the_line(tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text("[policy_service]\nport = 30000\nhost = \"127.0.0.1\"\nport = 30001\n")
+    path.write_text('[policy_service]\nport = 30000\nhost = "127.0.0.1"\nport = 30001\n')
     with pytest.raises(ConfigError) as exc:
         load_config(path)
     assert "not valid TOML" in str(exc.value) and "'port = 30001'" in str(exc.value), str(exc.value)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import contextlib
 import importlib.util
 import json
 import shlex
@@ -377,22 +378,31 @@ def check_services(cfg: Config) -> list[Check]:
 
 
 def run_warnings(cfg: Config) -> list[str]:
-    """What the run's folder says about this config: a ``max_steps`` the run has already reached."""
+    """What the run's folder says about this config: a ``max_steps`` the run has already reached.
+    Read only (the dry run leaves nothing behind): the store opened read-only, checkpoints read."""
     limit = cfg.training.max_steps
-    store_path = RunDir.of(cfg).store
-    if not limit or not store_path.is_file() or RunDir.of(cfg).problem():
+    run = RunDir.of(cfg)
+    if not limit or run.problem():
         return []
-    from openclaw_rl.runtime.store import Store
+    if cfg.users.mode == "per_user":
+        from openclaw_rl.trainer.ppo import last_user_step
 
-    store = Store(store_path)
-    try:
-        done = store.counters().trainer_updates
-    finally:
-        store.close()
+        done = last_user_step(cfg)
+    elif run.store.is_file():  # where the trainer resumes: the last update whose checkpoint is on disk
+        import sqlite3
+
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{run.store}?mode=ro", uri=True, timeout=5)) as db:
+                row = db.execute("SELECT value FROM meta WHERE key='trainer_step'").fetchone()
+        except sqlite3.Error:
+            return []
+        done = int(row[0]) if row and str(row[0]).isdigit() else 0
+    else:
+        return []
     if done < limit:
         return []
     return [
-        f"[training] max_steps = {limit}: the run in {cfg.log_dir} has already taken {done} updates, so "
+        f"[training] max_steps = {limit}: the run in {cfg.log_dir} has already trained {done} updates, so "
         "it would start and stop again without training; raise max_steps (or remove it) to go on learning"
     ]
 
@@ -406,12 +416,16 @@ def launch(config_path: str, dry_run: bool = False) -> int:
         return 2
     if dry_run:
         return _dry_run(cfg, config_path)
+    run = RunDir.of(cfg)
+    holder = run.holder() if run.problem() is None else None
+    if holder is not None:  # first: its port and engines are the other run's, not a problem to fix
+        print(f"error: {run.in_use(holder)}", file=sys.stderr)
+        return 2
     print_warnings(cfg)
     for warning in run_warnings(cfg):
         print(f"warning: {warning}", file=sys.stderr)
     checks = check_services(cfg)
     failed = [c for c in checks if not c.ok]
-    run = RunDir.of(cfg)
     log_problem = run.problem()  # leaves nothing behind before every check passed
     if log_problem:
         failed.append(Check("log_dir", False, log_problem))

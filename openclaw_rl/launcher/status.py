@@ -78,7 +78,9 @@ def _replay_summary(cfg: Config) -> str | None:
     parts = [f"checkpoint {ckpt.name}" if ckpt else "no checkpoint"]
     if published is not None:
         parts.append(f"published policy version {published.version} ({published.path})")
-    return f"[status] {run.root}: an offline replay (no live run, so no turns or samples): " + ", ".join(parts)
+    return f"[status] {run.root}: an offline replay (no live run, so no turns or samples): " + ", ".join(
+        parts
+    )
 
 
 def status_command(cfg: Config) -> int:

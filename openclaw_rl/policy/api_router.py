@@ -168,7 +168,12 @@ def _error(exc: APIError, request: Request) -> JSONResponse:
     """The error in the shape of the caller's protocol: Anthropic's on ``/v1/messages`` and to any
     request an Anthropic client sent (it names its ``anthropic-version``: ``/v1/models`` too), else
     OpenAI's."""
-    anthropic = request.url.path.startswith("/v1/messages") or "anthropic-version" in request.headers
+    path = request.url.path
+    # only where the protocol is not the route's own: an OpenAI route keeps OpenAI's shape (its
+    # code / param) whatever headers a proxy forwards
+    anthropic = path.startswith("/v1/messages") or (
+        path.startswith("/v1/models") and "anthropic-version" in request.headers
+    )
     body = error_body(exc) if anthropic else exc.body()
     return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
@@ -178,7 +183,7 @@ def _bearer(request: Request) -> str:
     sent in ``Authorization`` without its scheme, or Anthropic's ``x-api-key`` header."""
     auth = request.headers.get("authorization", "").strip()
     scheme, _, given = auth.replace("\t", " ").partition(" ")
-    if scheme.lower() == "bearer":
+    if scheme.lower() == "bearer" or given.strip().lower().startswith(KEY_PREFIX):  # any scheme: a user key
         return given.strip()
     if auth.lower().startswith(KEY_PREFIX):
         return auth

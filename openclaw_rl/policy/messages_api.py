@@ -54,6 +54,8 @@ def error_body(exc: APIError) -> dict[str, Any]:
     message = exc.message
     if isinstance(exc, ContextLengthExceeded):  # Anthropic's words, which its clients compact on
         message = f"prompt is too long: {exc.prompt_tokens} tokens > {exc.limit} maximum"
+    elif exc.code == "context_length_exceeded" and exc.param != "max_tokens":  # an engine's refusal
+        message = f"prompt is too long: {message}"
     return {"type": "error", "error": {"type": ERROR_TYPES.get(exc.status, "api_error"), "message": message}}
 
 
@@ -250,7 +252,7 @@ CHAT_TO_MESSAGES = {
     "response_format.json_schema.schema": "output_config.format.schema",
     "response_format.": "output_config.format.",
     "stop": "stop_sequences",
-    "tools[*].function.parameters": "tools[*].input_schema",
+    "tools[*].function.parameters.": "tools[*].input_schema.",
     "tools[*].function.": "tools[*].",
 }
 

@@ -253,9 +253,7 @@ class ChatCompletionRequest(_Lenient):
             raise ValueError(
                 "functions / function_call (OpenAI's older form) and tools / tool_choice cannot be mixed"
             )
-        out = dict(data)
-        if isinstance(data.get("functions"), list):
-            out["tools"] = [{"type": "function", "function": f} for f in data["functions"]]
+        out = dict(data)  # the functions become tools once validated (_functions_as_tools)
         choice = data.get("function_call")
         if isinstance(choice, dict) and isinstance(choice.get("name"), str):
             out["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
@@ -264,6 +262,13 @@ class ChatCompletionRequest(_Lenient):
         elif choice is not None:
             raise ValueError(f'function_call: expected "auto", "none" or {{"name": ...}}, got {choice!r}')
         return out
+
+    @model_validator(mode="after")
+    def _functions_as_tools(self) -> ChatCompletionRequest:
+        # before _checks (validators run in the order they are defined), which reads the tools
+        if self.functions is not None:
+            self.tools = [ToolDef(type="function", function=f) for f in self.functions]
+        return self
 
     @property
     def legacy_functions(self) -> bool:

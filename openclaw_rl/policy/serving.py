@@ -504,6 +504,8 @@ class Serving:
                             )
                             if job.gen.tools and not calls and event.finish_reason == "length":
                                 content = without_unfinished_call(content)
+                            if job.req.legacy_functions and calls:  # that form has one call: what
+                                calls = calls[:1]  # the client sees is what is recorded and stitched
                             job.content, job.tool_calls = content, calls
                             await asyncio.to_thread(self._record, job, event)
                         else:

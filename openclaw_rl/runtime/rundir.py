@@ -31,6 +31,7 @@ import json
 import os
 import secrets
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,8 +157,8 @@ class RunDir:
     def holder(self) -> int | None:
         """The PID of the launcher running a run in this folder now (0 when it named none), or None
         (the dry run's check; it takes nothing)."""
-        try:
-            fd = os.open(self.root / RUN_LOCK, os.O_RDONLY)
+        try:  # read-write: on NFS flock is a POSIX write lock, which a read-only file cannot take
+            fd = os.open(self.root / RUN_LOCK, os.O_RDWR)
         except OSError:
             return None
         try:
@@ -201,10 +202,21 @@ class RunDir:
         except OSError as exc:
             os.close(fd)
             if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                print(
+                    f"warning: {path}: this file system has no flock; nothing stops a second run on "
+                    "this log_dir, so start only one",
+                    file=sys.stderr,
+                )
                 return RunLock(None)
-            raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return f"[global] log_dir = {str(self.root)!r}: cannot lock {RUN_LOCK}: {exc.strerror or exc}"
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:  # the PID is for people's messages; the lock is what counts
+            print(
+                f"warning: {path}: cannot write this run's PID into it: {exc.strerror or exc}",
+                file=sys.stderr,
+            )
         return RunLock(fd)
 
     @property

@@ -270,7 +270,7 @@ def test_the_dry_run_warns_when_the_run_has_already_reached_max_steps(tmp_path):
 
     logs = tmp_path / "logs"
     store = Store(logs / "store.sqlite")
-    store.set_meta("trainer_updates", 8)  # a run that trained 8 updates
+    store.set_meta("trainer_step", 8)  # a run whose last checkpoint holds update 8
     store.close()
     path = tmp_path / "c.toml"
     path.write_text(
@@ -279,6 +279,6 @@ def test_the_dry_run_warns_when_the_run_has_already_reached_max_steps(tmp_path):
     )
     dry = _launch("--config", str(path), "--dry-run")
     assert "[dry-run] warning: [training] max_steps = 5: the run in" in dry.stdout, dry.stdout
-    assert "already taken 8 updates" in dry.stdout
+    assert "already trained 8 updates" in dry.stdout
     path.write_text(path.read_text().replace("max_steps = 5", "max_steps = 12"))
     assert "max_steps" not in _launch("--config", str(path), "--dry-run").stdout

@@ -266,6 +266,7 @@ def test_a_user_key_cut_short_or_mistyped_is_refused_never_filed_under_default(l
             "Bearer ocu-",
             "Bearer OCU-" + key[4:],
             key[:-1],
+            f"Token {key[:-5]}",
         ):
             r = c.post("/v1/chat/completions", json=hi, headers={"Authorization": auth})
             assert r.status_code == 401, (auth[:16], r.status_code, r.text)

@@ -522,3 +522,11 @@ def test_the_served_model_can_be_looked_up_by_name_with_either_sdk(tiny_service)
     with pytest.raises(anthropic.NotFoundError) as theirs:  # Anthropic's error shape to its SDK
         _anthropic(url).models.retrieve("claude-opus")
     assert theirs.value.body["type"] == "error" and theirs.value.body["error"]["type"] == "not_found_error"
+    # an OpenAI route keeps OpenAI's shape (its code and param) whatever headers a proxy forwards
+    r = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"messages": []},
+        headers={"anthropic-version": "2023-06-01"},
+        timeout=60,
+    )
+    assert r.status_code >= 400 and "code" in r.json()["error"] and "type" not in r.json(), r.text
