@@ -293,29 +293,18 @@ def test_the_other_protocols_name_their_own_fields_and_refuse_forcing_without_to
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] == "text.format.schema", err
     assert err["message"].startswith("text.format.schema: a format of type 'json_schema' needs"), err
-    r = client.post(
-        "/v1/messages",
-        json={
-            "model": "m",
-            "messages": ASK,
-            "max_tokens": 4,
-            "output_config": {"format": {"type": "json_schema", "schema": {"type": "wat"}}},
-        },
-    )
-    assert r.status_code == 400 and r.json()["error"]["message"].startswith("output_config.format.schema: ")
+
+    def messages_error(**extra: object) -> str:
+        r = client.post("/v1/messages", json={"model": "m", "messages": ASK, "max_tokens": 4, **extra})
+        assert r.status_code == 400, r.text
+        return r.json()["error"]["message"]
+
+    wat = {"format": {"type": "json_schema", "schema": {"type": "wat"}}}
+    assert messages_error(output_config=wat).startswith("output_config.format.schema: ")
     # a tool's schema, named as each protocol names it (not as the chat route it is served through)
     not_object = {"type": "string"}
-    r = client.post(
-        "/v1/messages",
-        json={
-            "model": "m",
-            "messages": ASK,
-            "max_tokens": 4,
-            "tools": [{"name": "f", "input_schema": not_object}],
-        },
-    )
-    err = r.json()["error"]
-    assert r.status_code == 400 and err["message"].startswith("tools[0].input_schema: "), err
+    said = messages_error(tools=[{"name": "f", "input_schema": not_object}])
+    assert said.startswith("tools[0].input_schema: "), said
     r = client.post(
         "/v1/responses",
         json={"input": "hi", "tools": [{"type": "function", "name": "f", "parameters": not_object}]},
