@@ -433,14 +433,12 @@ class TrainingConfig(_Section):
         "mix; raw: the reward's own unit, a +-1 per token that on the embedded model is about 8x the "
         "OPD part (docs/training.md)",
     )
-    opd_reference: Literal["rollout", "proximal", "base"] = Field(
+    opd_reference: Literal["rollout", "proximal"] = Field(
         "rollout",
         description="the student log-prob the per-token OPD advantage teacher - student is taken "
         "against: rollout, the policy that sampled the tokens; proximal, the policy this update starts "
         "from (the distillation gradient at the current weights), which moved the policy less and "
-        'learned less in the measured runs (docs/training.md, "What the checks showed"); base, the base '
-        "model without the hint: with the base as teacher the advantage is what the hint alone changes, "
-        "which does not fade as the policy moves (the KL term bounds it)",
+        'learned less in the measured runs (docs/training.md, "What the checks showed")',
     )
     opd_baseline: Literal["prefix_mean", "response_mean", "none"] = Field(
         "prefix_mean",

@@ -19,7 +19,7 @@ Every function works on right-padded ``[B, R]`` tensors of response tokens with 
     Stop:       KL(Bern(s_t) || Bern(s_ref_t)), s_t = p_theta(stop | prefix_t)        (eq. 9)
 
 ``logp_student`` is the rollout's log-probs by default, the proximal policy's with ``[training]
-opd_reference = "proximal"``, the base model's (no hint) with ``"base"``.
+opd_reference = "proximal"``.
 
 Token means: ``mean_t`` is the sum over masked tokens divided by a *denominator* the caller passes
 (the trainer passes the number of masked tokens in the whole mini-batch, so micro-batches add up to

@@ -262,8 +262,8 @@ class Trainer:
     @property
     def needs_reference(self) -> bool:
         """Whether an update scores its samples under the reference (base) policy: for the KL term
-        to it, the stop-decision term's base probabilities, and ``opd_reference = "base"``."""
-        return self.tc.kl_coef > 0 or self.tc.stop_kl_coef > 0 or self.tc.opd_reference == "base"
+        to it, and for the stop-decision term's base probabilities."""
+        return self.tc.kl_coef > 0 or self.tc.stop_kl_coef > 0
 
     def _score(self, model: torch.nn.Module, samples: Sequence[Sample], stop: bool = False) -> list[Tensor]:
         """No-grad per-token log-probs of each sample's response (list of ``[R_i]`` CPU tensors);
@@ -416,16 +416,7 @@ class Trainer:
         # OPD's per-token reward: teacher - rollout, or teacher - the student now ([training]
         # opd_reference; on a stale sample the first counts again what later updates already moved).
         prox = pad(proximal)
-        ref_logp = ref_stop = None
-        if ref_lp is not None and self.tc.stop_kl_coef > 0:  # [R, 2]: with the stop log-prob (_score)
-            ref_logp, ref_stop = pad([r[:, 0] for r in ref_lp]), pad([r[:, 1] for r in ref_lp])
-        elif ref_lp is not None:
-            ref_logp = pad(ref_lp)
-        if self.tc.opd_reference == "base":
-            assert ref_logp is not None  # needs_reference holds
-            student = ref_logp
-        else:
-            student = prox if self.tc.opd_reference == "proximal" else rollout
+        student = prox if self.tc.opd_reference == "proximal" else rollout
         # which tokens repeat an earlier run of their response: found once, for both readers below
         again = self._repeated(batch) if self.tc.opd_repeats == "skip" or self.tc.repeat_penalty > 0 else None
         opd = opd_advantage(
@@ -468,6 +459,11 @@ class Trainer:
             topk_mask = (
                 torch.tensor(topk_rows, dtype=torch.float32, device=dev).unsqueeze(-1).expand(-1, max_r)
             )
+        ref_logp = ref_stop = None
+        if ref_lp is not None and self.tc.stop_kl_coef > 0:  # [R, 2]: with the stop log-prob (_score)
+            ref_logp, ref_stop = pad([r[:, 0] for r in ref_lp]), pad([r[:, 1] for r in ref_lp])
+        elif ref_lp is not None:
+            ref_logp = pad(ref_lp)
         behaviour_weight = None
         denominator = rollout
         if self.tc.off_policy_correction == "decoupled":
