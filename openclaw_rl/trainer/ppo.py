@@ -34,6 +34,7 @@ which the FSDP trainer shares. See docs/training.md for the layouts of checkpoin
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -71,6 +72,10 @@ from openclaw_rl.types import Sample
 class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed from: damaged, incomplete, or saved with another config.
     The message names the checkpoint folder and what is wrong with it."""
+
+
+#: Seconds between two stop checks inside one forward or backward pass (Trainer._stop_in_passes).
+STOP_CHECK_INTERVAL_S = 1.0
 
 
 class UpdateInterrupted(Exception):
@@ -158,6 +163,9 @@ class Trainer:
     #: This process's index and the number of training processes (FSDPTrainer sets both).
     rank: int = 0
     world: int = 1
+    #: Seconds between two stop checks inside a pass (a test sets 0 to stop inside a short one).
+    stop_check_interval_s: float = STOP_CHECK_INTERVAL_S
+    _stoppable: bool = False  # while an update runs: whether a stop may end it now
 
     def __init__(self, cfg: Config, model_name_or_dir: str, device: str | None = None):
         """``device`` overrides ``[training] device`` (an FSDP rank passes its own ``cuda:<rank>``)."""
@@ -523,6 +531,46 @@ class Trainer:
         the backward scale (:meth:`_backward`), clipping (:meth:`_clip_grads`) and agreement across
         processes (:meth:`_all_ok`, :meth:`_sum_over_processes`) are its hooks.
         """
+        stop = interrupted if self.world == 1 else None
+        self._stoppable = True  # whether a stop request may end the update now (see _stop_in_passes)
+        try:
+            with self._stop_in_passes(stop):
+                return self._train_update(samples, stop)
+        finally:
+            self._stoppable = False
+
+    @contextlib.contextmanager
+    def _stop_in_passes(self, stop: Callable[[], bool] | None) -> Iterator[None]:
+        """Ask ``stop`` at every decoder layer, forward and backward, while an update runs: a pass
+        over a multi-thousand-token agent turn takes minutes on a busy CPU, and a stop request must
+        not wait for it (the launcher kills a trainer that takes two). What the update applied is
+        taken back as for a stop between micro-batches; asked only while that is possible."""
+        if stop is None:
+            yield
+            return
+
+        last = time.monotonic()
+
+        def check(*_: object) -> None:
+            nonlocal last
+            now = time.monotonic()
+            if now - last < self.stop_check_interval_s:  # the boundaries ask too; a pass asks seldom
+                return
+            last = now
+            if self._stoppable and stop():
+                raise UpdateInterrupted("stopped inside a pass")
+
+        layers = [m for m in self.model.modules() if type(m).__name__.endswith("DecoderLayer")]
+        handles = [layer.register_forward_pre_hook(check) for layer in layers]
+        handles += [layer.register_full_backward_pre_hook(check) for layer in layers]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _train_update(self, samples: list[Sample], stop: Callable[[], bool] | None) -> dict[str, float]:
+        """:meth:`train_update`'s body; ``stop``: its ``interrupted`` when it can be honoured."""
         t0 = time.perf_counter()
         active = self._begin_update(samples)
         keys = PER_STEP_METRICS + TOKEN_METRICS
@@ -532,7 +580,6 @@ class Trainer:
         totals = torch.zeros(len(keys) + 1, dtype=torch.float64)
         skipped = 0
         grad_norms: list[float] = []
-        stop = interrupted if self.world == 1 else None
         undo: _Undo | None = None
         applied = 0  # optimiser steps of this update so far
         if active:
@@ -540,7 +587,11 @@ class Trainer:
             if stop is not None and stop():
                 raise UpdateInterrupted("stopped before the update began")
             self._take_threads()
-            old_lp, ref_lp = self._score_old_and_ref(active, first_mini_batch=min(mb, len(active)))
+            try:
+                old_lp, ref_lp = self._score_old_and_ref(active, first_mini_batch=min(mb, len(active)))
+            except UpdateInterrupted:
+                self.model.train()
+                raise
             lengths = [s.num_tokens for s in active]
             for start in range(0, len(active), mb):
                 idx = list(range(start, min(start + mb, len(active))))
@@ -559,16 +610,22 @@ class Trainer:
                         )
                     rows = [mine[j] for j in micro]
                     self._take_threads()
-                    loss, m, n_tok = self._micro_step(
-                        [active[i] for i in rows],
-                        [old_lp[i] for i in rows],
-                        [ref_lp[i] for i in rows] if ref_lp is not None else None,
-                        denom,
-                    )
-                    # A non-finite loss is noted, not skipped here: under FSDP every process must run
-                    # the same backward passes; the whole step is dropped below instead.
-                    finite = finite and bool(torch.isfinite(loss.detach()))
-                    self._backward(loss)
+                    try:  # a stop inside the passes (_stop_in_passes): taken back as above
+                        loss, m, n_tok = self._micro_step(
+                            [active[i] for i in rows],
+                            [old_lp[i] for i in rows],
+                            [ref_lp[i] for i in rows] if ref_lp is not None else None,
+                            denom,
+                        )
+                        # A non-finite loss is noted, not skipped here: under FSDP every process must
+                        # run the same backward passes; the whole step is dropped below instead.
+                        finite = finite and bool(torch.isfinite(loss.detach()))
+                        self._backward(loss)
+                    except UpdateInterrupted:
+                        self._take_back(undo)
+                        raise UpdateInterrupted(
+                            f"stopped inside mini-batch {start // mb}; {applied} step(s) taken back"
+                        ) from None
                     m["loss"] = float(loss.detach())
                     for k, key in enumerate(keys):
                         step[k] += m.get(key, 0.0) * (n_tok if k >= n_per_step else 1)
@@ -595,6 +652,7 @@ class Trainer:
                     undo = self._undo_point()
                 self.optimizer.step()
                 applied += 1
+                self._stoppable = undo is not None  # an applied step only an undo point can take back
                 totals += step
             self.optimizer.zero_grad(set_to_none=True)
             if grad_norms:

@@ -528,6 +528,7 @@ def test_an_update_interrupted_after_its_first_step_takes_it_back(make_cfg):
     for t in (stopped, clean):  # AdamW moments that are not empty, so restoring them means something
         t.train_update(warm_up)
     before = _weights(stopped)
+    stopped.stop_check_interval_s = math.inf  # the boundaries alone ask: their calls are counted
     interrupted, calls = _asked([False, False])  # before scoring, before mini-batch 0, then stop
     with pytest.raises(UpdateInterrupted, match="1 step"):
         stopped.train_update(_batch(stopped), interrupted=interrupted)
@@ -541,6 +542,7 @@ def test_an_update_interrupted_after_its_first_step_takes_it_back(make_cfg):
 
 def test_an_update_stopped_before_it_began_changes_nothing_and_one_not_asked_to_stop_finishes(make_cfg):
     t = Trainer(make_cfg(batch_size=4, mini_batch_size=2), make_cfg().policy_service.model)
+    t.stop_check_interval_s = math.inf  # the boundaries alone ask: their calls are counted
     w0 = _weights(t)
     with pytest.raises(UpdateInterrupted, match="before the update began"):
         t.train_update(_batch(t), interrupted=lambda: True)
@@ -550,11 +552,37 @@ def test_an_update_stopped_before_it_began_changes_nothing_and_one_not_asked_to_
     assert t.step == 1 and len(calls) == 3  # before scoring and before each mini-batch's micro-batch
 
 
+@pytest.mark.parametrize("asked_before_stop", [1, 3, 12])
+def test_a_stop_inside_a_forward_or_backward_pass_ends_the_update_and_takes_it_back(
+    make_cfg, asked_before_stop
+):
+    """A pass over a long agent turn takes minutes on a busy CPU: a stop request is asked at every
+    decoder layer, forward and backward (here at every one, not once a second), and the update ends
+    inside the pass with what it applied taken back; the next update is the one a clean trainer makes."""
+    cfg = make_cfg(kl_coef=0.0, batch_size=4, mini_batch_size=2)
+    stopped, clean = Trainer(cfg, cfg.policy_service.model), Trainer(cfg, cfg.policy_service.model)
+    for t in (stopped, clean):
+        t.train_update(_batch(t))
+    before = _weights(stopped)
+    stopped.stop_check_interval_s = 0.0
+    interrupted, calls = _asked([False] * asked_before_stop)
+    with pytest.raises(UpdateInterrupted, match="stopped in"):
+        stopped.train_update(_batch(stopped), interrupted=interrupted)
+    assert len(calls) == asked_before_stop + 1 and stopped.step == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, _weights(stopped), strict=True))
+    stopped.stop_check_interval_s = 1.0
+    for t in (stopped, clean):
+        t.train_update(_batch(t))
+    apart = max(float((a - b).abs().max()) for a, b in zip(_weights(stopped), _weights(clean), strict=True))
+    assert apart < 1e-6 and stopped.step == clean.step == 2
+
+
 def test_full_weights_finish_an_update_that_has_stepped_rather_than_copy_the_model(make_cfg):
     """Without LoRA there is no copy to go back to: a stop after the first step lets the update
     finish (and be counted); a stop before it still abandons it."""
     cfg = make_cfg(lora=False, lr=1e-4, batch_size=4, mini_batch_size=2)
     t = Trainer(cfg, cfg.policy_service.model)
+    t.stop_check_interval_s = math.inf  # the boundaries alone ask: their calls are counted
     interrupted, calls = _asked([False, False])
     metrics = t.train_update(_batch(t), interrupted=interrupted)
     assert metrics["optimizer_steps"] == 2.0 and t.step == 1 and len(calls) == 2
