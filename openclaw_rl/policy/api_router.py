@@ -44,6 +44,7 @@ import contextlib
 import hmac
 import json
 import logging
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -178,6 +179,11 @@ def _error(exc: APIError, request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
+#: A key that is a client config's environment reference left unexpanded (OpenClaw sends
+#: ``${VAR}`` as is when VAR is unset): the variable's name is all it holds.
+_UNEXPANDED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
 def _bearer(request: Request) -> str:
     """The client's key: ``Authorization: Bearer <key>`` (any whitespace after the scheme), a user key
     sent in ``Authorization`` without its scheme, or Anthropic's ``x-api-key`` header."""
@@ -219,6 +225,12 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
     def caller(request: Request) -> Caller:
         """Authenticate a model-route request and say what it may claim about its user."""
         given = _bearer(request)
+        unexpanded = _UNEXPANDED.fullmatch(given)
+        if unexpanded:  # never a key: a client config's ${VAR} whose variable was not set
+            raise refused(
+                f"the client sent its key as {given!r}, unexpanded: the environment variable "
+                f"{unexpanded.group(1)} is not set where the client runs; export it there"
+            )
         parts = split_key(given) if given else None
         if parts is not None:  # shaped like a user key: it is one, or the request is refused
             found = serving.store.user_key(parts[0])

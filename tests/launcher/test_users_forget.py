@@ -271,6 +271,9 @@ def test_a_user_key_cut_short_or_mistyped_is_refused_never_filed_under_default(l
             r = c.post("/v1/chat/completions", json=hi, headers={"Authorization": auth})
             assert r.status_code == 401, (auth[:16], r.status_code, r.text)
             assert key not in r.text and key[:-5] not in r.text  # the error never echoes the key
+        # a client config's ${VAR} sent as is (OpenClaw does, when VAR is unset): refused, naming it
+        r = c.post("/v1/chat/completions", json=hi, headers={"Authorization": "Bearer ${ALICE_KEY}"})
+        assert r.status_code == 401 and "ALICE_KEY is not set" in r.json()["error"]["message"], r.text
         assert svc.store.counters().turns == turns_before  # nothing recorded, under anyone
         # the key itself, with a tab after the scheme or with no scheme at all, is hers
         for auth in (f"Bearer\t{key}", key):
