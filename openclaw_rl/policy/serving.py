@@ -593,6 +593,7 @@ class Serving:
 
     def _record_state_only(self, job: Job) -> None:
         a = job.assign
+        self.sessions.release(a.session_id, a.turn_index)  # no turn of this index was recorded
         if job.keyed and not self.store.user_has_key(a.user):
             return  # deleted meanwhile: nothing of theirs is written again
         if a.episode is not None:

@@ -131,6 +131,14 @@ class SessionManager:
             self._next_index[session_id] = idx + 1
             return idx
 
+    def release(self, session_id: str, turn_index: int) -> None:
+        """A turn that was allocated ``turn_index`` and recorded nothing (its client went away, or
+        it failed): give the index back if no later turn took one, so the session's turns stay
+        numbered 0, 1, 2, ..."""
+        with self._lock:
+            if self._next_index.get(session_id) == turn_index + 1:
+                self._next_index[session_id] = turn_index
+
     def _find_prefix(self, messages: list[ChatMessage], user: str) -> str | None:
         """The session of ``user`` whose remembered conversation is the longest prefix of ``messages``."""
         items = [canonical(m.role, m.text, m.tool_calls) for m in messages]

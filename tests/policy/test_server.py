@@ -696,6 +696,11 @@ def test_a_client_that_hangs_up_stops_its_generation_and_only_its_next_state_is_
     turns = _turns(svc, "hangup")
     assert [t.turn_index for t in turns] == [0]  # the reply nobody read is not recorded ...
     assert turns[0].next_state is not None and turns[0].next_state.content == "and 3+3?"  # ... its message is
+    # the user asks again: that turn is number 1, as if the abandoned one had never been allocated
+    again = client.post(
+        "/v1/chat/completions", json={"messages": convo, "max_tokens": 2}, headers={"X-Session-Id": "hangup"}
+    )
+    assert again.status_code == 200 and [t.turn_index for t in _turns(svc, "hangup")] == [0, 1]
     # the same for a JSON request whose client times out
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(
