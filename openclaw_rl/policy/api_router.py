@@ -166,8 +166,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def _error(exc: APIError, request: Request) -> JSONResponse:
-    """The error in the shape of the caller's protocol: Anthropic's on ``/v1/messages`` and to any
-    request an Anthropic client sent (it names its ``anthropic-version``: ``/v1/models`` too), else
+    """The error in the shape of the caller's protocol: Anthropic's on ``/v1/messages``, and on
+    ``/v1/models`` to a request that names an ``anthropic-version`` (the Anthropic SDK's), else
     OpenAI's."""
     path = request.url.path
     # only where the protocol is not the route's own: an OpenAI route keeps OpenAI's shape (its
