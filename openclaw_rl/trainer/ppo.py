@@ -564,7 +564,13 @@ class Trainer:
         handles = [layer.register_forward_pre_hook(check) for layer in layers]
         handles += [layer.register_full_backward_pre_hook(check) for layer in layers]
         try:
-            yield
+            with warnings.catch_warnings():
+                # torch notes that the first layer's inputs need no gradient (LoRA freezes the
+                # embeddings): true, and the hook only asks to stop, so the note is noise
+                warnings.filterwarnings(
+                    "ignore", message="Full backward hook is firing", category=UserWarning
+                )
+                yield
         finally:
             for handle in handles:
                 handle.remove()
