@@ -53,8 +53,8 @@ from openclaw_rl.types import NextState  # noqa: E402
 #: Earlier judges: before the evidence rules / new recipe / grown training data (classifier only),
 #: and the English MiniLM judge with evidence rules that the multilingual encoder replaced.
 BEFORE_COMMITS = {
-    "4657cd5d36f43d99564da70789cbd9b6c34f1795": "classifier only",
-    "f94c55549a30c52e63ed4b14ccb2951987ecd771": "MiniLM + evidence",
+    "4657cd5d36f4": "classifier only",
+    "f94c55549a30": "MiniLM + evidence",
 }
 BEFORE_COMMIT = next(iter(BEFORE_COMMITS))  # the oldest (kept for callers of the single-commit era)
 NEW_SET = ROOT / "bench" / "data" / "judge_heldout_v2.jsonl"
