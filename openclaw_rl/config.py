@@ -34,6 +34,8 @@ EMBEDDED_MODEL = "smollm2-135m-instruct"
 #: Data sets that ship inside the package, by the name ``[env_service] data_path`` may give instead
 #: of a file path (licence and source notes beside each file, in ``openclaw_rl/data/``).
 PACKAGED_DATA = {"gsm8k": Path(__file__).resolve().parent / "data" / "gsm8k.json"}
+#: A ``${VAR}`` reference to an environment variable (in config values; a client that sends one as a
+#: key left it unexpanded).
 ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 #: Judges that run in this process; every other ``[prm_service] backend`` is an API channel.
 LOCAL_JUDGES = ("minilm", "local")

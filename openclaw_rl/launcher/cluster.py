@@ -405,7 +405,11 @@ class ClusterEnvRunner:
 
 
 def run_cluster(
-    cfg: Config, config_path: str, max_episodes: int | None = None, install_signals: bool = True
+    cfg: Config,
+    config_path: str,
+    max_episodes: int | None = None,
+    install_signals: bool = True,
+    keep_fds: tuple[int, ...] = (),
 ) -> int:
     """Cluster-mode counterpart of :func:`openclaw_rl.launcher.wiring.run_all`.
 
@@ -423,7 +427,7 @@ def run_cluster(
     except ConnectionError as exc:
         print(f"[cluster] error: {exc}", flush=True)
         return 1
-    children = build_children(cfg, config_path)
+    children = build_children(cfg, config_path, keep_fds)  # the policy service holds the folder too
     server = children["policy_service"]
     url = policy_url(cfg)
     stop = threading.Event()

@@ -256,10 +256,14 @@ def eval_command(
         if checkpoint is not None:
             version = service.swap_weights(checkpoint, 1)
         types = cfg.env_service.interaction_types
-        parts = {"chat": f"{sizes.chat}/persona", "terminal": sizes.terminal, "tool_call": sizes.tool_call}
+        asked_for = {"chat": sizes.chat, "terminal": sizes.terminal, "tool_call": sizes.tool_call}
         print(
             f"[eval] policy={checkpoint or cfg.policy_service.model} version={version} sizes="
-            + " ".join(f"{part}:{n}" for part, n in parts.items() if part in types),
+            + " ".join(
+                f"{part}:{n}{'/persona' if part == 'chat' else ''}"
+                for part, n in asked_for.items()
+                if part in types
+            ),
             flush=True,
         )
         for part, asked, held_out in (
@@ -272,11 +276,7 @@ def eval_command(
                     f"{'problems' if part == 'chat' else 'tasks'} exist; all {held_out} are run",
                     flush=True,
                 )
-        skipped = [
-            p
-            for p, n in (("chat", sizes.chat), ("terminal", sizes.terminal), ("tool_call", sizes.tool_call))
-            if n > 0 and p not in types
-        ]
+        skipped = [p for p, n in asked_for.items() if n > 0 and p not in types]
         if skipped:
             print(
                 f"[eval] note: {', '.join(skipped)} not evaluated: not in [env_service] interaction_types "

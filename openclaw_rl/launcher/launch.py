@@ -377,12 +377,12 @@ def check_services(cfg: Config) -> list[Check]:
     return results
 
 
-def run_warnings(cfg: Config) -> list[str]:
-    """What the run's folder says about this config: a ``max_steps`` the run has already reached.
-    Read only (the dry run leaves nothing behind): the store opened read-only, checkpoints read."""
+def run_warnings(cfg: Config, run: RunDir) -> list[str]:
+    """What the run's folder (one :meth:`RunDir.problem` found sound) says about this config: a
+    ``max_steps`` the run has already reached. Read only (the dry run leaves nothing behind): the
+    store opened read-only, checkpoints read."""
     limit = cfg.training.max_steps
-    run = RunDir.of(cfg)
-    if not limit or run.problem():
+    if not limit:
         return []
     if cfg.users.mode == "per_user":
         from openclaw_rl.trainer.ppo import last_user_step
@@ -417,16 +417,16 @@ def launch(config_path: str, dry_run: bool = False) -> int:
     if dry_run:
         return _dry_run(cfg, config_path)
     run = RunDir.of(cfg)
-    holder = run.holder() if run.problem() is None else None
-    if holder is not None:  # first: its port and engines are the other run's, not a problem to fix
-        print(f"error: {run.in_use(holder)}", file=sys.stderr)
+    log_problem = run.problem()  # leaves nothing behind before every check passed
+    busy = None if log_problem else run.busy()
+    if busy:  # first: its port and engines are the other run's, not a problem to fix
+        print(f"error: {busy}", file=sys.stderr)
         return 2
     print_warnings(cfg)
-    for warning in run_warnings(cfg):
+    for warning in [] if log_problem else run_warnings(cfg, run):
         print(f"warning: {warning}", file=sys.stderr)
     checks = check_services(cfg)
     failed = [c for c in checks if not c.ok]
-    log_problem = run.problem()  # leaves nothing behind before every check passed
     if log_problem:
         failed.append(Check("log_dir", False, log_problem))
     if failed:  # the dry run's own lines: nothing has started, nothing needs stopping
@@ -448,13 +448,14 @@ def launch(config_path: str, dry_run: bool = False) -> int:
     try:
         run.new_admin_key()  # this run's secret for its loops' admin calls (see rundir.py)
         print(f"[launch] run={cfg.global_.run_name} config={config_path} log_dir={cfg.log_dir}", flush=True)
+        keep = () if lock.fd is None else (lock.fd,)  # the loops hold the folder with the launcher
         if cfg.env_service.mode == "cloud":
             from openclaw_rl.launcher.cluster import run_cluster
 
-            return run_cluster(cfg, config_path)
+            return run_cluster(cfg, config_path, keep_fds=keep)
         from openclaw_rl.launcher.wiring import run_all
 
-        return run_all(cfg, config_path, keep_fds=() if lock.fd is None else (lock.fd,))
+        return run_all(cfg, config_path, keep_fds=keep)
     finally:
         lock.release()
 
@@ -464,15 +465,12 @@ def _dry_run(cfg: Config, config_path: str) -> int:
     print(f"[dry-run] run={cfg.global_.run_name} config={config_path} log_dir={cfg.log_dir}", flush=True)
     checks = check_services(cfg)
     run = RunDir.of(cfg)
-    log_problem = run.problem()
-    holder = run.holder() if log_problem is None else None
-    if holder is not None:
-        log_problem = run.in_use(holder)
+    log_problem = run.problem() or run.busy()
     if log_problem:
         checks.append(Check("log_dir", False, log_problem))
     for c in checks:
         print(c.line(), flush=True)
-    for warning in [*cfg.warnings, *run_warnings(cfg)]:
+    for warning in [*cfg.warnings, *([] if log_problem else run_warnings(cfg, run))]:
         print(f"[dry-run] warning: {warning}", flush=True)
     ok = all(c.ok for c in checks)
     failed = ", ".join(c.service for c in checks if not c.ok)

@@ -26,10 +26,9 @@ import json
 import re
 import sys
 
-from openclaw_rl.config import Config, generates_client_key, url_host
+from openclaw_rl.config import ENV_VAR, Config, generates_client_key, url_host
 from openclaw_rl.runtime.rundir import RunDir
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: The provider's name in openclaw.json; the model is addressed as ``openclaw-rl/<model id>``.
 PROVIDER = "openclaw-rl"
 #: Output budget for the embedded window; a model with a window of 32k or more gets more.
@@ -152,7 +151,7 @@ def render(
     window = cfg.policy_service.max_model_len
     body = json.dumps(frag, indent=2)
     pol = cfg.policy_service
-    every_address = host is None and pol.host in ("0.0.0.0", "", "::")
+    every_address = host is None and pol.connect_host != url_host(pol.host)  # a wildcard bind
     notes = {
         '"baseUrl"': (
             f"// the service binds {pol.host}: from another machine, use this machine's address "
@@ -189,7 +188,7 @@ def openclaw_config_command(
     cfg: Config, api: str = "openai-completions", host: str | None = None, key_env: str | None = None
 ) -> int:
     """Print the fragment; exit 0 (2 for a ``key_env`` that is no variable name)."""
-    if key_env is not None and not ENV_NAME.match(key_env):
+    if key_env is not None and not ENV_VAR.fullmatch(f"${{{key_env}}}"):
         print(f"error: --api-key-env {key_env!r} is not an environment variable name", file=sys.stderr)
         return 2
     if host is not None and not _reachable_address(host):

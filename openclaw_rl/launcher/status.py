@@ -67,7 +67,7 @@ def _replay_summary(cfg: Config) -> str | None:
     """For a folder an offline replay (``openclaw-rl train --log-dir``) wrote: what it holds. None for
     any other folder (a live run has a store; an empty folder has nothing to say)."""
     run = RunDir.of(cfg)
-    if run.problem() or run.store.exists():
+    if run.store.exists() or run.problem():
         return None
     from openclaw_rl.trainer.checkpoint import latest_checkpoint
 

@@ -165,7 +165,9 @@ def thread_shares(cores: int) -> dict[str, int]:
     }
 
 
-def build_children(cfg: Config, config_path: str) -> dict[str, Child]:
+def build_children(cfg: Config, config_path: str, keep_fds: tuple[int, ...] = ()) -> dict[str, Child]:
+    """The run's loop processes, not started yet; each inherits ``keep_fds`` (the run's folder
+    lock, :meth:`~openclaw_rl.runtime.rundir.RunDir.hold`)."""
     py, conf, url = sys.executable, str(Path(config_path)), policy_url(cfg)
     children = {
         "policy_service": Child("policy_service", [py, "-m", "openclaw_rl.cli", "serve", "--config", conf]),
@@ -183,6 +185,7 @@ def build_children(cfg: Config, config_path: str) -> dict[str, Child]:
     shares = thread_shares(len(os.sched_getaffinity(0)))
     for name, child in children.items():
         child.threads = shares.get(name)
+        child.keep_fds = keep_fds
     return children
 
 
@@ -267,9 +270,7 @@ def run_all(cfg: Config, config_path: str, keep_fds: tuple[int, ...] = ()) -> in
     """Start the loops, watch them, restart a crashed one, stop all on max_steps or Ctrl-C.
     ``keep_fds``: files every loop inherits (the run's folder lock, :meth:`RunDir.hold`)."""
     store = Store(RunDir.of(cfg).store)
-    children = build_children(cfg, config_path)
-    for child in children.values():
-        child.keep_fds = keep_fds
+    children = build_children(cfg, config_path, keep_fds)
     url = policy_url(cfg)
     stopping = False
 

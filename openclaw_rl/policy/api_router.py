@@ -44,7 +44,6 @@ import contextlib
 import hmac
 import json
 import logging
-import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -57,6 +56,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from openclaw_rl.config import ENV_VAR
 from openclaw_rl.policy.identity import Caller, is_loopback
 from openclaw_rl.policy.messages_api import CountTokensRequest, MessagesCall, conversation_body, error_body
 from openclaw_rl.policy.protocol import (
@@ -179,11 +179,6 @@ def _error(exc: APIError, request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
-#: A key that is a client config's environment reference left unexpanded (OpenClaw sends
-#: ``${VAR}`` as is when VAR is unset): the variable's name is all it holds.
-_UNEXPANDED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
 def _bearer(request: Request) -> str:
     """The client's key: ``Authorization: Bearer <key>`` (any whitespace after the scheme), a user key
     sent in ``Authorization`` without its scheme, or Anthropic's ``x-api-key`` header."""
@@ -225,7 +220,7 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
     def caller(request: Request) -> Caller:
         """Authenticate a model-route request and say what it may claim about its user."""
         given = _bearer(request)
-        unexpanded = _UNEXPANDED.fullmatch(given)
+        unexpanded = ENV_VAR.fullmatch(given)  # OpenClaw sends ${VAR} as is when VAR is unset
         if unexpanded:  # never a key: a client config's ${VAR} whose variable was not set
             raise refused(
                 f"the client sent its key as {given!r}, unexpanded: the environment variable "

@@ -52,8 +52,14 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # someone else's process: it exists
-        return True
+        pass
     return True
+
+
+def _pid_in(fd: int) -> int:
+    """The PID a held run.lock names (0 when it names none)."""
+    text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+    return int(text) if text.isdigit() else 0
 
 
 @dataclass
@@ -164,13 +170,17 @@ class RunDir:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            text = os.pread(fd, 64, 0).decode(errors="replace").strip()
-            return int(text) if text.isdigit() else 0
+            return _pid_in(fd)
         except OSError:  # no flock on this file system
             return None
         finally:
             os.close(fd)
         return None
+
+    def busy(self) -> str | None:
+        """The message for a folder another run is using now (:meth:`holder`), else None."""
+        pid = self.holder()
+        return None if pid is None else self.in_use(pid)
 
     def in_use(self, pid: int) -> str:
         """The message for a folder that another run holds."""
@@ -196,9 +206,9 @@ class RunDir:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            pid = _pid_in(fd)
             os.close(fd)
-            return self.in_use(int(text) if text.isdigit() else 0)
+            return self.in_use(pid)
         except OSError as exc:
             os.close(fd)
             if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):

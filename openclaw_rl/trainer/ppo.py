@@ -593,11 +593,7 @@ class Trainer:
             if stop is not None and stop():
                 raise UpdateInterrupted("stopped before the update began")
             self._take_threads()
-            try:
-                old_lp, ref_lp = self._score_old_and_ref(active, first_mini_batch=min(mb, len(active)))
-            except UpdateInterrupted:
-                self.model.train()
-                raise
+            old_lp, ref_lp = self._score_old_and_ref(active, first_mini_batch=min(mb, len(active)))
             lengths = [s.num_tokens for s in active]
             for start in range(0, len(active), mb):
                 idx = list(range(start, min(start + mb, len(active))))
@@ -761,12 +757,14 @@ class Trainer:
         forward gives their proximal log-probs (one pass fewer for them: the same numbers)."""
         rest = active[first_mini_batch:]
         old_lp: list[Tensor | None] = [None] * first_mini_batch
-        old_lp += self._score(self.model, rest) if rest else []
-        ref_lp: list[Tensor] | None = None
-        if self.needs_reference:
-            with self._reference() as ref:
-                ref_lp = self._score(ref, active, stop=self.tc.stop_kl_coef > 0)
-        self.model.train()
+        try:  # training mode again however the scoring ends (a stop inside it: _stop_in_passes)
+            old_lp += self._score(self.model, rest) if rest else []
+            ref_lp: list[Tensor] | None = None
+            if self.needs_reference:
+                with self._reference() as ref:
+                    ref_lp = self._score(ref, active, stop=self.tc.stop_kl_coef > 0)
+        finally:
+            self.model.train()
         return old_lp, ref_lp
 
     def _end_update(
