@@ -18,8 +18,8 @@ from pathlib import Path
 
 from openclaw_rl.config import Config
 from openclaw_rl.launcher.status import existing_store
-from openclaw_rl.runtime.metrics import METRICS_FILE
-from openclaw_rl.runtime.rundir import RunDir, atomic_write_text
+from openclaw_rl.runtime.metrics import drop_user_rows
+from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.runtime.users import UserError, UserStats, adapter_meta, check_user_name, issue_key
 from openclaw_rl.types import DEFAULT_USER
@@ -111,34 +111,6 @@ def users_list(cfg: Config) -> int:
     return 0
 
 
-def _user_folders(cfg: Config, name: str) -> list[Path]:
-    """The folders that hold only ``name``'s files: their published adapters and their checkpoints."""
-    run = RunDir.of(cfg)
-    return [run.policy_dir(name), run.checkpoints / "users" / name]
-
-
-def _scrub_metrics(cfg: Config, name: str) -> int:
-    """Drop ``name``'s rows (per_user updates) from ``metrics.jsonl``; returns how many. A row another
-    process appends during the rewrite can be lost: delete users while the trainer is idle."""
-    path = RunDir.of(cfg).root / METRICS_FILE
-    if not path.is_file():
-        return 0
-    kept, dropped = [], 0
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            kept.append(line)
-            continue
-        if isinstance(row, dict) and row.get("user") == name:
-            dropped += 1
-        else:
-            kept.append(line)
-    if dropped:
-        atomic_write_text(path, "".join(f"{line}\n" for line in kept))
-    return dropped
-
-
 def users_delete(cfg: Config, name: str, yes: bool = False) -> int:
     """The right to be forgotten: remove everything the run holds about ``name`` and say what.
 
@@ -164,11 +136,11 @@ def users_delete(cfg: Config, name: str, yes: bool = False) -> int:
     finally:
         store.close()
     files = 0
-    for folder in _user_folders(cfg, name):
+    for folder in RunDir.of(cfg).user_folders(name):
         if folder.exists():
             files += sum(1 for p in folder.rglob("*") if p.is_file())
             shutil.rmtree(folder)
-    counts["metrics_rows"] = _scrub_metrics(cfg, name)
+    counts["metrics_rows"] = drop_user_rows(RunDir.of(cfg).root, name)
     counts["files"] = files
     print(f"user {name} deleted: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
     from openclaw_rl.runtime.policy_admin import forget_user

@@ -113,6 +113,32 @@ class MetricsWriter:
             self._tb = None
 
 
+def drop_user_rows(log_dir: Path, user: str) -> int:
+    """Remove ``user``'s rows (their per_user updates) from ``metrics.jsonl``; returns how many.
+
+    For ``openclaw-rl users delete``: afterwards no line of the file names them. The file is rewritten
+    whole (atomically), so a row another process appends during the rewrite can be lost."""
+    from openclaw_rl.runtime.rundir import atomic_write_text  # rundir stands above this module
+
+    path = Path(log_dir) / METRICS_FILE
+    if not path.is_file():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            kept.append(line)
+            continue
+        if isinstance(row, dict) and row.get("user") == user:
+            dropped += 1
+        else:
+            kept.append(line)
+    if dropped:
+        atomic_write_text(path, "".join(f"{line}\n" for line in kept))
+    return dropped
+
+
 def read_metrics(log_dir: Path, kind: str | None = None) -> list[dict[str, Any]]:
     """Every complete line of ``metrics.jsonl`` (a torn last line from a crash is skipped), oldest
     first; ``kind``: only the rows of that kind (other lines are not even parsed)."""

@@ -250,6 +250,11 @@ class RunDir:
         load from."""
         return self.policies if user is None else self.policies / "users" / user
 
+    def user_folders(self, user: str) -> list[Path]:
+        """The folders that hold only ``user``'s files (per_user mode): their published adapters and
+        their adapter / optimiser checkpoints."""
+        return [self.policy_dir(user), self.checkpoints / "users" / user]
+
     def published_users(self) -> list[str]:
         """Users with at least one published adapter (per_user mode)."""
         root = self.policies / "users"

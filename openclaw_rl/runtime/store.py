@@ -788,12 +788,22 @@ class Store:
         rows = self._all(f"SELECT data FROM samples{where} ORDER BY created_at, sample_id", args)
         return [Sample.model_validate_json(r[0]) for r in rows]
 
-    def commit_checkpoint(self, step: int, policy_version: int) -> None:
-        """After a checkpoint at ``step`` is on disk: its claimed samples become trained."""
+    def commit_checkpoint(self, step: int, policy_version: int) -> int:
+        """After a checkpoint at ``step`` is on disk: its claimed samples become trained. Returns how
+        many did (0 when ``openclaw-rl users delete`` removed a per_user update's samples meanwhile)."""
         with self._tx() as db:
-            db.execute("UPDATE samples SET status='trained' WHERE status='claimed' AND step<=?", (step,))
+            cur = db.execute(
+                "UPDATE samples SET status='trained' WHERE status='claimed' AND step<=?", (step,)
+            )
             self._set_meta(db, "trainer_step", step)
             self._set_meta(db, "checkpoint_version", policy_version)
+            return cur.rowcount
+
+    def claimed_count(self, step: int) -> int:
+        """How many samples the update of ``step`` still holds (fewer than it claimed, or none, when
+        their user was deleted during the update)."""
+        row = self._one("SELECT COUNT(*) FROM samples WHERE status='claimed' AND step=?", (step,))
+        return int(row[0]) if row else 0
 
     def release_sample_claims(self, step: int) -> int:
         """The update of ``step`` was abandoned and taken back (Ctrl-C mid-update): its claimed

@@ -32,19 +32,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import torch
 
 from openclaw_rl.config import Config, is_loopback
 from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
-from openclaw_rl.runtime.metrics import REPEAT_WINDOW, MetricsWriter, repeat_share
+from openclaw_rl.runtime.metrics import REPEAT_WINDOW, MetricsWriter, drop_user_rows, repeat_share
 from openclaw_rl.runtime.policy_admin import SWAP_TIMEOUT_S, request_pause, request_swap, serving_generating
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import SIGNAL_META, Store
@@ -218,7 +220,9 @@ class TrainingLoop:
             self.cores = CoreBudget(torch.get_num_threads(), len(os.sched_getaffinity(0)), self._others_idle)
             self.trainer.thread_budget = self.cores
         if self.per_user:  # each user's adapter is loaded when their turn comes (Trainer.use_user)
-            self.trainer.step = last_user_step(self.cfg)
+            # the newest checkpoint may be a deleted user's, gone with them: the store's committed
+            # count keeps step numbers from being reused
+            self.trainer.step = max(last_user_step(self.cfg), self.store.counters().trainer_step)
             resumed = self.trainer.step > 0
         else:
             resumed = self.trainer.resume()
@@ -287,7 +291,9 @@ class TrainingLoop:
                 # the last publish is served before the run stops the service (bounded by the
                 # request's own timeout)
                 self._swap_thread.join(timeout=SWAP_TIMEOUT_S + 5)
-        print(f"[training] stopped at step={trainer.step} version={self.version}", flush=True)
+        # per_user: versions count each user's own publishes, so there is no one run-wide version
+        where = "" if self.per_user else f" version={self.version}"
+        print(f"[training] stopped at step={trainer.step}{where}", flush=True)
         return 0 if tc.max_steps is None or trainer.step >= tc.max_steps or self._stop.is_set() else 1
 
     def _next_user(self) -> str | None:
@@ -348,6 +354,9 @@ class TrainingLoop:
                 flush=True,
             )
             return {}
+        if user is not None and self.store.claimed_count(step) == 0:
+            self._discard_deleted(user)  # `users delete` took their samples during the update
+            return {}
         if user is not None:  # counted once the update is done: an abandoned one trained nobody
             for other, n in self.store.ready_by_user().items():
                 if other != user and n > 0:
@@ -372,11 +381,15 @@ class TrainingLoop:
         self.store.set_meta("trainer_updates", trainer.step)  # progress shows updates before their checkpoint
         self._unpublished.add(user)
         if user is not None:
-            if self._user_updates[user] % self.cfg.policy_service.weight_sync_interval == 0:
-                self._publish(user)
-            # every per-user update: the user's adapter, optimiser and (just published) version
+            due = self._user_updates[user] % self.cfg.policy_service.weight_sync_interval == 0
+            exported = self._export(user) if due else None
+            # every per-user update: the user's adapter, optimiser and (just exported) version
             trainer.save_checkpoint_once()
-            self._commit_checkpoint()
+            if self._commit_checkpoint() == 0:  # deleted after the check above: files written since go
+                self._discard_deleted(user)
+                return {}
+            if exported is not None:
+                self._swap(exported, user)  # only once committed: serving never loads a deleted user
         else:
             if trainer.step % self.cfg.policy_service.weight_sync_interval == 0:
                 self._publish()
@@ -394,6 +407,9 @@ class TrainingLoop:
         evaluated (max_steps = 2 with weight_sync_interval = 4 would have trained for nothing)."""
         for user in sorted(self._unpublished, key=lambda u: u or ""):
             if user is not None:
+                # every per-user update is checkpointed: no checkpoints, the user was deleted since
+                if not self.run_dir.user_folders(user)[1].is_dir():
+                    continue
                 self._use_user(user)
             self._publish(user)
 
@@ -407,6 +423,10 @@ class TrainingLoop:
     def _publish(self, user: str | None = None) -> None:
         """Export a new policy version (``user``: of that user's adapter), repoint ``latest``, tell
         serving without waiting on it."""
+        self._swap(self._export(user), user)
+
+    def _export(self, user: str | None) -> tuple[Path, int]:
+        """Write a new policy version (``user``: of that user's adapter) and repoint ``latest``."""
         trainer = self.started_trainer
         self._unpublished.discard(user)
         self.version += 1
@@ -414,22 +434,40 @@ class TrainingLoop:
         self.run_dir.publish_policy(self.version, path, step=trainer.step, user=user)
         who = f" user={user}" if user is not None else ""
         print(f"[async] published policy{who} version={self.version} at step={trainer.step}", flush=True)
-        if self.policy_url:
-            if self._swap_thread is not None:
-                self._swap_thread.join()  # at most one swap in flight; a newer one supersedes on arrival
-            url, version = self.policy_url, self.version
+        return path, self.version
 
-            def swap() -> None:
-                err = request_swap(self.cfg, url, path, version, user=user)
-                if err:
-                    print(f"[async] weight swap to version={version} not applied: {err}", flush=True)
+    def _swap(self, exported: tuple[Path, int], user: str | None) -> None:
+        """Tell serving to load an exported version, without waiting on it."""
+        if not self.policy_url:
+            return
+        if self._swap_thread is not None:
+            self._swap_thread.join()  # at most one swap in flight; a newer one supersedes on arrival
+        url, (path, version) = self.policy_url, exported
 
-            self._swap_thread = threading.Thread(target=swap, name="weight-swap", daemon=True)
-            self._swap_thread.start()
+        def swap() -> None:
+            err = request_swap(self.cfg, url, path, version, user=user)
+            if err:
+                print(f"[async] weight swap to version={version} not applied: {err}", flush=True)
 
-    def _commit_checkpoint(self) -> None:
-        """The trainer has just written a checkpoint: its claimed samples become trained."""
-        self.store.commit_checkpoint(self.started_trainer.step, self.version)
+        self._swap_thread = threading.Thread(target=swap, name="weight-swap", daemon=True)
+        self._swap_thread.start()
+
+    def _discard_deleted(self, user: str) -> None:
+        """``openclaw-rl users delete`` removed ``user`` during their update: the update is dropped
+        and whatever it wrote (checkpoint, exported version, metrics row) goes too, so nothing of
+        theirs outlives the delete (docs/users.md)."""
+        for folder in self.run_dir.user_folders(user):
+            shutil.rmtree(folder, ignore_errors=True)
+        drop_user_rows(self.run_dir.root, user)
+        self._unpublished.discard(user)
+        self._user_updates.pop(user, None)
+        self._passed_over.pop(user, None)
+        self.started_trainer.forget_user()
+        print("[training] a user was deleted during their update: it is discarded", flush=True)
+
+    def _commit_checkpoint(self) -> int:
+        """The trainer has just written a checkpoint: its claimed samples become trained (how many)."""
+        return self.store.commit_checkpoint(self.started_trainer.step, self.version)
 
     def _checkpoint(self) -> None:
         """Final checkpoint, unless the last update already wrote one for this very step."""

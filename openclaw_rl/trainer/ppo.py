@@ -103,7 +103,7 @@ KEEP_CHECKPOINTS = 3
 
 def user_checkpoints(cfg: Config, user: str) -> Path:
     """Where per_user training keeps ``user``'s adapter and optimiser checkpoints."""
-    return RunDir.of(cfg).checkpoints / "users" / user
+    return RunDir.of(cfg).user_folders(user)[1]
 
 
 def last_user_step(cfg: Config) -> int:
@@ -240,8 +240,8 @@ class Trainer:
         becomes the count of the user's own weight-changing updates (the version serving knows
         counts publishes and is kept by the training loop). Checkpoints go to
         ``checkpoints/users/<user>``."""
-        if user == self.user:
-            return
+        if user == self.user and (self.policy_version == 0 or self.latest_checkpoint() is not None):
+            return  # theirs already (a trained user without checkpoints was deleted: start afresh)
         if self._fresh_adapter is None:
             raise ValueError("per-user training needs [training] lora = true")
         from peft import set_peft_model_state_dict
@@ -254,6 +254,10 @@ class Trainer:
             self.policy_version = 0
         self.step = step
         self.user = user
+
+    def forget_user(self) -> None:
+        """The loaded user was deleted: the next :meth:`use_user` loads from disk, even for their name."""
+        self.user = None
 
     # ------------------------------------------------------------------ scoring helpers
 

@@ -4,6 +4,7 @@ optimiser state; users take turns; a crash mid-update of one user loses nothing 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from safetensors.torch import load_file
 
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
+from openclaw_rl.runtime.users import adapter_meta
 from openclaw_rl.trainer.loop import STARVE_AFTER, TrainingLoop, pick_user
 from openclaw_rl.trainer.ppo import user_checkpoints
 from openclaw_rl.types import Sample
@@ -157,6 +159,72 @@ def test_the_end_of_a_run_publishes_every_users_unpublished_updates(make_cfg, ca
     # each update's checkpoint is written once (checkpoint_interval 1 saves it inside the update)
     saved = [line for line in capsys.readouterr().out.splitlines() if "checkpoint saved" in line]
     assert len(saved) == 3 and len(set(saved)) == 3, saved
+
+
+def _forget(cfg, store: Store, user: str) -> None:
+    """What ``openclaw-rl users delete`` does to the store and the folders."""
+    store.delete_user(user)
+    for folder in RunDir.of(cfg).user_folders(user):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _names(cfg, user: str) -> list[str]:
+    """Every path under log_dir, and every metrics row, that names ``user``."""
+    root = RunDir.of(cfg).root
+    found = [str(p) for p in root.rglob("*") if user in p.name]
+    metrics = root / "metrics.jsonl"
+    if metrics.is_file():
+        found += [line for line in metrics.read_text().splitlines() if f'"user": "{user}"' in line]
+    return found
+
+
+@pytest.mark.parametrize("when", ["during the update", "after it, before its commit"])
+def test_a_user_deleted_during_their_update_leaves_nothing_and_comes_back_afresh(make_cfg, when, capsys):
+    """`users delete` while the trainer holds the user's samples: the update is dropped with all it
+    wrote, nothing is published for them, the other user is untouched, and the name added again
+    starts from the base, not from the deleted adapter."""
+    cfg = _per_user_cfg(make_cfg, batch_size=2, mini_batch_size=1)
+    cfg.policy_service.weight_sync_interval = 1
+    store = Store(cfg.log_dir / "store.sqlite")
+    store.add_samples(_samples("alice", 2) + _samples("bob", 2))
+    loop = TrainingLoop(cfg, policy_url=None, store=store)
+    loop.start()
+    loop.update_once()  # alice's first update (a tie goes to the first name): her adapter v1
+    assert RunDir.of(cfg).read_published_policy("alice") is not None
+    store.add_samples(_samples("alice", 2, start=10))
+    trainer = loop.started_trainer
+    if when == "during the update":
+        real = trainer.train_update
+
+        def delete_midway(batch, interrupted=None):
+            out = real(batch, interrupted=interrupted)
+            _forget(cfg, store, "alice")
+            return out
+
+        trainer.train_update = delete_midway  # type: ignore[method-assign]
+    else:
+        real_save = trainer.save_checkpoint_once
+
+        def delete_after_save():
+            real_save()
+            _forget(cfg, store, "alice")
+
+        trainer.save_checkpoint_once = delete_after_save  # type: ignore[method-assign]
+    assert loop.update_once() == {}
+    assert "deleted during their update" in capsys.readouterr().out
+    assert _names(cfg, "alice") == []
+    assert store.get_meta(adapter_meta("alice")) is None
+    vars(trainer).pop("train_update", None)  # the trainer's own methods again
+    vars(trainer).pop("save_checkpoint_once", None)
+    loop.update_once()  # bob's turn, as if nothing happened
+    assert loop.started_trainer.user == "bob"
+    # alice added again: her first update starts from the base, version 1 again
+    store.add_samples(_samples("alice", 2, start=20))
+    loop.update_once()
+    published = RunDir.of(cfg).read_published_policy("alice")
+    assert published is not None and published.version == 1
+    assert loop.started_trainer.policy_version == 1
+    assert loop.run_dir.root.joinpath("metrics.jsonl").read_text().count('"user": "alice"') == 1
 
 
 def test_user_a_training_leaves_user_b_bitwise_unchanged(make_cfg):
