@@ -363,6 +363,13 @@ def check_services(cfg: Config) -> list[Check]:
     """Run every service check concurrently under one deadline; a check past it counts as failed."""
     names = ["policy_service", "env_service", "prm_service", "training"]
     results: list[Check] = []
+    if cfg.policy_service.backend == "transformers":
+        # The first run on a machine converts the embedded model once (15-60 s on 2 cores): done
+        # before the deadline starts, so that the check does not fail for being first.
+        from openclaw_rl.runtime.models import ModelNotFoundError, resolve_model_dir
+
+        with contextlib.suppress(ModelNotFoundError):  # the check itself reports it
+            resolve_model_dir(cfg.policy_service.model)
     pool = cf.ThreadPoolExecutor(max_workers=len(CHECKS))
     futures = [pool.submit(fn, cfg) for fn in CHECKS]
     deadline = time.monotonic() + DRY_RUN_DEADLINE_S

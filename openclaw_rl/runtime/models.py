@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -71,23 +72,44 @@ def _convert_gguf(pkg: Path, cache: Path) -> None:
     """De-quantise the GGUF into float32 safetensors, writing to a temp dir then renaming."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    _remove_abandoned_conversions(cache)
     tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
-    quiet_loading()
-    print(f"[models] converting the embedded model once into {cache} (about 15 s)", flush=True)
-    model = AutoModelForCausalLM.from_pretrained(pkg, gguf_file=GGUF_FILE)
-    tokenizer = AutoTokenizer.from_pretrained(pkg, gguf_file=GGUF_FILE)
-    # The weights are plain float32 after de-quantisation; drop the GGUF marker so they serialise.
-    # ignore: the Auto class's return type does not declare hf_quantizer, so mypy falls back to
-    # torch's Module.__setattr__, typed to take only a Tensor or a Module.
-    model.hf_quantizer = None  # type: ignore[assignment]
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    if cache.exists():  # another process won the race
-        return
-    tmp.rename(cache)
+    try:
+        quiet_loading()
+        print(f"[models] converting the embedded model once into {cache} (15-60 s)", flush=True)
+        model = AutoModelForCausalLM.from_pretrained(pkg, gguf_file=GGUF_FILE)
+        tokenizer = AutoTokenizer.from_pretrained(pkg, gguf_file=GGUF_FILE)
+        # The weights are plain float32 after de-quantisation; drop the GGUF marker so they serialise.
+        # ignore: the Auto class's return type does not declare hf_quantizer, so mypy falls back to
+        # torch's Module.__setattr__, typed to take only a Tensor or a Module.
+        model.hf_quantizer = None  # type: ignore[assignment]
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if not cache.exists():  # else another process won the race
+            tmp.rename(cache)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed or lost conversion leaves no folder behind
+
+
+def _remove_abandoned_conversions(cache: Path) -> None:
+    """Remove the temp folders of conversions whose process is gone (killed mid-conversion)."""
+    for old in cache.parent.glob(cache.name + ".tmp*"):
+        pid = old.name.rsplit(".tmp", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def quiet_loading() -> None:

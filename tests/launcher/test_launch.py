@@ -36,6 +36,22 @@ def test_dry_run_local_default_is_ready():
         assert any(ln.startswith(f"[dry-run] {service}: ok") for ln in lines), lines
 
 
+def test_the_first_dry_run_on_a_machine_converts_the_model_and_passes(tmp_path):
+    """A fresh machine has no converted model yet: the first thing a user runs, the dry run, converts
+    it (longer than the checks' deadline on 2 cores) and passes, and leaves no temp folder behind —
+    nor one an earlier conversion killed midway left."""
+    home = tmp_path / "home"
+    abandoned = home / "models" / "smollm2-135m-instruct.tmp999999999"
+    abandoned.mkdir(parents=True)
+    proc = _launch(
+        "--config", "configs/local.toml", "--dry-run", env={"OPENCLAW_RL_HOME": str(home)}, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[dry-run] policy_service: ok" in proc.stdout
+    assert "converting the embedded model" in proc.stdout
+    assert sorted(p.name for p in (home / "models").iterdir()) == ["smollm2-135m-instruct"]
+
+
 def test_dry_run_unreachable_hosts_fail_fast_and_keep_key_secret():
     start = time.monotonic()
     proc = _launch(
