@@ -279,7 +279,8 @@ def run_all(cfg: Config, config_path: str, keep_fds: tuple[int, ...] = ()) -> in
         if not stopping:  # at once: the loops may take a minute to finish what they are doing
             print(
                 "[launch] stopping: the trainer ends or abandons its update and publishes what it "
-                "trained; the server drains its replies (up to a minute or two on a busy machine)",
+                "trained; the server finishes the replies in flight (each within request_timeout_sec "
+                f"= {cfg.policy_service.request_timeout_sec:g} s) and records them",
                 flush=True,
             )
         stopping = True
@@ -336,7 +337,7 @@ def run_all(cfg: Config, config_path: str, keep_fds: tuple[int, ...] = ()) -> in
             if "env_service" in children:
                 children["env_service"].stop(timeout=30)  # no new traffic: the evaluator gets the cores
             _await_final_eval(cfg, children.get("evaluator"), lambda: stopping)
-        _stop_all(children)
+        _stop_all(children, server_stop_timeout(cfg))
         if engine is not None:
             engine.stop()
         print(run_progress_line(cfg, store), flush=True)
@@ -374,7 +375,14 @@ def _await_final_eval(cfg: Config, evaluator: Child | None, interrupted: Callabl
         time.sleep(0.5)
 
 
-def _stop_all(children: dict[str, Child]) -> None:
+def server_stop_timeout(cfg: Config) -> float:
+    """How long the launcher lets the policy service drain: as long as the server itself lets a
+    reply in flight run (``request_timeout_sec``), and a little more to record it and exit. Killed
+    sooner, a user's reply still streaming would be cut off and never recorded."""
+    return cfg.policy_service.request_timeout_sec + 10.0
+
+
+def _stop_all(children: dict[str, Child], server_timeout: float = DEFAULT_STOP_TIMEOUT_S) -> None:
     """Stop every child the launcher started. All but the policy server are asked at once, and each
     finishes what it is in the middle of (an environment worker its in-flight turn, the trainer its
     final checkpoint, the judge its judgement); none needs another to do so. The server goes last,
@@ -388,4 +396,4 @@ def _stop_all(children: dict[str, Child]) -> None:
     for child in clients:
         child.wait_stopped(STOP_TIMEOUT_S.get(child.name, DEFAULT_STOP_TIMEOUT_S))
     if server is not None:
-        server.stop(STOP_TIMEOUT_S.get(server.name, DEFAULT_STOP_TIMEOUT_S))
+        server.stop(server_timeout)

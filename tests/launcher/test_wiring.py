@@ -83,6 +83,18 @@ def test_a_stopping_run_asks_every_loop_at_once_and_the_server_last(tmp_path):
     assert all(not c.alive() for c in children.values())
 
 
+def test_the_server_is_given_as_long_to_drain_as_it_gives_a_reply():
+    """Ctrl-C while a user's reply streams: the launcher must not kill the server before the server
+    itself would give up on the reply (request_timeout_sec), or the reply is cut off unrecorded."""
+    from openclaw_rl.config import Config
+    from openclaw_rl.launcher.wiring import server_stop_timeout
+
+    cfg = Config()
+    for seconds in (45.0, 300.0):
+        cfg.policy_service.request_timeout_sec = seconds
+        assert server_stop_timeout(cfg) > seconds
+
+
 def test_a_restarted_run_serves_its_newest_published_policy(tmp_path, tiny_model_dir):
     """A run with a published policy resumes it: when the run starts, and when the policy service
     alone was killed and the launcher restarts it (not the base until the next publish)."""
