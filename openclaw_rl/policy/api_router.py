@@ -179,6 +179,21 @@ def _error(exc: APIError, request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
+#: OpenAI routes a client may try that this service does not have: a 404 that says so, not "Not Found".
+NOT_SERVED = {
+    "/v1/embeddings": "embeddings",
+    "/v1/completions": "the legacy text completions API",
+    "/v1/audio/speech": "audio",
+    "/v1/audio/transcriptions": "audio",
+    "/v1/images/generations": "image generation",
+    "/v1/moderations": "moderation",
+}
+SERVED_ROUTES = (
+    "this service serves one chat policy at /v1/chat/completions, /v1/responses and /v1/messages "
+    "(docs/serving.md)"
+)
+
+
 def _bearer(request: Request) -> str:
     """The client's key: ``Authorization: Bearer <key>`` (any whitespace after the scheme), a user key
     sent in ``Authorization`` without its scheme, or Anthropic's ``x-api-key`` header."""
@@ -301,10 +316,14 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        detail = str(exc.detail)
+        unserved = NOT_SERVED.get(request.url.path.rstrip("/")) if exc.status_code == 404 else None
+        if unserved is not None:
+            detail = f"{unserved} is not served here: {SERVED_ROUTES}"
         return _error(
             APIError(
                 exc.status_code,
-                f"{request.method} {request.url.path}: {exc.detail}",
+                f"{request.method} {request.url.path}: {detail}",
                 code={404: "unknown_route", 405: "method_not_allowed"}.get(exc.status_code),
             ),
             request,

@@ -321,9 +321,8 @@ class MessagesCall:
         done = await self.serving.complete(self.job)
         message = done["choices"][0]["message"]
         text, calls = message.get("content") or "", message.get("tool_calls") or []
-        content = ([{"type": "text", "text": text}] if text or not calls else []) + [
-            _tool_block(c) for c in calls
-        ]
+        # No empty text block: Anthropic's API refuses one in a history a client sends back
+        content = ([{"type": "text", "text": text}] if text else []) + [_tool_block(c) for c in calls]
         stop, sequence = self._stop(done["choices"][0]["finish_reason"])
         out = self._message(content, stop, self._usage())
         out["stop_sequence"] = sequence
@@ -361,11 +360,7 @@ class MessagesCall:
                 calls = ev.tool_calls
             if ev.finish:
                 finish = ev.finish
-        if opened or not calls:
-            if not opened:
-                yield event(
-                    "content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}
-                )
+        if opened:
             yield event("content_block_stop", {"index": 0})
             index = 1
         for k, call in enumerate(calls):

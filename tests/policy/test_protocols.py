@@ -61,6 +61,27 @@ def test_responses_create_is_recorded_like_a_chat_turn(tiny_service):
     assert len(turn.response_logprobs) == len(turn.response_ids) > 0
 
 
+def test_every_route_answers_what_the_sdks_types_validate_strictly(tiny_service):
+    """Lenient parsing hides a missing required field; clients that validate (pydantic, typed
+    wrappers) do not. Each route's raw JSON passes its official SDK type's own validation."""
+    from anthropic.types import Message
+    from openai.types.chat import ChatCompletion
+    from openai.types.responses import Response
+
+    _, url = tiny_service
+    oa = _openai(url)
+    raw = oa.responses.with_raw_response.create(model="policy", input="Hi", max_output_tokens=6)
+    Response.model_validate(raw.http_response.json())
+    raw = oa.chat.completions.with_raw_response.create(
+        model="policy", messages=[{"role": "user", "content": "Hi"}], max_tokens=6
+    )
+    ChatCompletion.model_validate(raw.http_response.json())
+    raw = _anthropic(url).messages.with_raw_response.create(
+        model="policy", max_tokens=6, messages=[{"role": "user", "content": "Hi"}]
+    )
+    Message.model_validate(raw.http_response.json())
+
+
 def test_streamed_responses_are_the_sdks_typed_events(tiny_service):
     svc, url = tiny_service
     stream = _openai(url).responses.create(
@@ -293,6 +314,27 @@ def test_a_messages_conversation_is_stitched_and_its_reply_is_the_next_state(tin
     t1, t2 = _turn(svc, first.id), _turn(svc, second.id)
     assert t2.session_id == t1.session_id and t2.turn_index == 1
     assert svc.store.session_turns(t1.session_id)[0].next_state.content == "thanks, that's perfect"
+
+
+def test_a_forced_call_cut_short_leaves_no_empty_text_block(tiny_service):
+    """A forced tool call that max_tokens cuts off has no text and no call: the content is empty
+    (as Anthropic's can be), not an empty text block, which Anthropic refuses in a history sent back."""
+    _, url = tiny_service
+    client = _anthropic(url)
+    tools = [{"name": "get_weather", "description": "weather", "input_schema": WEATHER["parameters"]}]
+    ask = dict(
+        model="policy",
+        max_tokens=2,
+        messages=[{"role": "user", "content": "Weather in Oslo?"}],
+        tools=tools,
+        tool_choice={"type": "any"},
+    )
+    reply = client.messages.create(**ask)
+    assert reply.stop_reason == "max_tokens"
+    assert not any(b.type == "text" and not b.text for b in reply.content), reply.content
+    with client.messages.stream(**ask) as stream:
+        final = stream.get_final_message()
+    assert not any(b.type == "text" and not b.text for b in final.content), final.content
 
 
 def test_streamed_messages_and_a_tool_result(tiny_service):

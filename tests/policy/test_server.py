@@ -365,6 +365,19 @@ def test_models_and_health(client):
     assert nope.status_code == 404 and nope.json()["error"]["code"] == "unknown_route"
 
 
+def test_an_openai_route_this_service_lacks_says_so_and_where_to_go(tiny_service):
+    from openai import NotFoundError, OpenAI
+
+    _, url = tiny_service
+    oa = OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=30)
+    with pytest.raises(NotFoundError) as caught:
+        oa.embeddings.create(model="policy", input="hello")
+    assert "embeddings is not served here" in str(caught.value)
+    assert "/v1/chat/completions" in str(caught.value)
+    with pytest.raises(NotFoundError, match="legacy text completions API is not served"):
+        oa.completions.create(model="policy", prompt="hello")
+
+
 def test_key_never_in_records_or_logs(tiny_service, client, caplog):
     svc, _ = tiny_service
     with caplog.at_level("INFO", logger="openclaw_rl.policy"):
