@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
@@ -95,6 +96,60 @@ class Delta:
     tokens: list[str]
     top: list[list[tuple[str, float]]] | None = None
     tool_calls: list[dict[str, Any]] | None = None  # forwarded engines that parse tool calls themselves
+    # the tokens hold nothing of the reply: a stop string the reply was cut before (their ids are
+    # the policy's sample and are recorded; their log-probs are not shown beside the reply's text)
+    beyond_reply: bool = False
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """Byte-level BPE vocabularies (GPT-2's, SmolLM2's, Qwen's) spell each byte as one printable
+    character: bytes that print as themselves keep their character, the other 68 take the code
+    points from 256 on, in byte order. Returns character -> byte."""
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
+    spelled, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            spelled[chr(byte)] = byte
+        else:
+            spelled[chr(256 + extra)] = byte
+            extra += 1
+    return spelled
+
+
+_BYTE_OF = _byte_level_alphabet()
+_BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's byte fallback
+
+
+def token_piece(tokenizer: Any, token_id: int) -> str:
+    """A token's text as a client's log-probs show it. A token that holds part of a multi-byte
+    character decodes to U+FFFD alone; it is written as OpenAI writes one, ``bytes:\\xe2\\x80``,
+    so that :func:`piece_bytes` gives the client its real bytes to join with its neighbours'."""
+    text = str(tokenizer.decode([token_id]))
+    if "\ufffd" not in text:
+        return text
+    spelled = str(tokenizer.convert_ids_to_tokens(token_id))
+    byte = _BYTE_TOKEN.fullmatch(spelled)
+    if byte is not None:
+        raw = bytes([int(byte.group(1), 16)])
+    elif all(ch in _BYTE_OF for ch in spelled):
+        raw = bytes(_BYTE_OF[ch] for ch in spelled)
+    else:
+        return text  # a vocabulary of another kind: its text is all there is
+    try:
+        return raw.decode("utf-8")  # whole characters after all (a real U+FFFD)
+    except UnicodeDecodeError:
+        return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
+
+
+def piece_bytes(piece: str) -> list[int]:
+    """The UTF-8 bytes of a :func:`token_piece`: a ``bytes:`` piece's own bytes, else its text's."""
+    if piece.startswith("bytes:\\x"):
+        return [int(h, 16) for h in piece[len("bytes:") :].split("\\x")[1:]]
+    return list(piece.encode("utf-8"))
 
 
 @dataclass

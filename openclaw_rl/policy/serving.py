@@ -41,7 +41,7 @@ from pydantic import ValidationError
 
 from openclaw_rl.config import Config
 from openclaw_rl.policy.client_rules import clean_user_text, housekeeping_reason
-from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest, SamplingParams
+from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest, SamplingParams, piece_bytes
 from openclaw_rl.policy.identity import Caller
 from openclaw_rl.policy.protocol import (
     APIError,
@@ -155,11 +155,19 @@ def _truth_header(raw: str | None) -> float | None:
 
 
 def _logprob_entry(token: str, lp: float, top: list[tuple[str, float]] | None) -> dict[str, Any]:
-    entry: dict[str, Any] = {"token": token, "logprob": lp, "bytes": list(token.encode("utf-8"))}
-    entry["top_logprobs"] = [
-        {"token": t, "logprob": v, "bytes": list(t.encode("utf-8"))} for t, v in (top or [])
-    ]
+    entry: dict[str, Any] = {"token": token, "logprob": lp, "bytes": piece_bytes(token)}
+    entry["top_logprobs"] = [{"token": t, "logprob": v, "bytes": piece_bytes(t)} for t, v in (top or [])]
     return entry
+
+
+def _logprob_entries(event: Delta) -> list[dict[str, Any]]:
+    """The log-probs a client sees of a delta's tokens: none of tokens beyond the reply (a stop string)."""
+    if event.beyond_reply:
+        return []
+    return [
+        _logprob_entry(t, lp, event.top[i] if event.top else None)
+        for i, (t, lp) in enumerate(zip(event.tokens, event.logprobs, strict=True))
+    ]
 
 
 def _history(req: ChatCompletionRequest) -> list[ChatMessage]:
@@ -673,8 +681,7 @@ class Serving:
             if isinstance(event, APIError):
                 raise event
             if isinstance(event, Delta):
-                for i, (tok, lp) in enumerate(zip(event.tokens, event.logprobs, strict=True)):
-                    logprobs.append(_logprob_entry(tok, lp, event.top[i] if event.top else None))
+                logprobs += _logprob_entries(event)
                 continue
             if event.error is not None:
                 raise APIError(500, event.error, type_="server_error")
@@ -776,13 +783,9 @@ class Serving:
             piece = text[sent:safe] if safe > sent else ""
             sent = max(sent, safe)
             extra: dict[str, Any] = {}
-            if job.req.logprobs and event.tokens:
-                extra["logprobs"] = {
-                    "content": [
-                        _logprob_entry(t, lp, event.top[i] if event.top else None)
-                        for i, (t, lp) in enumerate(zip(event.tokens, event.logprobs, strict=True))
-                    ]
-                }
+            shown = _logprob_entries(event) if job.req.logprobs else []
+            if shown:
+                extra["logprobs"] = {"content": shown}
             if want_ids:
                 extra["token_ids"] = event.token_ids
             if piece or extra or event.tool_calls:

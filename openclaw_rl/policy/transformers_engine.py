@@ -66,7 +66,7 @@ from typing import Any
 import torch
 
 from openclaw_rl.config import Config
-from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest
+from openclaw_rl.policy.engine import Delta, Engine, Final, GenRequest, token_piece
 from openclaw_rl.policy.guided import GrammarCompiler, RowGrammar
 from openclaw_rl.policy.multi_lora import AdapterTable, ResidentAdapters, read_adapter
 from openclaw_rl.policy.prefix_cache import PrefixCache
@@ -682,7 +682,7 @@ class TransformersEngine(Engine):
                 vals, idx = torch.topk(model_logp[i], k)
                 top = [
                     [
-                        (self.tokenizer.decode([int(j)]), max(float(v), IMPOSSIBLE))
+                        (token_piece(self.tokenizer, int(j)), max(float(v), IMPOSSIBLE))
                         for v, j in zip(vals, idx, strict=True)
                     ]
                 ]
@@ -696,6 +696,8 @@ class TransformersEngine(Engine):
 
     def _advance(self, row: _Row, tok: int, lp: float, top: Any, limit: int) -> None:
         p = row.req.params
+        before = len(row.text)  # the reply's text up to the previous token
+        cut_before = False
         if tok in self.eos_ids:
             row.finish = "stop"
         else:
@@ -709,6 +711,7 @@ class TransformersEngine(Engine):
                 if at >= 0:
                     row.text = row.text[:at]
                     row.finish, row.stop_string = "stop", s
+                    cut_before = at <= before  # this token adds nothing to the reply
                     break
         if row.finish is None and (len(row.ids) >= p.max_tokens or len(row.prompt) + len(row.ids) >= limit):
             row.finish = "length"
@@ -720,7 +723,7 @@ class TransformersEngine(Engine):
             safe = len(row.text)
         chunk = row.text[row.emitted : safe] if safe > row.emitted else ""
         row.emitted = max(row.emitted, safe)
-        row.send(Delta(chunk, [tok], [lp], [self.tokenizer.decode([tok])], top))
+        row.send(Delta(chunk, [tok], [lp], [token_piece(self.tokenizer, tok)], top, beyond_reply=cut_before))
         if row.finish is not None:
             row.send(
                 Final(

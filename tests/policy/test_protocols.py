@@ -376,7 +376,7 @@ def test_a_stop_sequence_that_ends_the_reply_is_named_as_anthropic_does(tiny_ser
     stop = text[2:4]
     hit = client.messages.create(**ask, stop_sequences=["never-said", stop], extra_body=greedy)
     assert (hit.stop_reason, hit.stop_sequence) == ("stop_sequence", stop)
-    assert hit.content[0].text == text[: text.find(stop)]
+    assert "".join(b.text for b in hit.content if b.type == "text") == text[: text.find(stop)]
     with client.messages.stream(**ask, stop_sequences=[stop], extra_body=greedy) as stream:
         streamed = stream.get_final_message()
     assert (streamed.stop_reason, streamed.stop_sequence) == ("stop_sequence", stop)

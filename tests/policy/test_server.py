@@ -358,6 +358,41 @@ def test_every_route_but_healthz_needs_a_key(tiny_service, method, path):
     assert health.status_code == 200 and health.json()["policy_version"] >= 0
 
 
+def test_logprobs_spell_the_reply_the_client_got_stop_string_left_out(client):
+    """Joined, the log-probs' tokens are the returned content: the token that holds a stop string
+    is the policy's (recorded, counted) but no part of the reply, so it has no log-prob entry;
+    each entry's bytes are the token's own, joined they are the reply's UTF-8."""
+    ask = {
+        "messages": USER,
+        "max_tokens": 16,
+        "temperature": 1.0,
+        "seed": 11,
+        "logprobs": True,
+        "top_logprobs": 2,
+    }
+    free = client.post("/v1/chat/completions", json=ask).json()
+    tokens = [e["token"] for e in free["choices"][0]["logprobs"]["content"]]
+    cut = next(i for i in range(3, len(tokens)) if tokens[i].strip() and tokens[i] not in "".join(tokens[:i]))
+    for stream in (False, True):
+        body = {**ask, "stop": [tokens[cut]], "stream": stream}
+        r = client.post("/v1/chat/completions", json=body)
+        if stream:
+            chunks = [json.loads(ln[6:]) for ln in r.text.splitlines() if ln.startswith("data: {")]
+            content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+            entries = [
+                e
+                for c in chunks
+                if c["choices"]
+                for e in (c["choices"][0].get("logprobs") or {}).get("content", [])
+            ]
+        else:
+            content = r.json()["choices"][0]["message"]["content"]
+            entries = r.json()["choices"][0]["logprobs"]["content"]
+        assert content == "".join(tokens[:cut]), (stream, content)
+        assert bytes(b for e in entries for b in e["bytes"]).decode("utf-8") == content
+        assert len(entries) == cut
+
+
 def test_models_and_health(client):
     models = client.get("/v1/models").json()
     assert models["object"] == "list" and "policy_version" in models["data"][0]

@@ -268,3 +268,17 @@ def test_prefix_stitching_survives_a_restart(tmp_path):
             [SessionManager.prefix_key(_msgs(("user", f"q{i}")), f"a{i}", None) for i in range(3)]
         ).values()
     ) == {"s1", "s2"}
+
+
+def test_a_token_that_holds_part_of_a_character_shows_its_own_bytes(tiny_model_dir):
+    """An emoji is three tokens of byte-level BPE; each decodes to U+FFFD alone. Their log-prob
+    entries carry their real bytes (OpenAI's ``bytes:\\x..`` form), which join into the emoji."""
+    from openclaw_rl.policy.engine import piece_bytes, token_piece
+    from openclaw_rl.runtime.models import load_tokenizer
+
+    tok = load_tokenizer(str(tiny_model_dir))
+    text = "🐱 café, ok"
+    pieces = [token_piece(tok, i) for i in tok.encode(text)]
+    assert any(p.startswith("bytes:") for p in pieces) and "\ufffd" not in "".join(pieces)
+    assert bytes(b for p in pieces for b in piece_bytes(p)).decode("utf-8") == text
+    assert piece_bytes(" ok") == list(b" ok")
