@@ -18,7 +18,8 @@ A stored response can also be read back (``GET /v1/responses/{id}``, the object 
 ``GET /v1/responses/{id}/input_items``, the conversation it read, as items) and deleted
 (``DELETE /v1/responses/{id}``: it can no longer be read or continued; the turn stays in the training
 record, as every turn does until ``openclaw-rl users delete``). Its user may do so, and a trusted
-gateway, which may act for any of its users anyway; anyone else gets the 404 of an unknown id.
+gateway, which may act for any of its users anyway (a gateway request that names a user in the
+``[users] header`` acts as that user alone); anyone else gets the 404 of an unknown id.
 """
 
 from __future__ import annotations
@@ -174,7 +175,10 @@ def stored_response(
 ) -> StoredResponse:
     """The stored response ``response_id`` if the caller may see it (module docstring), else 404."""
     chain = serving.store.chain(response_id)
-    gateway = caller.trusted and caller.key_user is None
+    header = serving.cfg.users.header
+    names_one = header is not None and header.lower() in headers
+    # a gateway acts for all of its users, unless the request names the one it acts for
+    gateway = caller.trusted and caller.key_user is None and not names_one
     if chain is None or not (gateway or chain.user == serving.user_of(caller, None, headers)):
         raise _not_found(response_id, "response_id")
     return chain

@@ -227,6 +227,7 @@ class Serving:
         self.store = store
         self.sessions = SessionManager(store)
         self.model_name = self.pcfg.model
+        self._known_case: dict[str, str] = {}  # lower-cased gateway name -> the one spelling seen
         self._in_system = 0
         self._jobs: set[Job] = set()  # generating now: drained at shutdown; forget_user stops a user's
         self._swap_lock = threading.Lock()
@@ -406,8 +407,22 @@ class Serving:
         the body's ``user`` field."""
         header = self.cfg.users.header
         if header is not None and header.lower() in headers:
-            return caller.user(headers[header.lower()], where=f"header {header}")
-        return caller.user(body_user)
+            where, user = f"header {header}", caller.user(headers[header.lower()], where=f"header {header}")
+        else:
+            where, user = "user", caller.user(body_user)
+        if caller.key_user is None and self._known_case.get(user.lower()) != user:
+            # a gateway's name: refused if it differs only in case from a user the run knows, whose
+            # folders (policy/users/NAME) it would share on a case-insensitive file system
+            twin = self.store.case_twin(user)
+            if twin is not None:
+                raise APIError(
+                    400,
+                    f"{where}: user {user!r} differs only in case from the user {twin!r} this run "
+                    "already knows; names may not differ only in case",
+                    param=where,
+                )
+            self._known_case[user.lower()] = user
+        return user
 
     async def start_job(
         self,

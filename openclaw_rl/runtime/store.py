@@ -835,17 +835,20 @@ class Store:
             if row is not None and row[0] is not None:
                 raise UserError(f"user {name!r} already exists (remove them with `openclaw-rl users delete`)")
             # their folders (policy/users/NAME) would be one on a case-insensitive file system
-            other = db.execute(
-                "SELECT name FROM users WHERE lower(name)=lower(?) AND name<>? AND key_id IS NOT NULL",
-                (name, name),
-            ).fetchone()
+            other = _case_twin(db, name)
             if other is not None:
-                raise UserError(f"user {other[0]!r} already exists: names may not differ only in case")
+                raise UserError(f"user {other!r} already exists: names may not differ only in case")
             db.execute(
                 "INSERT OR REPLACE INTO users(name, key_id, key_salt, key_digest, created_at) "
                 "VALUES (?, ?, ?, ?, ?)",
                 (name, key.key_id, key.salt, key.digest, time.time()),
             )
+
+    def case_twin(self, name: str) -> str | None:
+        """A user the run knows (added with a key, or named by a gateway's traffic) whose name differs
+        from ``name`` only in case, or None."""
+        with self._lock:
+            return _case_twin(self._db, name)
 
     def user_has_key(self, name: str) -> bool:
         """Whether ``name`` was added with a key and still has it."""
@@ -1132,6 +1135,15 @@ class Store:
             user_adapters=len(adapters),
             newest_user_version=max(adapters, default=0),
         )
+
+
+def _case_twin(db: sqlite3.Connection, name: str) -> str | None:
+    row = db.execute(
+        "SELECT name FROM users WHERE lower(name)=lower(?) AND name<>? AND key_id IS NOT NULL "
+        "UNION SELECT user FROM sessions WHERE lower(user)=lower(?) AND user<>? LIMIT 1",
+        (name, name, name, name),
+    ).fetchone()
+    return None if row is None else str(row[0])
 
 
 def _has_key(db: sqlite3.Connection, name: str) -> bool:

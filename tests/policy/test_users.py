@@ -93,9 +93,14 @@ def test_a_user_key_makes_the_request_theirs_whatever_the_body_says(users_run, c
     secret = parts[1]
     assert keys["alice"] not in caplog.text
     assert secret not in caplog.text
-    for path in (Path(load_config(config).log_dir)).rglob("*"):
-        if path.is_file():
-            assert secret.encode() not in path.read_bytes(), path
+    # searched by another process: reading the live store's files here and closing them would drop
+    # this process's POSIX locks on them, which the in-process server's SQLite connection holds
+    found = subprocess.run(
+        ["grep", "-r", "-l", "-F", "-a", secret, str(load_config(config).log_dir)],
+        capture_output=True,
+        text=True,
+    )
+    assert found.returncode == 1 and found.stdout == "", found.stdout
 
 
 def test_an_unknown_user_key_is_refused_not_served_as_someone_else(users_run):
@@ -125,6 +130,28 @@ def test_a_trusted_gateway_names_its_users_by_field_or_header(users_run):
         assert r.status_code == 400 and r.json()["error"]["param"] == "user"
         r = c.post("/v1/chat/completions", json={"messages": HI}, headers={HEADER: "../etc"})
         assert r.status_code == 400 and r.json()["error"]["param"] == f"header {HEADER}"
+
+
+def test_a_gateway_name_differing_only_in_case_from_a_known_user_is_refused(users_run):
+    """`users add` refuses Alice beside alice (their folders would be one on a case-insensitive file
+    system); a gateway naming Alice must not make that user either, nor `users add` one beside a
+    user the traffic named."""
+    from openai import BadRequestError
+
+    svc, url, config, keys = users_run
+    gateway = _sdk(url, KEY)
+    gateway.chat.completions.create(model="m", messages=HI, max_tokens=2, user="erin")
+    for name in ("Alice", "ERIN"):  # alice was added with a key; erin is known from her traffic
+        with pytest.raises(BadRequestError, match="differs only in case"):
+            gateway.chat.completions.create(model="m", messages=HI, max_tokens=2, user=name)
+    with pytest.raises(BadRequestError, match=f"header {HEADER}"):
+        gateway.chat.completions.create(model="m", messages=HI, max_tokens=2, extra_headers={HEADER: "Erin"})
+    added = _cli(config, "add", "Erin")
+    assert added.returncode != 0 and "differ only in case" in added.stderr
+    assert (
+        _owner(svc, gateway.chat.completions.create(model="m", messages=HI, max_tokens=2, user="erin").id)
+        == "erin"
+    )
 
 
 def test_two_users_never_share_a_session(users_run):
@@ -167,7 +194,7 @@ def test_feedback_on_ones_own_response_is_its_explicit_next_state(users_run):
     listed = _cli(config, "list")
     assert listed.returncode == 0, listed.stderr
     [row] = [line.split() for line in listed.stdout.splitlines() if line.startswith("alice ")]
-    assert row[1] == "yes" and int(row[2]) >= 1 and row[-1].endswith("/-1")
+    assert row[1] == "yes" and int(row[2]) >= 1 and row[-1].endswith("/-1"), listed.stdout
 
 
 def test_feedback_errors_name_the_problem_and_record_nothing(users_run):
@@ -217,6 +244,14 @@ def test_a_stored_response_is_read_and_deleted_only_by_its_user_or_the_gateway(u
         with pytest.raises(NotFoundError):  # the same answer as for an id that does not exist
             call()
     assert gateway.responses.retrieve(mine.id).output_text == mine.output_text  # it acts for alice anyway
+    # ... but a gateway request that names another user acts as that user alone
+    for call in (
+        lambda: gateway.responses.retrieve(mine.id, extra_headers={HEADER: "carol"}),
+        lambda: gateway.responses.delete(mine.id, extra_headers={HEADER: "carol"}),
+    ):
+        with pytest.raises(NotFoundError):
+            call()
+    assert gateway.responses.retrieve(mine.id, extra_headers={HEADER: "alice"}).id == mine.id
     alice.responses.delete(mine.id)
     with pytest.raises(NotFoundError):
         alice.responses.retrieve(mine.id)
