@@ -84,6 +84,15 @@ def _replay(
         else:
             print(f"[training] no checkpoint under {trainer.checkpoint_root}; starting fresh", flush=True)
     target = steps or tc.max_steps or math.ceil(len(samples) / tc.batch_size)
+    published = run.read_published_policy()
+    if trainer.step >= target and published is not None and (published.step or 0) >= trainer.step:
+        # nothing to train, and what the checkpoint holds is already published: no new version
+        print(
+            f"[training] already at step={trainer.step} (target {target}); nothing to train, "
+            f"version {published.version} stays the newest. Ask for more with --steps N > {trainer.step}",
+            flush=True,
+        )
+        return 0
     bs = min(tc.batch_size, len(samples))
     try:
         while trainer.step < target:

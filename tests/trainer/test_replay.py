@@ -78,6 +78,12 @@ def test_train_command_replays_checkpoints_and_resumes(make_cfg, tmp_path, capsy
     published = RunDir.of(cfg).read_published_policy()
     assert published is not None and published.version == 2 and published.step == 5
     assert (cfg.log_dir / "policy" / "v000001" / "adapter_model.safetensors").is_file()
+    # resumed with nothing left to do: says so, trains nothing and publishes no new version
+    assert train_command(cfg, str(path), 5, resume=True) == 0
+    out = capsys.readouterr().out
+    assert "nothing to train" in out and "ppo_update" not in out
+    assert RunDir.of(cfg).read_published_policy().version == 2
+    assert not (cfg.log_dir / "policy" / "v000003").exists()
 
 
 @pytest.mark.parametrize(
