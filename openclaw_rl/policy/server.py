@@ -201,7 +201,12 @@ def serve_command(cfg: Config, host: str | None, port: int | None) -> int:
     if host is not None:
         cfg.policy_service.host = host
     if port is not None:
-        cfg.policy_service.port = port
+        pol = cfg.policy_service
+        if pol.backend in ("sglang", "vllm") and not pol.engine_url and pol.port:
+            # the engine stays where the config puts it (its port + 1, as the config check said):
+            # moving this service does not move an engine already running
+            pol.engine_url = pol.engine_root
+        pol.port = port
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
 
     def body() -> int:

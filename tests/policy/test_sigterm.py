@@ -78,3 +78,37 @@ def test_sigterm_drains_and_records(tmp_path: Path, tiny_model_dir):
             proc.kill()
     (turn,) = Store(tmp_path / "logs" / "store.sqlite").session_turns("term")
     assert len(turn.response_ids) == 300
+
+
+def test_serve_with_another_port_keeps_the_engine_where_the_config_says(tmp_path: Path):
+    """A forwarding config (sglang, no engine_url) puts its engine at the config's port + 1, and says
+    so; `serve --port P` moves this service, not an engine already running: the requests go where
+    the warning said."""
+    config_port, port = free_port(), free_port()
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(
+        f'[global]\nlog_dir = "{tmp_path / "logs"}"\n[policy_service]\nbackend = "sglang"\n'
+        f'model = "your-policy-model"\nport = {config_port}\n[env_service]\nenabled = false\n'
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "openclaw_rl.cli", "serve", "--config", str(cfg), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        seen, deadline = [], time.monotonic() + 120
+        while not any("listening on" in s for s in seen) and time.monotonic() < deadline:
+            seen.append(proc.stdout.readline())
+            assert seen[-1] or proc.poll() is None, "".join(seen)
+        engine = f"127.0.0.1:{config_port + 1}"
+        assert any(f"assuming the engine at http://{engine}" in s for s in seen), seen
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            timeout=60,
+        )
+        assert r.status_code == 502 and engine in r.json()["error"]["message"], r.text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
