@@ -921,6 +921,12 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
             f"[training] opd_weight = {tr.opd_weight} is far above binary_rl_weight = "
             f"{tr.binary_rl_weight}: the token-level advantage will drown the scalar reward"
         )
+    if tr.lora and tr.lr < 1e-5 and "lr" in tr.model_fields_set:
+        warnings.append(
+            f"[training] lr = {tr.lr:g} with lora = true: a LoRA adapter barely moves at a full "
+            "fine-tuning rate; "
+            "LoRA usually trains at 1e-5 to 1e-4 (configs/local.toml: 1e-4)"
+        )
     if pol.weight_sync_interval <= 2:
         warnings.append(
             f"[policy_service] weight_sync_interval = {pol.weight_sync_interval}: serving would "

@@ -328,3 +328,13 @@ def test_a_key_given_twice_shows_the_line(tmp_path):
     with pytest.raises(ConfigError) as exc:
         load_config(path)
     assert "not valid TOML" in str(exc.value) and "'port = 30001'" in str(exc.value), str(exc.value)
+
+
+def test_a_full_finetuning_rate_on_a_lora_adapter_is_warned_about():
+    """The walk-through's lr = 1e-6 is a full fine-tuning rate; on the default LoRA adapter it trains
+    next to nothing, and the user is told so (not refused: it is their choice)."""
+    lora = build_config({"training": {"lr": 1e-6}}, environ={})
+    assert any("lr = 1e-06 with lora = true" in w for w in lora.warnings), lora.warnings
+    full = build_config({"training": {"lr": 1e-6, "lora": False}}, environ={})
+    assert not any("lr =" in w for w in full.warnings)
+    assert not any("lr =" in w for w in build_config({"training": {"lr": 1e-4}}, environ={}).warnings)
