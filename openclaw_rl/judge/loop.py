@@ -222,6 +222,13 @@ class JudgeLoop:
     def _groups(self) -> int:
         """Make the samples of every group whose members are all done and judged."""
         done = 0
+        closed = self.store.close_quiet_groups(self.group_quiet_s)
+        if closed:
+            log.info(
+                "[prm_service] %d episode(s) quiet for %.0fs closed: their judged turns count",
+                closed,
+                self.group_quiet_s,
+            )
         for group_id in self.store.groups_ready(self.group_quiet_s):
             episodes = []
             for sid, outcome in self.store.group_episodes(group_id):

@@ -632,6 +632,35 @@ class Store:
         )
         return [r[0] for r in rows]
 
+    def close_quiet_groups(self, quiet_s: float = GROUP_QUIET_S) -> int:
+        """Close the unfinished members of every group quiet for ``quiet_s``: their episodes died
+        mid-way (an environment worker killed, the launcher gone), and nobody will finish them. Their
+        judged turns then count with the group instead of waiting for it forever. Returns how many
+        sessions were closed."""
+        cutoff = time.time() - quiet_s
+        with self._tx() as db:
+            quiet = [
+                r[0]
+                for r in db.execute(
+                    "SELECT s.group_id FROM sessions s WHERE s.group_id IS NOT NULL AND s.grouped=0 "
+                    "GROUP BY s.group_id HAVING SUM(s.done) < COUNT(*) AND COALESCE((SELECT MAX(t.updated_at) "
+                    "FROM turns t JOIN sessions u ON u.session_id=t.session_id WHERE u.group_id=s.group_id), "
+                    "MAX(s.created_at)) <= ?",
+                    (cutoff,),
+                ).fetchall()
+            ]
+            closed = 0
+            for group_id in quiet:
+                members = "SELECT session_id FROM sessions WHERE group_id=? AND done=0"
+                db.execute(
+                    f"UPDATE turns SET status='closed', updated_at=? WHERE status='open' AND session_id IN ({members})",
+                    (time.time(), group_id),
+                )
+                closed += db.execute(
+                    "UPDATE sessions SET done=1 WHERE group_id=? AND done=0", (group_id,)
+                ).rowcount
+            return closed
+
     def groups_ready(self, quiet_s: float = GROUP_QUIET_S) -> list[str]:
         """Episode groups whose samples can be made: not done yet, no member turn waiting for the
         judge, and either every member finished (``group_size`` done sessions) or the group has been

@@ -296,20 +296,43 @@ def test_a_group_with_a_dead_member_is_made_once_it_has_been_quiet(remote, tiny,
     cfg = api_config(remote, extract_instruction=False)
     store = Store(tmp_path / "store.sqlite")
     tag = EpisodeTag(group_id="g2", group_size=2)
-    for sid in ("done", "dead"):
+    service = JudgeLoop(cfg, store)
+    for sid, verdict in (("done", "SCORE: +1"), ("dead", "SCORE: -1")):
+        remote.eval_reply = verdict
         record(store, tok, sid, 0, "q")
         store.tag_session(sid, tag)
         record(store, tok, sid, 1, "ok", previous_next_state="ok")
+        asyncio.run(service.run_once())
     store.close_session("done")  # "dead" never finishes (its environment crashed)
-    service = JudgeLoop(cfg, store)
     asyncio.run(service.run_once())
     assert store.groups_ready() == [] and store.ready_count() == 0
     assert store.groups_ready(quiet_s=0.0) == ["g2"]
     asyncio.run(JudgeLoop(cfg, store, group_quiet_s=0.0).run_once())
-    # One finished member: nobody to compare with, so the running baseline (empty: 0) is used.
-    assert [(s.session_id, s.advantage) for s in store.claim_samples(10, step=1, current_version=0)] == [
-        ("done", 1.0)
-    ]
+    # The dead member is closed once quiet: its judged turn counts with the group (nothing recorded
+    # is lost), compared with the finished member's.
+    made = {s.session_id: s for s in store.claim_samples(10, step=1, current_version=0)}
+    assert set(made) == {"done", "dead"}
+    assert made["done"].advantage > 0 > made["dead"].advantage
+
+
+def test_a_group_whose_every_member_died_is_made_once_quiet(remote, tiny, tmp_path):
+    """The environment worker (or the launcher) killed mid-group: no member finished, yet their
+    judged turns become samples once the group is quiet, not never."""
+    _, tok = tiny
+    cfg = api_config(remote, extract_instruction=False)
+    store = Store(tmp_path / "store.sqlite")
+    tag = EpisodeTag(group_id="g3", group_size=2)
+    for sid, verdict in (("a", "SCORE: +1"), ("b", "SCORE: -1")):
+        remote.eval_reply = verdict
+        record(store, tok, sid, 0, "q")
+        store.tag_session(sid, tag)
+        record(store, tok, sid, 1, "next", previous_next_state="next")  # turn 1 stays open
+        asyncio.run(JudgeLoop(cfg, store).run_once())
+    assert store.ready_count() == 0  # not quiet yet: the members may still finish
+    asyncio.run(JudgeLoop(cfg, store, group_quiet_s=0.0).run_once())
+    made = store.claim_samples(10, step=1, current_version=0)
+    assert sorted(s.session_id for s in made) == ["a", "b"] and all(s.turn_index == 0 for s in made)
+    assert store.turn_status("a", 1) == "closed"
 
 
 def test_explicit_feedback_is_decisive_and_its_comment_is_the_hint_source(remote, tiny, tmp_path):
