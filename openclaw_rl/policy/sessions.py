@@ -103,12 +103,15 @@ def next_state_of(messages: list[ChatMessage], clean: Callable[[str], str] | Non
         tools = [m for m in tail if m.role == "tool"]
         return NextState(role="tool", content="\n".join(m.text for m in tools))
     # Consecutive messages of the last one's role are joined: a user who wrote twice before the
-    # next reply (a retry after a failed request, a second thought) said both things to this turn.
+    # next reply (a second thought) said both things to this turn. The same words twice are one
+    # message sent again: a client that keeps an unanswered message after a failed request (the
+    # server down, a timeout) and sends it once more.
     role = tail[-1].role
     texts = [m.text for m in reversed(list(takewhile(lambda m: m.role == role, reversed(tail))))]
     if clean is not None and role == "user":
         texts = [clean(text) for text in texts]
-    return NextState(role=role, content="\n".join(texts))
+    said = [t for i, t in enumerate(texts) if i == 0 or t.strip() != texts[i - 1].strip()]
+    return NextState(role=role, content="\n".join(said))
 
 
 class SessionManager:

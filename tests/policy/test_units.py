@@ -196,6 +196,11 @@ def test_next_state_joins_parallel_tool_results():
         _msgs(("user", "q"), ("assistant", "a"), ("user", "Are you there?"), ("user", "Back again."))
     )
     assert twice == NextState(role="user", content="Are you there?\nBack again.")
+    # the same message sent again after a failed request (OpenClaw keeps the unanswered one) is one
+    resent = next_state_of(
+        _msgs(("user", "q"), ("assistant", "a"), ("user", "Is Paris bigger?"), ("user", "Is Paris bigger? "))
+    )
+    assert resent == NextState(role="user", content="Is Paris bigger?")
     # a client's decorations come off each message, not only the first
     from openclaw_rl.policy.client_rules import clean_user_text
 
