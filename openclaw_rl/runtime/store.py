@@ -843,6 +843,19 @@ class Store:
             )
             return cur.rowcount
 
+    def untrain_after(self, checkpoint_step: int) -> int:
+        """The trainer resumed from an older checkpoint than the store's newest commit (a damaged
+        newest one moved aside): samples trained after it are in no weights any more, so they go back
+        to ready and are trained again, into the weights that survive. Returns how many."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE samples SET status='ready', step=NULL WHERE status='trained' AND step>?",
+                (checkpoint_step,),
+            )
+            if cur.rowcount:
+                self._set_meta(db, "trainer_step", checkpoint_step)
+            return cur.rowcount
+
     def recover_claims(self, checkpoint_step: int) -> int:
         """On trainer start: claims newer than the checkpoint go back to ready; older ones were
         trained into it. Returns how many samples were released."""

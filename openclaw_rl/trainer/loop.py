@@ -226,6 +226,13 @@ class TrainingLoop:
             resumed = self.trainer.step > 0
         else:
             resumed = self.trainer.resume()
+            untrained = self.store.untrain_after(self.trainer.step)
+            if untrained:
+                print(
+                    f"[training] {untrained} sample(s) trained after step={self.trainer.step} (the "
+                    "checkpoint resumed from) are in no surviving weights: back in the queue",
+                    flush=True,
+                )
         released = self.store.recover_claims(self.trainer.step)
         # an update that finished but was never checkpointed (kill -9) is undone: progress says so
         self.store.set_meta("trainer_updates", self.trainer.step)

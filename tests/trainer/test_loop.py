@@ -62,6 +62,29 @@ def test_loop_trains_publishes_and_checkpoints(make_cfg):
     assert any((cfg.log_dir / "tensorboard").iterdir())
 
 
+def test_resuming_from_an_older_checkpoint_trains_its_later_samples_again(make_cfg, tmp_path, capsys):
+    """The newest checkpoint was damaged and moved aside, as the error says to: the samples its
+    update trained are in no surviving weights, so they go back to the queue (not lost), and the
+    next update trains them into the weights that remain."""
+    import shutil
+
+    cfg = make_cfg(max_steps=2, checkpoint_interval=1, batch_size=2, mini_batch_size=1)
+    store = Store(cfg.log_dir / "store.sqlite")
+    store.add_samples(_samples(4))
+    loop = TrainingLoop(cfg, policy_url=None, store=store)
+    loop.start()
+    assert loop.run() == 0
+    assert store.counters().samples_trained == 4
+    shutil.move(cfg.log_dir / "checkpoints" / "step_00000002", tmp_path / "aside")
+    again = TrainingLoop(cfg, policy_url=None, store=store)
+    again.start()
+    assert "2 sample(s) trained after step=1" in capsys.readouterr().out
+    c = store.counters()
+    assert (again.started_trainer.step, c.samples_trained, c.samples_ready, c.trainer_step) == (1, 2, 2, 1)
+    again.update_once()
+    assert store.counters().samples_trained == 4
+
+
 def test_the_last_update_of_a_run_is_published_whatever_the_sync_interval(make_cfg):
     # max_steps = 3 with weight_sync_interval = 4: without a final publish, three updates would be
     # trained and never served, exported or evaluated.
