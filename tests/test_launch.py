@@ -166,11 +166,22 @@ def test_a_log_dir_that_is_a_file_or_holds_no_store_is_caught_by_the_dry_run_and
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()
     (corrupt / "store.sqlite").write_text("garbage")
+    damaged = tmp_path / "damaged"  # a sound header over damaged pages: it opens, then fails mid-run
+    from openclaw_rl.runtime.store import Store
+
+    store = Store(damaged / "store.sqlite")
+    for i in range(400):
+        store.set_meta(f"k{i}", "x" * 200)
+    store.close()
+    with (damaged / "store.sqlite").open("r+b") as fh:
+        fh.seek((damaged / "store.sqlite").stat().st_size // 3)
+        fh.write(b"\xff" * 20000)
     local = (ROOT / "configs" / "local.toml").read_text()
     samples = write_samples(tmp_path / "s.jsonl", [one_token_sample("s", "t")])
     for log_dir, says, verbs in (
         (afile, "is a file, not a directory", (["users", "add", "carl"], ["status"])),
         (corrupt, "is not a usable openclaw-rl store", (["users", "add", "carl"], ["status"])),
+        (damaged, "is damaged", (["status"], ["turns", "--last", "2"])),
         # under a file: the message names the file, not the folder that cannot be made
         (afile / "sub", f"{afile} is a file, so [global] log_dir", (["users", "add", "carl"], ["status"])),
         # a folder the kernel refuses to create: found by the dry run too, not only by the run

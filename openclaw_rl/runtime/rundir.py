@@ -140,7 +140,10 @@ class RunDir:
         """What stops this folder from holding a run, found without leaving anything behind (the dry
         run's check): it or a folder above it is a file, it cannot be created or written, or its store
         file is no store."""
-        return folder_problem(self.root) or store_problem(self.store)
+        problem = folder_problem(self.root) or store_problem(self.store)
+        if problem is None and self.store.is_file() and not os.access(self.store, os.W_OK):
+            problem = f"{self.store} is read-only: a run writes every turn to it; make it writable"
+        return problem
 
     def prepare(self) -> str | None:
         """After :meth:`problem` found nothing: create the folder and prove it takes a write and has

@@ -277,11 +277,25 @@ def store_problem(path: Path) -> str | None:
         return _not_a_folder(folder)
     if not os.path.isfile(path):
         return None
+    if not os.access(folder, os.W_OK):  # not the store's fault: say so, lest a good store be moved aside
+        return (
+            f"{path} cannot be opened here: its folder is read-only, and SQLite (write-ahead log) writes "
+            "beside the store even to read it; copy the folder somewhere writable and point "
+            "[global] log_dir there"
+        )
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)) as db:
             db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            # a sound header over damaged pages opens fine and fails later, mid-run: look at them now
+            damage = [r[0] for r in db.execute("PRAGMA quick_check(5)").fetchall() if r[0] != "ok"]
     except sqlite3.DatabaseError as exc:
         return _not_a_store(Path(path), exc)
+    if damage:
+        return (
+            f"{path} is damaged ({'; '.join(damage).replace(chr(10), ' ')[:300]}); save what it holds with "
+            f"`sqlite3 {path} .recover > recovered.sql`, then move it aside or point [global] log_dir "
+            "at another folder"
+        )
     return None
 
 
