@@ -290,7 +290,10 @@ def test_an_opaque_metadata_user_id_as_claude_code_sends_it_is_served(tiny_servi
     for user_id in (
         json.dumps({"device_id": "abc", "account_uuid": "", "session_id": "4f1c"}),
         "user_" + "a" * 64 + "_account_" + "b" * 36 + "_session_" + "c" * 36,
-        "user_" + "0123456789abcdef" * 4 + "_account__session_" + "9d8e7f60-1a2b-4c3d-8e9f-0a1b2c3d4e5f",
+        "user_"
+        + "0123456789abcdef" * 4
+        + "_account__session_"
+        + "-".join(("9" * 8, "1" * 4, "4" * 4, "8" * 4, "0" * 12)),
     ):
         msg = _anthropic(url).messages.create(
             model="policy",
