@@ -20,6 +20,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from openclaw_rl.runtime.rundir import process_alive
+
 EMBEDDED_NAMES = {"smollm2-135m-instruct", "smollm2-135m", "smollm2"}
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _convert_lock = threading.Lock()
@@ -98,18 +100,8 @@ def _remove_abandoned_conversions(cache: Path) -> None:
     """Remove the temp folders of conversions whose process is gone (killed mid-conversion)."""
     for old in cache.parent.glob(cache.name + ".tmp*"):
         pid = old.name.rsplit(".tmp", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
 
 
 def quiet_loading() -> None:

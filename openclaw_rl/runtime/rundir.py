@@ -46,7 +46,8 @@ MIN_FREE_BYTES = 200 * 2**20  # below this, the next checkpoint may not fit
 RUN_LOCK = "run.lock"
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process with ``pid`` exists (anyone's)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -188,7 +189,7 @@ class RunDir:
     def in_use(self, pid: int) -> str:
         """The message for a folder that another run holds."""
         who = f" (pid {pid})" if pid else ""
-        if pid and not _alive(pid):  # its launcher was killed; its loops hold the lock as they stop
+        if pid and not process_alive(pid):  # its launcher was killed; its loops hold the lock as they stop
             who = (
                 f" (its launcher, pid {pid}, has exited and its loops are still stopping: try again shortly)"
             )
