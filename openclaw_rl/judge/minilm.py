@@ -67,6 +67,7 @@ from openclaw_rl.judge.encoders import (  # noqa: F401  (importable from here, a
     minilm_dir,
 )
 from openclaw_rl.judge.evidence import CONTRADICTION_RULE, EVIDENCE_VERSION, Evidence, read_evidence
+from openclaw_rl.judge.new_request import request_part
 from openclaw_rl.judge.voting import restrict, sample_from_distribution
 from openclaw_rl.types import NextState, Vote
 
@@ -684,29 +685,46 @@ class MiniLMJudge(Judge):
                         done.set()
         return restrict(probs, self.prm.reward_space)
 
-    def _votes(self, next_state: NextState, response: str = "") -> tuple[list[Vote], Evidence]:
-        """``vote_count`` votes: N identical ones from decisive evidence, else N sampled ones."""
+    def _votes(self, next_state: NextState, response: str = "") -> tuple[list[Vote], Evidence, str]:
+        """``vote_count`` votes: N identical ones from decisive evidence, else N sampled ones; and the
+        text the classifier read (a new request's own instructions set aside, :mod:`.new_request`)."""
         ev = self.evidence(next_state, response)
         if ev.score is not None:
-            return [
-                Vote(raw=f"{ev.describe()} -> {ev.score:+d}", score=ev.score)
-                for _ in range(self.prm.vote_count)
-            ], ev
+            return (
+                [
+                    Vote(raw=f"{ev.describe()} -> {ev.score:+d}", score=ev.score)
+                    for _ in range(self.prm.vote_count)
+                ],
+                ev,
+                next_state.content,
+            )
+        describe = "minilm classifier: "
+        part = request_part(next_state.content, response) if next_state.role == "user" else None
+        if part is not None:
+            next_state = NextState(role=next_state.role, content=part)
+            describe = (
+                f"minilm classifier on the new request {part[:80]!r} (its own instructions set aside): "
+            )
         dist = self.distribution(next_state)
-        return sample_from_distribution(
-            dist, self.prm.vote_count, self.prm.temperature, self.rng, describe="minilm classifier: "
-        ), ev
+        return (
+            sample_from_distribution(
+                dist, self.prm.vote_count, self.prm.temperature, self.rng, describe=describe
+            ),
+            ev,
+            next_state.content,
+        )
 
     async def score_votes(self, response: str, next_state: NextState) -> list[Vote]:
-        votes, _ = await asyncio.to_thread(self._votes, next_state, response)
+        votes, _, _ = await asyncio.to_thread(self._votes, next_state, response)
         return votes
 
     async def hint_votes(self, response: str, next_state: NextState) -> list[Vote]:
-        sampled, ev = await asyncio.to_thread(self._votes, next_state, response)
+        sampled, ev, read = await asyncio.to_thread(self._votes, next_state, response)
         if ev.signals and ev.signals[0].rule == CONTRADICTION_RULE:
             hint = evidence_hint(ev)  # the mismatch, not a line of the (successful) result
         else:
-            hint = extract_hint(next_state.role, next_state.content) or evidence_hint(ev)
+            # a new request's own instructions ("Answer yes or no.") are no hint for this response
+            hint = extract_hint(next_state.role, read) or evidence_hint(ev)
         votes = []
         for v in sampled:
             # A hint is offered only by a vote that found the state negative (a correction / error).
