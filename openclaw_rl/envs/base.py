@@ -44,6 +44,57 @@ class Env(ABC):
         """Release processes, browsers, temp dirs. Safe to call twice."""
 
 
+class EnvContractError(TypeError):
+    """An environment's ``reset`` / ``step`` returned something the contract does not allow; the
+    message names the environment, the method and the value (the episode ends, the worker goes on)."""
+
+
+def _check_observation(where: str, observation: Any) -> None:
+    if isinstance(observation, str):
+        return
+    if isinstance(observation, list) and all(isinstance(m, dict) for m in observation):
+        return
+    raise EnvContractError(
+        f"{where}: the observation must be a str or a list of chat-message dicts, "
+        f"got {type(observation).__name__}"
+    )
+
+
+def _check_info(where: str, info: Any) -> None:
+    if not isinstance(info, dict):
+        raise EnvContractError(f"{where}: info must be a dict, got {info!r:.80}")
+
+
+def checked_reset(env_name: str, result: Any) -> tuple[Observation, dict[str, Any]]:
+    """``env.reset(...)``'s result, refused with an :class:`EnvContractError` naming ``env_name``
+    unless it is ``(observation, info)`` as the contract above says."""
+    where = f"environment {env_name!r}: reset()"
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise EnvContractError(f"{where} must return (observation, info), got {result!r:.80}")
+    _check_observation(where, result[0])
+    _check_info(where, result[1])
+    return result[0], result[1]
+
+
+def checked_step(env_name: str, result: Any) -> StepResult:
+    """``env.step(...)``'s result, refused with an :class:`EnvContractError` naming ``env_name``
+    unless it is ``(observation, reward, terminated, truncated, info)`` with those types."""
+    where = f"environment {env_name!r}: step()"
+    if not isinstance(result, tuple) or len(result) != 5:
+        raise EnvContractError(
+            f"{where} must return (observation, reward, terminated, truncated, info), got {result!r:.80}"
+        )
+    observation, reward, terminated, truncated, info = result
+    _check_observation(where, observation)
+    if isinstance(reward, bool) or not isinstance(reward, int | float):
+        raise EnvContractError(f"{where}: reward must be a number, got {reward!r:.40}")
+    for name, flag in (("terminated", terminated), ("truncated", truncated)):
+        if not isinstance(flag, bool):
+            raise EnvContractError(f"{where}: {name} must be a bool, got {flag!r:.40}")
+    _check_info(where, info)
+    return observation, float(reward), terminated, truncated, info
+
+
 def check_turns(name: str, value: int) -> int:
     """An episode's turn budget, refused unless it allows at least one step (every env type)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

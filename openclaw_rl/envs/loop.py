@@ -63,13 +63,17 @@ from typing import Any, Literal
 import httpx
 
 from openclaw_rl.config import OUTCOME_REWARDS, Config, Persona
-from openclaw_rl.envs.base import Env, EnvUnavailable, import_env_modules, make
+from openclaw_rl.envs.base import Env, EnvUnavailable, checked_reset, checked_step, import_env_modules, make
 from openclaw_rl.runtime.chat_stream import add_tool_call_deltas, read_error, tool_calls_in_order
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.secrets import without_key
 from openclaw_rl.runtime.store import Store
 
 log = logging.getLogger("openclaw_rl.env_service")
+
+#: A safety net for an environment that never ends its episodes (its own bug): the loop ends one
+#: after this many steps. The built-in environments end theirs within tens.
+MAX_EPISODE_STEPS = 200
 
 
 class PolicyRequestError(RuntimeError):
@@ -469,6 +473,9 @@ class EnvLoop:
                 try:
                     if not self._play_group(index, client, rng, envs, pool, types):
                         return
+                except Exception:  # a bug outside an episode ends this group, not the worker
+                    log.exception("[env_service] worker %d: a group of episodes failed", index)
+                    self.stop_event.wait(1.0)  # not a tight loop of failures
                 finally:
                     self._release(group_size)
         finally:
@@ -534,8 +541,13 @@ class EnvLoop:
             if stats is None:
                 continue
             if stats.error and stats.details.get("env_failed"):
-                members[j].close()
                 envs.pop((key, j), None)
+                try:
+                    members[j].close()
+                except Exception:  # a failed env may fail to close too; the worker goes on
+                    log.exception(
+                        "[env_service] worker %d: closing a failed %s environment failed", index, itype
+                    )
             self._report(stats)
         return not any(stats is None for stats in outcomes)  # None: stopping mid-episode
 
@@ -655,7 +667,7 @@ class EnvLoop:
             )
 
         try:
-            obs, info = env.reset(seed=seed)
+            obs, info = checked_reset(itype, env.reset(seed=seed))
         except EnvUnavailable as exc:  # found only when an episode starts (a sandbox is made then)
             self._disable(itype, exc)
             return stats(False, f"unavailable: {exc}", env_failed=True)
@@ -719,11 +731,17 @@ class EnvLoop:
             messages.append(reply)
             try:
                 action: str | dict[str, Any] = reply if reply.get("tool_calls") else reply["content"]
-                obs, reward, terminated, truncated, info = env.step(action)
+                obs, reward, terminated, truncated, info = checked_step(itype, env.step(action))
             except Exception as exc:  # as above
                 log.exception("[env_service] worker %d: %s step failed", index, itype)
                 return stats(False, f"step failed: {exc}", env_failed=True)
             turns += 1
+            if turns >= MAX_EPISODE_STEPS and not (terminated or truncated):
+                return stats(
+                    False,
+                    f"environment {itype!r} did not end its episode within {MAX_EPISODE_STEPS} steps",
+                    env_failed=True,
+                )
             if turns == 1:
                 with self._count_lock:
                     self._refused_streak.pop(index, None)  # the service takes this worker's requests

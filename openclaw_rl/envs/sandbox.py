@@ -10,7 +10,7 @@ set per command without a daemon. Each :meth:`Sandbox.run` starts one ``bwrap`` 
 * a fresh ``/tmp`` (size-capped tmpfs), a minimal ``/dev`` and a private ``/proc``.
 
 Nothing else of the host file system exists inside, so nothing outside can be written.
-``--unshare-all`` removes the network (only a down loopback exists), IPC, UTS and PID sharing;
+``--unshare-all`` removes the network (only the sandbox's own loopback exists), IPC, UTS and PID sharing;
 ``--die-with-parent`` plus the PID namespace mean that killing ``bwrap`` kills every process the
 command left behind.
 
@@ -44,6 +44,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,6 +128,46 @@ def check_available() -> None:
         raise SandboxUnavailable(f"prlimit not found at {PRLIMIT}: install util-linux")
 
 
+def _entries(top: Path) -> Iterator[os.DirEntry[str]]:
+    """Every entry under ``top`` (links not followed), walked with a stack, not recursion: an agent
+    can nest folders deeper than Python's recursion limit (``os.walk`` on 3.11 and ``shutil.rmtree``
+    recurse), and its sandbox must still be measured and removed. Unreadable folders are skipped."""
+    stack = [str(top)]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                for entry in it:
+                    yield entry
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                    except OSError:
+                        continue
+        except OSError:
+            continue  # gone, unreadable, or a path past PATH_MAX
+
+
+def remove_tree(path: Path) -> None:
+    """Delete ``path`` and everything under it, however deep the agent nested it; never raises."""
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        pass  # deeper than the recursion limit: rm below walks it without recursion
+    if os.path.lexists(path):
+        try:  # GNU rm walks any depth (fts) and works below PATH_MAX by relative paths
+            subprocess.run(
+                ["rm", "-rf", "--one-file-system", "--", str(path)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=300,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            pass  # left for the next process's sweep, which takes only unheld folders
+
+
 def _sweep_orphans(base_dir: str | Path | None) -> None:
     """Once per folder and process: delete the sandbox folders no live sandbox holds.
 
@@ -155,7 +196,7 @@ def _sweep_orphans(base_dir: str | Path | None) -> None:
         if entry.name.startswith(_STAGING) and time.time() - st.st_mtime < STAGING_GRACE_S:
             continue  # its maker may be between making it and locking it
         if _unheld(entry):
-            shutil.rmtree(entry, ignore_errors=True)
+            remove_tree(entry)
 
 
 def _lock_folder(folder: Path, wait: bool) -> int | None:
@@ -261,9 +302,11 @@ class Sandbox:
             return
         for top in (self.workdir, self.home):
             os.lchown(top, self.uid, self.gid)
-            for dirpath, dirnames, filenames in os.walk(top):
-                for name in dirnames + filenames:
-                    os.lchown(os.path.join(dirpath, name), self.uid, self.gid)
+            for entry in _entries(top):
+                try:
+                    os.lchown(entry.path, self.uid, self.gid)
+                except OSError:
+                    continue  # removed meanwhile, or a path past PATH_MAX
 
     def path(self, rel: str) -> Path:
         """Absolute host path of ``rel`` inside /work; refuses anything resolving outside it, and a
@@ -306,12 +349,12 @@ class Sandbox:
     def disk_usage(self) -> int:
         """Bytes used under /work (links not followed)."""
         total = 0
-        for dirpath, _dirs, files in os.walk(self.workdir):
-            for name in files:
-                try:
-                    total += os.lstat(os.path.join(dirpath, name)).st_size
-                except OSError:
-                    continue
+        for entry in _entries(self.workdir):
+            try:
+                if not entry.is_dir(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                continue
         return total
 
     # ---- commands ----
@@ -556,7 +599,7 @@ class Sandbox:
         if self._closed:
             return
         self._closed = True
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tree(self.root)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

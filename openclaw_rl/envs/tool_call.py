@@ -128,6 +128,17 @@ def calculate(expression: str) -> float | int:
     return _eval(tree.body)
 
 
+#: Integers past this many bits (about 300 digits) are refused: Python would compute ever larger
+#: products of them and refuse to print one of over 4,300 digits.
+MAX_RESULT_BITS = 1000
+
+
+def _bounded(value: float | int) -> float | int:
+    if isinstance(value, int) and value.bit_length() > MAX_RESULT_BITS:
+        raise ToolError("calculator: result too large (over 300 digits)")
+    return value
+
+
 def _eval(node: ast.AST) -> float | int:
     if (
         isinstance(node, ast.Constant)
@@ -140,11 +151,12 @@ def _eval(node: ast.AST) -> float | int:
         if isinstance(node.op, ast.Pow) and (abs(right) > 64 or abs(left) > 1e12):
             raise ToolError("calculator: exponent too large")
         try:
-            return _BINOPS[type(node.op)](left, right)
+            value = _BINOPS[type(node.op)](left, right)
         except ZeroDivisionError:
             raise ToolError("calculator: division by zero") from None
         except (OverflowError, ValueError) as exc:
             raise ToolError(f"calculator: {exc}") from None
+        return _bounded(value)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNOPS:
         return _UNOPS[type(node.op)](_eval(node.operand))
     if (
@@ -154,10 +166,12 @@ def _eval(node: ast.AST) -> float | int:
         and not node.keywords
         and len(node.args) <= 10
     ):
+        args = [_eval(a) for a in node.args]
         try:
-            return _FUNCS[node.func.id](*[_eval(a) for a in node.args])
-        except (TypeError, ValueError) as exc:
+            value = _FUNCS[node.func.id](*args)
+        except (TypeError, ValueError, OverflowError) as exc:
             raise ToolError(f"calculator: {node.func.id}(): {exc}") from None
+        return _bounded(value)
     raise ToolError(
         f"calculator: unsupported element {type(node).__name__!r}; only numbers, + - * / // % **, "
         f"parentheses and {', '.join(_FUNCS)} are allowed"
@@ -448,6 +462,11 @@ class ToolCallEnv(Env):
             raise ToolError(f"file: {path!r} is outside the working directory") from None
         except IsADirectoryError:
             raise ToolError(f"file: {path!r} is a directory") from None
+        except OSError as exc:  # "inventory.json/x": a file in the way; named without the host path
+            reason = exc.strerror or type(exc).__name__
+            if isinstance(exc, FileExistsError | NotADirectoryError):
+                reason = "a part of the path is a file, not a directory"
+            raise ToolError(f"file: cannot {action} {path!r}: {reason}") from None
         raise ToolError(f"file: unknown action {action!r}; use read, write or list")
 
     def close(self) -> None:

@@ -248,6 +248,67 @@ def test_an_environment_of_your_own_runs_from_the_config(tmp_path):
         load_config(config)
 
 
+FAULTY_ENVS = """
+from openclaw_rl.envs import Env, register
+
+
+@register("no_info")
+class NoInfo(Env):
+    def __init__(self, **_):
+        pass
+
+    def reset(self, seed=None, options=None):
+        return "Say anything.", {"next_state_role": "user"}
+
+    def step(self, action):
+        return "fine", 0.0, True, False, None
+
+
+@register("endless")
+class Endless(Env):
+    def __init__(self, **_):
+        pass
+
+    def reset(self, seed=None, options=None):
+        return "Keep talking.", {"next_state_role": "user"}
+
+    def step(self, action):
+        return "go on", 0.0, False, False, {"next_state_role": "user"}
+"""
+
+
+def test_an_environment_breaking_the_contract_ends_its_episode_not_the_worker(tmp_path, monkeypatch):
+    """docs/envs.md: what reset / step return is checked; the error names the environment; an
+    episode never ended by its environment is ended by the loop."""
+    from openclaw_rl.config import load_config
+    from openclaw_rl.envs import loop
+
+    monkeypatch.setattr(loop, "MAX_EPISODE_STEPS", 5)
+    (tmp_path / "faulty_envs.py").write_text(FAULTY_ENVS)
+    with ChatServer(lambda body: "ok") as srv:
+        config = tmp_path / "config.toml"
+        config.write_text(
+            f'[global]\nlog_dir = "{tmp_path / "logs"}"\n'
+            f'[policy_service]\nport = {srv.port}\nhost = "127.0.0.1"\nmodel = "m"\n'
+            '[env_service]\nnum_envs = 1\nenv_modules = ["faulty_envs"]\ninteraction_types = ["no_info"]\n'
+        )
+        svc = EnvLoop(load_config(config), max_episodes=2)
+        svc.start()
+        stats = svc.wait_episodes(2, timeout=60)  # the worker plays the second after the first failed
+        svc.stop()
+        assert len(stats) == 2
+        assert all(
+            "environment 'no_info': step(): info must be a dict, got None" in (s.error or "") for s in stats
+        ), [s.error for s in stats]
+
+        config.write_text(config.read_text().replace('["no_info"]', '["endless"]'))
+        svc = EnvLoop(load_config(config), max_episodes=1)
+        svc.start()
+        (stats,) = svc.wait_episodes(1, timeout=60)
+        svc.stop()
+    assert stats.error == "environment 'endless' did not end its episode within 5 steps"
+
+
 def test_cloud_mode_is_rejected(tmp_path):
     from openclaw_rl.config import ConfigError
 

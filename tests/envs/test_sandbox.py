@@ -167,6 +167,19 @@ def test_a_nul_byte_or_chmod_000_does_not_break_the_sandbox(sb):
     _alive(sb)  # bwrap can still enter /work
 
 
+def test_folders_nested_deeper_than_pythons_recursion_limit_are_measured_and_removed():
+    """An agent's command may nest folders 1,500 deep: the sandbox still runs commands, measures its
+    disk use and leaves no folder behind (os.walk and shutil.rmtree recurse on Python 3.11)."""
+    sb = Sandbox(LIMITS)
+    nest = "import os\nfor _ in range(1500):\n os.mkdir('a'); os.chdir('a')\nopen('f', 'w').write('x' * 10)"
+    assert sb.run(f'python3 -c "{nest}"').exit_code == 0
+    _alive(sb)
+    assert sb.disk_usage() == 10
+    root = sb.root
+    sb.close()
+    assert not root.exists()
+
+
 def test_a_killed_process_s_sandbox_folder_is_removed_by_the_next_one():
     # A folder the sandbox's own uid can pass through (pytest's tmp_path is 0700 to root).
     base = Path(tempfile.mkdtemp(prefix="sbx-sweep-"))

@@ -30,6 +30,10 @@ def test_calculator_is_safe_and_correct():
         "9**9**9",
         "1/0",
         "",
+        # too large for a float or for printing: an error observation, not an exception
+        "sqrt((10**12)**64)",
+        "round(1e308*10)",
+        "*".join(["(10**12)**60"] * 6),
     ):
         with pytest.raises(ToolError):
             calculate(bad)
@@ -118,4 +122,19 @@ def test_malformed_calls_get_error_observations():
         }
     )
     assert "wrote 2 bytes" in obs[0]["content"] and "42" in obs[1]["content"]
+    env.close()
+
+
+def test_writing_through_a_file_is_an_error_observation_without_host_paths():
+    env = make("tool_call", kind="lookup")
+    env.reset(seed=0)
+    env.step(
+        {"content": "", "tool_calls": [_call("file", {"action": "write", "path": "a.txt", "content": "x"})]}
+    )
+    obs, *_ = env.step(
+        {"content": "", "tool_calls": [_call("file", {"action": "write", "path": "a.txt/b", "content": "x"})]}
+    )
+    text = obs[0]["content"]
+    assert text == "error: file: cannot write 'a.txt/b': a part of the path is a file, not a directory"
+    assert str(env.sandbox.root) not in text
     env.close()
