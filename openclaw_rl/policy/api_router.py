@@ -48,6 +48,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -81,9 +82,26 @@ from openclaw_rl.runtime.users import KEY_PREFIX, UserError, check_user_name, ke
 log = logging.getLogger("openclaw_rl.policy")
 
 
+def _utf8(value: str) -> str:
+    """A header value as its sender wrote it: HTTP carries header bytes, which the server reads as
+    Latin-1, while clients send UTF-8 (``curl -H 'X-Session-Id: 会话二'``)."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value  # not UTF-8 bytes: keep what came
+
+
 def _headers(request: Request) -> dict[str, str]:
     """A request's headers under lower-case names, as the serving layer reads them."""
-    return {k.lower(): v for k, v in request.headers.items()}
+    return {k.lower(): _utf8(v) for k, v in request.headers.items()}
+
+
+def session_headers(session_id: str, turn_index: int) -> dict[str, str]:
+    """The ``X-Session-Id`` / ``X-Turn-Index`` headers of an answer. A header holds only Latin-1, so an
+    id with other characters ("我的会话") comes back percent-encoded as UTF-8 (the body's
+    ``session_id`` has it as sent)."""
+    sid = session_id if session_id.isascii() else quote(session_id, safe="")
+    return {"X-Session-Id": sid, "X-Turn-Index": str(turn_index)}
 
 
 #: How often a JSON (non-streamed) answer checks that its client is still connected.
@@ -351,22 +369,19 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
         body = await read_body(request, body_limit)
         headers = _headers(request)
         job = await serving.start_job(body, headers, who)
-        session_headers = {"X-Session-Id": job.assign.session_id, "X-Turn-Index": str(job.assign.turn_index)}
+        session = session_headers(job.assign.session_id, job.assign.turn_index)
         if job.req.stream:
             return StreamingResponse(
                 _stream_while_connected(job, serving.stream(job)),
                 media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", **session_headers},
+                headers={"Cache-Control": "no-cache", **session},
             )
-        return await _answer_while_connected(request, job, serving.complete(job), session_headers)
+        return await _answer_while_connected(request, job, serving.complete(job), session)
 
     async def _other_protocol(request: Request, call: ResponsesCall | MessagesCall):
         """Start a Responses / Messages call on the chat path and answer in its protocol."""
         await call.start()
-        session = {
-            "X-Session-Id": call.job.assign.session_id,
-            "X-Turn-Index": str(call.job.assign.turn_index),
-        }
+        session = session_headers(call.job.assign.session_id, call.job.assign.turn_index)
         if call.req.stream:
             return StreamingResponse(
                 _stream_while_connected(call.job, call.stream()),

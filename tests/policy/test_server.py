@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -329,6 +330,28 @@ def test_over_long_context_and_bad_session_header(tiny_service, client):
     assert r.status_code == 400 and "X-Turn-Type" in r.json()["error"]["message"]
     r = client.post("/v1/chat/completions", headers={"X-Session-Done": "maybe"}, json={"messages": USER})
     assert r.status_code == 400 and "X-Session-Done" in r.json()["error"]["message"]
+
+
+def test_a_session_id_in_any_script_is_kept_and_echoed_in_a_valid_header(tiny_service, client):
+    """A Chinese session id (body or UTF-8 header, as curl sends it) is served and recorded as written;
+    the X-Session-Id response header, which holds only Latin-1, carries it percent-encoded."""
+    svc, _ = tiny_service
+    body = {"messages": USER, "max_tokens": 2, "session_id": "我的会话"}
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["session_id"] == "我的会话" and unquote(r.headers["X-Session-Id"]) == "我的会话"
+    with client.stream(
+        "POST", "/v1/chat/completions", json={**body, "session_id": "会话三", "stream": True}
+    ) as s:
+        assert s.status_code == 200 and unquote(s.headers["X-Session-Id"]) == "会话三"
+        assert _sse(s)[-1] == "[DONE]"
+    r = client.post(
+        "/v1/chat/completions",
+        headers={"X-Session-Id": "会话二".encode()},
+        json={"messages": USER, "max_tokens": 2},
+    )
+    assert r.status_code == 200 and r.json()["session_id"] == "会话二"
+    assert [len(_turns(svc, sid)) for sid in ("我的会话", "会话三", "会话二")] == [1, 1, 1]
 
 
 ADMIN_ROUTES = [
