@@ -384,10 +384,46 @@ def check_services(cfg: Config) -> list[Check]:
     return results
 
 
+def _latest_checkpoints(cfg: Config, run: RunDir) -> list[Path]:
+    """The checkpoints this config would resume from: the shared one, or each user's newest."""
+    from openclaw_rl.trainer.checkpoint import latest_checkpoint
+
+    users = run.checkpoints / "users"
+    if cfg.users.mode == "shared":
+        roots = [run.checkpoints]
+    else:
+        roots = sorted(p for p in users.iterdir() if p.is_dir()) if users.is_dir() else []
+    return [c for c in (latest_checkpoint(r) for r in roots) if c is not None]
+
+
+def run_problems(cfg: Config, run: RunDir) -> list[str]:
+    """What in the run's folder this config cannot go on from, refused before anything starts (the
+    dry run's ``log_dir`` line): the other ``[users] mode``'s training, or LoRA settings changed under
+    the run's adapters. Read only."""
+    from openclaw_rl.trainer.checkpoint import config_mismatch
+
+    problem = run.mode_problem(cfg.users.mode)
+    if problem:
+        return [problem]
+    tc = cfg.training
+    for ckpt in _latest_checkpoints(cfg, run):
+        problem = config_mismatch(ckpt, tc.lora, tc.lora_rank, tc.lora_alpha, tc.lora_target_modules)
+        if problem:
+            return [problem]
+    return []
+
+
 def run_warnings(cfg: Config, run: RunDir) -> list[str]:
     """What the run's folder (one :meth:`RunDir.problem` found sound) says about this config: a
-    ``max_steps`` the run has already reached. Read only (the dry run leaves nothing behind): the
-    store opened read-only, checkpoints read."""
+    checkpoint trained on another base model, a ``max_steps`` the run has already reached. Read only
+    (the dry run leaves nothing behind): the store opened read-only, checkpoints read."""
+    from openclaw_rl.trainer.checkpoint import base_mismatch
+
+    bases = [base_mismatch(c, cfg.policy_service.model) for c in _latest_checkpoints(cfg, run)]
+    return [*[w for w in bases if w][:1], *_max_steps_warnings(cfg, run)]
+
+
+def _max_steps_warnings(cfg: Config, run: RunDir) -> list[str]:
     limit = cfg.training.max_steps
     if not limit:
         return []
@@ -426,6 +462,8 @@ def launch(config_path: str, dry_run: bool = False) -> int:
     run = RunDir.of(cfg)
     log_problem = run.problem()  # leaves nothing behind before every check passed
     busy = None if log_problem else run.busy()
+    if not log_problem and not busy:
+        log_problem = next(iter(run_problems(cfg, run)), None)
     if busy:  # first: its port and engines are the other run's, not a problem to fix
         print(f"error: {busy}", file=sys.stderr)
         return 2
@@ -472,7 +510,7 @@ def _dry_run(cfg: Config, config_path: str) -> int:
     print(f"[dry-run] run={cfg.global_.run_name} config={config_path} log_dir={cfg.log_dir}", flush=True)
     checks = check_services(cfg)
     run = RunDir.of(cfg)
-    log_problem = run.problem() or run.busy()
+    log_problem = run.problem() or run.busy() or next(iter(run_problems(cfg, run)), None)
     if log_problem:
         checks.append(Check("log_dir", False, log_problem))
     for c in checks:

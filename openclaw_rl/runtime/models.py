@@ -23,6 +23,8 @@ from typing import Any
 from openclaw_rl.runtime.rundir import process_alive
 
 EMBEDDED_NAMES = {"smollm2-135m-instruct", "smollm2-135m", "smollm2"}
+#: The folder the embedded model is converted into (under ``home_dir() / "models"``).
+EMBEDDED_FOLDER = "smollm2-135m-instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _convert_lock = threading.Lock()
 
@@ -54,7 +56,7 @@ def resolve_model_dir(name: str) -> Path:
             f"{path.resolve()} is not a Hugging Face model directory (no config.json). "
             "Models are never downloaded at run time; give a local directory."
         )
-    cache = home_dir() / "models" / "smollm2-135m-instruct"
+    cache = home_dir() / "models" / EMBEDDED_FOLDER
     if (cache / "model.safetensors").is_file():
         return cache
     pkg = _gguf_package_dir()

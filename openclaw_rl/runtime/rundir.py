@@ -146,6 +146,33 @@ class RunDir:
             problem = f"{self.store} is read-only: a run writes every turn to it; make it writable"
         return problem
 
+    def mode_problem(self, mode: str) -> str | None:
+        """Why this folder cannot go on in ``[users] mode`` = ``mode``: it trained in the other mode
+        (one shared policy, or each user's adapter), which this mode would neither serve nor go on
+        training, and whose trained samples it would train again. None when it agrees, or is new."""
+        shared = sorted(self.checkpoints.glob("step_*"))
+        users_root = self.checkpoints / "users"
+        users = (
+            sorted(p.name for p in users_root.iterdir() if any(p.glob("step_*")))
+            if users_root.is_dir()
+            else []
+        )
+        if mode == "per_user" and shared:
+            return (
+                f'[users] mode = "per_user", but {self.root} trained one shared policy ({shared[-1].name}): '
+                "per_user mode trains each user's adapter from the base and would neither serve nor go on "
+                'training it. Keep mode = "shared" for this log_dir, or give the per_user run a new '
+                "[global] log_dir"
+            )
+        if mode == "shared" and users:
+            return (
+                f'[users] mode = "shared", but {self.root} trained per-user adapters ({", ".join(users[:5])}'
+                f"{', ...' if len(users) > 5 else ''}): shared mode would train one policy over them and "
+                'train their samples again. Keep mode = "per_user" for this log_dir, or give the shared '
+                "run a new [global] log_dir"
+            )
+        return None
+
     def prepare(self) -> str | None:
         """After :meth:`problem` found nothing: create the folder and prove it takes a write and has
         room for checkpoints; what is wrong, or None. Every command that writes a run calls both

@@ -29,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import functools
+import json
 import os
 import shutil
 import sys
@@ -298,3 +299,64 @@ def prune_checkpoints(root: Path, keep_name: str, keep: int) -> None:
     for p in root.glob(f".{CHECKPOINT_PREFIX}*"):
         if p.is_dir() and p.name not in named:
             _remove(p)
+
+
+def base_model_name(model: str) -> str:
+    """The folder name a base model resolves to: the embedded model's cache folder, else the
+    directory's own name (a checkpoint records its base as a path; machines differ in where it is)."""
+    from openclaw_rl.runtime.models import EMBEDDED_FOLDER, EMBEDDED_NAMES
+
+    if model.lower() in EMBEDDED_NAMES:
+        return EMBEDDED_FOLDER
+    return Path(model).expanduser().resolve().name
+
+
+def config_mismatch(ckpt: Path, lora: bool, rank: int, alpha: int, targets: list[str]) -> str | None:
+    """Why the checkpoint ``ckpt`` cannot go on training with these ``[training]`` LoRA settings: a
+    changed rank or target list no longer fits its adapter, and a changed alpha rescales what it
+    learned. None when they agree (or the checkpoint cannot be read: resuming says so)."""
+    try:
+        state = json.loads((ckpt / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if bool(state.get("lora")) != lora:
+        return f"checkpoint {ckpt} was saved with lora = {str(bool(state.get('lora'))).lower()} but [training] lora = {str(lora).lower()}"
+    if not lora:
+        return None
+    try:
+        saved = json.loads((ckpt / "policy" / "adapter_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    changed = []
+    if saved.get("r") is not None and saved["r"] != rank:
+        changed.append(f"lora_rank = {rank} (the checkpoints: {saved['r']})")
+    if saved.get("lora_alpha") is not None and saved["lora_alpha"] != alpha:
+        changed.append(f"lora_alpha = {alpha} (the checkpoints: {saved['lora_alpha']})")
+    if isinstance(saved.get("target_modules"), list) and set(saved["target_modules"]) != set(targets):
+        changed.append(
+            f"lora_target_modules = {sorted(targets)} (the checkpoints: {sorted(saved['target_modules'])})"
+        )
+    if not changed:
+        return None
+    return (
+        f"[training] {'; '.join(changed)}: this run's adapter was trained with the checkpoints' "
+        f"settings ({ckpt.name}), and a LoRA's shape and scale cannot change under it. Set them back, "
+        "or start a new run in another [global] log_dir"
+    )
+
+
+def base_mismatch(ckpt: Path, model: str) -> str | None:
+    """A warning when the checkpoint ``ckpt`` was trained on another base model than ``model``
+    names (its adapter would be applied to weights it never saw); None when they agree."""
+    try:
+        state = json.loads((ckpt / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    saved = state.get("base_model")
+    if not isinstance(saved, str) or Path(saved).name == base_model_name(model):
+        return None
+    return (
+        f"[policy_service] model = {model!r}, but checkpoint {ckpt.name} was trained on the base "
+        f"{saved}: what it learned goes on under weights it never saw; set the model back, or start a "
+        "new run in another [global] log_dir"
+    )

@@ -61,6 +61,7 @@ from openclaw_rl.trainer.checkpoint import (
     STATE_FILE,
     Publication,
     checkpoint_name,
+    config_mismatch,
     latest_checkpoint,
     prune_checkpoints,
     publish,
@@ -919,11 +920,11 @@ class Trainer:
         from safetensors.torch import load_file
 
         state = json.loads((ckpt / STATE_FILE).read_text(encoding="utf-8"))
-        if bool(state.get("lora")) != self.tc.lora:
-            raise CheckpointError(
-                f"checkpoint {ckpt} was saved with lora={state.get('lora')} but "
-                f"[training] lora = {self.tc.lora}"
-            )
+        mismatch = config_mismatch(
+            ckpt, self.tc.lora, self.tc.lora_rank, self.tc.lora_alpha, self.tc.lora_target_modules
+        )
+        if mismatch:
+            raise CheckpointError(mismatch)
         policy = ckpt / POLICY_SUBDIR
         if self.tc.lora:
             from peft import set_peft_model_state_dict

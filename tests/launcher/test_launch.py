@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -298,3 +299,66 @@ def test_the_dry_run_warns_when_the_run_has_already_reached_max_steps(tmp_path):
     assert "already trained 8 updates" in dry.stdout
     path.write_text(path.read_text().replace("max_steps = 5", "max_steps = 12"))
     assert "max_steps" not in _launch("--config", str(path), "--dry-run").stdout
+
+
+def test_a_run_folder_refuses_a_config_it_cannot_go_on_from(tmp_path, tiny_model_dir):
+    """Changing [users] mode or the LoRA's shape under a trained run is refused by the dry run and the
+    launch, naming the key and what to do; another base model is warned about."""
+    from openclaw_rl.config import build_config
+    from openclaw_rl.trainer.ppo import Trainer
+
+    logs = tmp_path / "logs"
+    training = {"lora": True, "lora_rank": 8, "lora_alpha": 16}
+    cfg = build_config(
+        {
+            "global": {"log_dir": str(logs)},
+            "policy_service": {"model": str(tiny_model_dir)},
+            "training": training,
+        },
+        environ={},
+    )
+    Trainer(cfg, cfg.policy_service.model).save_checkpoint()  # a shared run's checkpoint, step 0
+    path = tmp_path / "c.toml"
+    base = (
+        f'[global]\nlog_dir = "{logs}"\n[policy_service]\nport = 0\nmodel = "{tiny_model_dir}"\n'
+        "[env_service]\nnum_envs = 0\n[training]\nlora_rank = 8\nlora_alpha = 16\n"
+    )
+    path.write_text(base)
+    dry = _launch("--config", str(path), "--dry-run")
+    assert "log_dir: FAILED" not in dry.stdout and "warning: [policy_service] model" not in dry.stdout, (
+        dry.stdout
+    )
+
+    path.write_text(base.replace("lora_rank = 8", "lora_rank = 16"))
+    dry = _launch("--config", str(path), "--dry-run")
+    assert "[dry-run] log_dir: FAILED" in dry.stdout, dry.stdout
+    assert "lora_rank = 16 (the checkpoints: 8)" in dry.stdout and "another [global] log_dir" in dry.stdout
+    started = _launch("--config", str(path))
+    assert started.returncode == 2 and "lora_rank = 16 (the checkpoints: 8)" in started.stderr, started.stderr
+
+    path.write_text(base + '[users]\nmode = "per_user"\n')
+    dry = _launch("--config", str(path), "--dry-run")
+    assert '[users] mode = "per_user", but' in dry.stdout and "trained one shared policy" in dry.stdout, (
+        dry.stdout
+    )
+
+    other = tmp_path / "other-base"
+    shutil.copytree(tiny_model_dir, other)
+    path.write_text(base.replace(str(tiny_model_dir), str(other)))
+    dry = _launch("--config", str(path), "--dry-run")
+    assert (
+        f"warning: [policy_service] model = '{other}', but checkpoint step_00000000 was trained on"
+        in dry.stdout
+    )
+
+
+def test_a_per_user_run_folder_refuses_shared_mode(tmp_path):
+    logs = tmp_path / "logs"
+    (logs / "checkpoints" / "users" / "alice" / "step_00000003").mkdir(parents=True)
+    path = tmp_path / "c.toml"
+    path.write_text(
+        f'[global]\nlog_dir = "{logs}"\n[policy_service]\nport = 0\n[env_service]\nnum_envs = 0\n'
+    )
+    dry = _launch("--config", str(path), "--dry-run")
+    assert '[users] mode = "shared", but' in dry.stdout and "trained per-user adapters (alice)" in dry.stdout
+    assert "train their samples again" in dry.stdout, dry.stdout

@@ -497,3 +497,22 @@ def test_fsdp_rank0_killed_at_any_step_of_a_checkpoint_resumes_a_complete_one(
     # The two saves differed (the test would be blind otherwise).
     old, new = _exported(runs[0][1] / "old" / "v000001"), _exported(runs[0][1] / "new" / "v000002")
     assert any(not torch.equal(old[k], new[k]) for k in old)
+
+
+def test_resuming_under_another_lora_shape_names_the_keys(make_cfg: Callable[..., Any]) -> None:
+    """`openclaw-rl train --resume` after lora_rank / lora_alpha changed: one message naming both
+    keys and both values (not a state-dict size error with "move it aside")."""
+    from openclaw_rl.trainer.ppo import CheckpointError, Trainer
+
+    cfg = make_cfg(lora_rank=8, lora_alpha=16)
+    Trainer(cfg, cfg.policy_service.model).save_checkpoint()
+    changed = make_cfg(lora_rank=4, lora_alpha=32)
+    with pytest.raises(CheckpointError) as err:
+        Trainer(changed, changed.policy_service.model).resume()
+    message = str(err.value)
+    assert (
+        "lora_rank = 4 (the checkpoints: 8)" in message and "lora_alpha = 32 (the checkpoints: 16)" in message
+    )
+    assert "move it aside" not in message
+    same = make_cfg(lora_rank=8, lora_alpha=16)
+    assert Trainer(same, same.policy_service.model).resume()
