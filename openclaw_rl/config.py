@@ -124,8 +124,8 @@ class GlobalConfig(_Section):
         # It becomes a folder name (TensorBoard), so it must be one on every platform.
         if not RUN_NAME.match(v):
             raise ValueError(
-                "must be 1-64 characters of letters, digits, '.', '_' or '-', starting with a "
-                "letter or digit (it names the run's TensorBoard folder)"
+                "must be 1-64 characters of ASCII letters (a-z, A-Z), digits, '.', '_' or '-', starting "
+                "with a letter or digit (it names the run's TensorBoard folder)"
             )
         return v
 

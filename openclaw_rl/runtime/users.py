@@ -35,8 +35,8 @@ def check_user_name(name: str, where: str = "user") -> str:
     if not isinstance(name, str) or not USER_NAME.match(name):
         shown = repr(name[:70]) if isinstance(name, str) else type(name).__name__
         raise UserError(
-            f"{where}: {shown} is not a user name: 1-128 letters, digits or '.', '_', '@', '+', '-', "
-            "starting with a letter or digit"
+            f"{where}: {shown} is not a user name: 1-128 ASCII letters (a-z, A-Z), digits or '.', '_', "
+            "'@', '+', '-', starting with a letter or digit"
         )
     return name
 
