@@ -72,6 +72,11 @@ def extract_command(text: str) -> str:
     return "\n".join(lines).strip()
 
 
+def _runs_anything(command: str) -> bool:
+    """Whether ``command`` has a line that is not blank or a shell comment."""
+    return any(ln.strip() and not ln.strip().startswith("#") for ln in command.splitlines())
+
+
 @dataclass(frozen=True)
 class Task:
     """One shell task: set-up, an instruction, a checker, and two commands for the tests."""
@@ -481,11 +486,13 @@ class TerminalEnv(Env):
         text = action if isinstance(action, str) else str(action.get("content") or "")
         self.turns += 1
         command = extract_command(text)
-        if not command:
+        if not _runs_anything(command):
+            # a reply of comments only ("#!/bin/bash\n# first, list the files") does nothing: running
+            # it would exit 0 and read as a success
             result = CommandResult(
                 command="",
                 stdout="",
-                stderr="no command found in the reply",
+                stderr="no command found in the reply" + (" (only comments)" if command else ""),
                 exit_code=2,
                 elapsed_s=0.0,
                 notes=["reply with one command in a ```bash block"],

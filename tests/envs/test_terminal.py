@@ -55,6 +55,10 @@ def test_episode_truncates_and_reports_bad_replies():
     env.reset(seed=1)
     obs, r, term, trunc, info = env.step("")
     assert "no command found" in obs and not term and not trunc
+    env.max_turns = 3
+    # a script of comments only does nothing: not an exit 0 the judge would read as a success
+    obs, r, term, trunc, info = env.step("```bash\n#!/bin/bash\n# first, count the lines\n```")
+    assert "no command found in the reply (only comments)" in obs and info["exit_code"] == 2
     obs, r, term, trunc, info = env.step("```bash\nnosuchcommand\n```")
     assert info["exit_code"] == 127 and "command not found" in obs and trunc and not term
     env.close()
