@@ -108,14 +108,28 @@ class PolicyService:
             if policy is None:
                 continue
             who = f" of user {user}" if user is not None else ""
-            try:
-                self.serving.swap_weights(policy.path, policy.version, user)
-            except WeightLoadError as exc:
+            # the newest published first; when its folder is gone or damaged, the newest older one
+            # that loads (a user who deleted v6 by hand gets v5, not the base under a "v6" label)
+            older = [(v, p) for v, p in run.published_versions(user) if v < policy.version]
+            served = None
+            for version, path in [(policy.version, policy.path), *older]:
+                try:
+                    self.serving.swap_weights(path, version, user)
+                except WeightLoadError as exc:
+                    print(f"[policy_service] could not load policy version={version}{who}: {exc}", flush=True)
+                    continue
+                served = version
+                break
+            if served is None:
+                print(f"[policy_service] serving the base model{who}: no published version loads", flush=True)
+            elif served != policy.version:
                 print(
-                    f"[policy_service] could not load policy version={policy.version}{who}: {exc}", flush=True
+                    f"[policy_service] serving policy version={served}{who}, the newest that loads (the "
+                    f"published version {policy.version} does not); the trainer's next publication "
+                    "replaces it",
+                    flush=True,
                 )
-                continue
-            if user is None:
+            elif user is None:
                 print(
                     f"[policy_service] serving policy version={policy.version} (the newest published)",
                     flush=True,

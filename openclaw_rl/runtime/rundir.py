@@ -281,6 +281,13 @@ class RunDir:
         load from."""
         return self.policies if user is None else self.policies / "users" / user
 
+    def published_versions(self, user: str | None = None) -> list[tuple[int, Path]]:
+        """Every exported version folder (``v000006``) of the shared policy or of ``user``'s adapter,
+        newest first: what serving falls back on when the pointer's folder is gone or damaged."""
+        folder = self.policy_dir(user)
+        found = [(int(p.name[1:]), p) for p in folder.glob("v*") if p.is_dir() and p.name[1:].isdigit()]
+        return sorted(found, reverse=True)
+
     def user_folders(self, user: str) -> list[Path]:
         """The folders that hold only ``user``'s files (per_user mode): their published adapters and
         their adapter / optimiser checkpoints."""

@@ -196,3 +196,33 @@ def test_a_published_policy_that_cannot_be_loaded_is_reported_and_the_base_serve
     finally:
         svc.stop()
     assert "could not load policy version=2" in capsys.readouterr().out
+
+
+def test_a_published_version_gone_by_hand_falls_back_to_the_newest_that_loads(
+    tmp_path, tiny_model_dir, capsys
+):
+    from openclaw_rl.config import build_config
+    from openclaw_rl.policy.server import PolicyService
+    from openclaw_rl.runtime.rundir import RunDir
+    from openclaw_rl.trainer.ppo import Trainer
+
+    cfg = build_config(
+        {
+            "global": {"log_dir": str(tmp_path / "logs")},
+            "policy_service": {"model": str(tiny_model_dir), "port": 0},
+            "training": {"lora": True},
+        },
+        environ={},
+    )
+    run = RunDir.of(cfg)
+    Trainer(cfg, cfg.policy_service.model).export_policy(run.policies, 1)
+    run.publish_policy(2, run.policies / "v000002")  # the pointer names v2, whose folder was removed
+    svc = PolicyService(cfg)
+    svc.start()
+    try:
+        assert svc.policy_version == 1
+    finally:
+        svc.stop()
+    out = capsys.readouterr().out
+    assert "could not load policy version=2" in out
+    assert "serving policy version=1, the newest that loads (the published version 2 does not)" in out
