@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import unicodedata
 from typing import Any
 
 from openclaw_rl.config import Config
@@ -139,6 +140,19 @@ def samples_command(cfg: Config, out: str, status: SampleStatus | None) -> int:
     return 0
 
 
+def fit(text: str, width: int) -> str:
+    """``text`` cut and padded to ``width`` terminal columns: a CJK character takes two ("我的会话"
+    is 8 columns wide), so padding by characters would shift the columns after it."""
+    out, used = [], 0
+    for ch in text:
+        w = 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+        if used + w > width:
+            break
+        out.append(ch)
+        used += w
+    return "".join(out) + " " * (width - used)
+
+
 def turns_command(cfg: Config, last: int, user: str | None) -> int:
     """``openclaw-rl turns``: the newest recorded turns, one line each, with the id a client rates
     (``POST /v1/feedback``): clients such as OpenClaw do not show it."""
@@ -160,7 +174,7 @@ def turns_command(cfg: Config, last: int, user: str | None) -> int:
         judged = f"{score:+d}" if status == "judged" and score is not None else status
         reply = " ".join(turn.response_text.split()) or ("(tool call)" if turn.tool_calls else "(empty)")
         print(
-            f"{turn.response_id or '-':<38} {turn.user[:12]:<12} {turn.session_id[:14]:<14} "
+            f"{turn.response_id or '-':<38} {fit(turn.user, 12)} {fit(turn.session_id, 14)} "
             f"{turn.turn_index:>4} {turn.turn_type:<4} {turn.policy_version:>3} {judged:>6}  {reply[:60]!r}"
         )
     return 0

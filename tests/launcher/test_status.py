@@ -185,3 +185,11 @@ def test_in_per_user_mode_the_progress_line_shows_the_users_adapters(tmp_path):
         assert " version=0 " in line and line.endswith(" user_adapters=2 (newest v3)")
     finally:
         store.close()
+
+
+def test_columns_are_padded_by_terminal_width():
+    from openclaw_rl.launcher.status import fit
+
+    assert fit("我的会话", 14) == "我的会话      "  # 8 + 6 columns
+    assert fit("abc", 5) == "abc  " and fit("abcdefgh", 5) == "abcde"
+    assert fit("会话会话会话会话", 5) == "会话 "  # a wide character never half-fits
