@@ -398,16 +398,18 @@ def _latest_checkpoints(cfg: Config, run: RunDir) -> list[Path]:
 
 def run_problems(cfg: Config, run: RunDir) -> list[str]:
     """What in the run's folder this config cannot go on from, refused before anything starts (the
-    dry run's ``log_dir`` line): the other ``[users] mode``'s training, or LoRA settings changed under
-    the run's adapters. Read only."""
-    from openclaw_rl.trainer.checkpoint import config_mismatch
+    dry run's ``log_dir`` line): the other ``[users] mode``'s training, a checkpoint to resume that
+    cannot be read, or LoRA settings changed under the run's adapters. Read only."""
+    from openclaw_rl.trainer.checkpoint import config_mismatch, damage
 
     problem = run.mode_problem(cfg.users.mode)
     if problem:
         return [problem]
     tc = cfg.training
     for ckpt in _latest_checkpoints(cfg, run):
-        problem = config_mismatch(ckpt, tc.lora, tc.lora_rank, tc.lora_alpha, tc.lora_target_modules)
+        problem = damage(ckpt) or config_mismatch(
+            ckpt, tc.lora, tc.lora_rank, tc.lora_alpha, tc.lora_target_modules
+        )
         if problem:
             return [problem]
     return []

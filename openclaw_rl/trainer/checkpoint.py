@@ -360,3 +360,22 @@ def base_mismatch(ckpt: Path, model: str) -> str | None:
         f"{saved}: what it learned goes on under weights it never saw; set the model back, or start a "
         "new run in another [global] log_dir"
     )
+
+
+def damage(ckpt: Path) -> str | None:
+    """What makes the checkpoint ``ckpt`` unreadable, checked cheaply (its state file and its weight
+    files' headers, not the weights), or None; the dry run's check before a resume."""
+    from safetensors import safe_open
+
+    try:
+        json.loads((ckpt / STATE_FILE).read_text(encoding="utf-8"))
+        for f in sorted((ckpt / "policy").glob("*.safetensors")):
+            with safe_open(str(f), framework="pt") as handle:
+                handle.keys()
+    except Exception as exc:  # whatever the reader raises (safetensors, json, OS), its words are the detail
+        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        return (
+            f"checkpoint {ckpt} cannot be read ({type(exc).__name__}: {detail}); move it aside to resume "
+            "from the one before"
+        )
+    return None

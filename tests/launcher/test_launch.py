@@ -342,6 +342,17 @@ def test_a_run_folder_refuses_a_config_it_cannot_go_on_from(tmp_path, tiny_model
         dry.stdout
     )
 
+    # a checkpoint the run would resume from that cannot be read: named before anything starts
+    path.write_text(base)
+    weights = logs / "checkpoints" / "step_00000000" / "policy" / "adapter_model.safetensors"
+    saved = weights.read_bytes()
+    weights.write_bytes(saved[:1000])
+    dry = _launch("--config", str(path), "--dry-run")
+    assert "step_00000000 cannot be read (SafetensorError" in dry.stdout and "move it aside" in dry.stdout, (
+        dry.stdout
+    )
+    weights.write_bytes(saved)
+
     other = tmp_path / "other-base"
     shutil.copytree(tiny_model_dir, other)
     path.write_text(base.replace(str(tiny_model_dir), str(other)))
