@@ -333,6 +333,30 @@ class ChatCompletionRequest(_Lenient):
         return v
 
     @model_validator(mode="after")
+    def _tool_results_answer_calls(self) -> ChatCompletionRequest:
+        """As OpenAI and Anthropic: each tool result answers a call of the assistant message before
+        the run of results it is in. A result for no call (a stale id, a cut history) would be
+        trained on as that turn's next state; the client is told its history is broken instead."""
+        calls: set[str] | None = None  # ids of the assistant message the current tool results follow
+        for i, m in enumerate(self.messages):
+            if m.role == "tool":
+                if calls is None:
+                    raise ValueError(
+                        f"messages[{i}]: a tool result must follow an assistant message that made tool "
+                        "calls (its tool_calls / tool_use blocks)"
+                    )
+                if m.tool_call_id is not None and m.tool_call_id not in calls:
+                    raise ValueError(
+                        f"messages[{i}]: tool result for call id {m.tool_call_id!r}, which the assistant "
+                        f"message before it did not make (its calls: {sorted(calls)})"
+                    )
+            elif m.role == "assistant" and m.tool_calls:
+                calls = {c.id for c in m.tool_calls}
+            else:
+                calls = None
+        return self
+
+    @model_validator(mode="after")
     def _checks(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs: requires logprobs = true")

@@ -575,3 +575,68 @@ def test_the_served_model_can_be_looked_up_by_name_with_either_sdk(tiny_service)
         timeout=60,
     )
     assert r.status_code >= 400 and "code" in r.json()["error"] and "type" not in r.json(), r.text
+
+
+def test_a_tool_result_that_answers_no_call_is_refused_on_every_route(tiny_service):
+    """As the official APIs: a tool result for an id no call made (a stale id, a cut history) is a 400
+    in the caller's protocol, and nothing is recorded (it would be trained on as a next state)."""
+    import anthropic
+    import openai
+
+    svc, url = tiny_service
+    before = svc.store.counters().turns
+    weather = [{"name": "get_weather", "input_schema": {"type": "object", "properties": {}}}]
+    asked = {"role": "user", "content": "Weather?"}
+    call = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}],
+    }
+    stale = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_XXX", "content": "sunny"}],
+    }
+    with pytest.raises(anthropic.BadRequestError) as err:
+        _anthropic(url).messages.create(model="m", max_tokens=2, tools=weather, messages=[asked, call, stale])
+    assert "'toolu_XXX'" in str(err.value) and "did not make" in str(err.value)
+    with pytest.raises(anthropic.BadRequestError):
+        _anthropic(url).messages.create(model="m", max_tokens=2, tools=weather, messages=[stale])
+    with pytest.raises(openai.BadRequestError) as oerr:
+        _openai(url).chat.completions.create(
+            model="m",
+            max_tokens=2,
+            messages=[
+                {"role": "user", "content": "w"},
+                {"role": "tool", "tool_call_id": "call_zzz", "content": "x"},
+            ],
+        )
+    assert "must follow an assistant message that made tool calls" in str(oerr.value)
+    with pytest.raises(openai.BadRequestError) as rerr:
+        _openai(url).responses.create(
+            model="m",
+            max_output_tokens=16,
+            input=[
+                {"role": "user", "content": "hi"},
+                {"type": "function_call_output", "call_id": "call_zzz", "output": "x"},
+            ],
+        )
+    assert "'call_zzz'" in str(rerr.value) or "must follow" in str(rerr.value)
+    assert svc.store.counters().turns == before
+    # the same results answering their calls are served
+    fixed = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}],
+    }
+    reply = _anthropic(url).messages.create(
+        model="m", max_tokens=2, tools=weather, messages=[asked, call, fixed]
+    )
+    assert reply.id.startswith("msg_")
+    out = _openai(url).responses.create(
+        model="m",
+        max_output_tokens=16,
+        input=[
+            {"role": "user", "content": "hi"},
+            {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "x"},
+        ],
+    )
+    assert out.id.startswith("resp_")
