@@ -715,6 +715,10 @@ class TransformersEngine(Engine):
                     break
         if row.finish is None and (len(row.ids) >= p.max_tokens or len(row.prompt) + len(row.ids) >= limit):
             row.finish = "length"
+            if row.text.endswith("\ufffd") and token_piece(self.tokenizer, tok).startswith("bytes:"):
+                # cut inside a multi-byte character: the reply ends before it, not in a U+FFFD
+                row.text = row.text.rstrip("\ufffd")
+                row.emitted = min(row.emitted, len(row.text))
         if row.finish is None:
             safe = len(row.text) - _stop_holdback(row.text, p.stop)
             if row.text.endswith("\ufffd"):  # half of a multi-byte character: wait for the rest

@@ -151,6 +151,29 @@ def test_logit_bias_bans_and_forces_tokens(client):
     assert first_token(logit_bias={"1234": 100}) == 1234
 
 
+def test_a_reply_cut_inside_a_character_ends_before_it(tiny_service, client, tiny_model_dir):
+    """max_tokens ending on the first byte-token of a multi-byte character (a Chinese reply cut short):
+    the text ends before the character, not in U+FFFD; the token is still the reply's (recorded)."""
+    from openclaw_rl.runtime.models import load_tokenizer
+
+    svc, _ = tiny_service
+    first = load_tokenizer(str(tiny_model_dir)).encode("🐱")[0]  # a token holding part of the emoji
+    body = {"messages": USER, "max_tokens": 1, "logit_bias": {str(first): 100}, "return_token_ids": True}
+    r = client.post("/v1/chat/completions", json=body)
+    choice = r.json()["choices"][0]
+    assert choice["token_ids"] == [first] and choice["finish_reason"] == "length"
+    assert choice["message"]["content"] == ""
+    (turn,) = _turns(svc, r.json()["session_id"])
+    assert turn.response_ids == [first] and "\ufffd" not in turn.response_text
+    with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as s:
+        streamed = "".join(
+            e["choices"][0]["delta"].get("content") or ""
+            for e in _sse(s)
+            if isinstance(e, dict) and e["choices"]
+        )
+    assert streamed == ""
+
+
 def test_top_k_one_draws_the_greedy_reply_at_any_temperature(tiny_service, client):
     from anthropic import Anthropic
 
