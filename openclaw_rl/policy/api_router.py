@@ -277,7 +277,12 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
             if not hmac.compare_digest(given.encode(), expected):
                 raise refused(
                     "missing or wrong API key: send Authorization: Bearer <key>"
-                    + (" or x-api-key: <key>" if request.url.path.startswith("/v1/messages") else "")
+                    + (
+                        " or x-api-key: <key>"
+                        if request.url.path.startswith("/v1/messages")
+                        or "anthropic-version" in request.headers
+                        else ""
+                    )
                 )
             return Caller(key_user=None, trusted=True)
         return Caller(key_user=None, trusted=is_loopback(request.client.host if request.client else None))
