@@ -200,14 +200,14 @@ def supervise(children: dict[str, Child]) -> int | None:
         if child.restarts >= MAX_RESTARTS and child.name in OPTIONAL_CHILDREN:
             child.finished = True  # given up on: never restarted, nothing left to stop
             print(
-                f"[launch] {child.name} exited (code {code}) {MAX_RESTARTS} times; the run goes on without "
+                f"[launch] {child.name} exited (code {code}) again after {MAX_RESTARTS} restarts; the run goes on without "
                 "live evaluation",
                 flush=True,
             )
             continue
         if child.restarts >= MAX_RESTARTS:
             print(
-                f"[launch] {child.name} exited (code {code}) {MAX_RESTARTS} times; stopping the run",
+                f"[launch] {child.name} exited (code {code}) again after {MAX_RESTARTS} restarts; stopping the run",
                 flush=True,
             )
             return 1
