@@ -517,6 +517,13 @@ _FILLER = re.compile(
     re.IGNORECASE,
 )
 # "way too formal" / "it's too long": a complaint that is a directive in disguise.
+# "answer wrong", "the result is incorrect", "这个 answer 不对": a verdict on the reply, no instruction
+# ("Answer wrong." would read as one); the correction is quoted as the hint instead.
+_VERDICT = re.compile(
+    r"\b(?:the |your |this |that )?(?:answer|result|number|output)\s*(?:is\s+|was\s+|'s\s+)?"
+    r"(?:wrong|incorrect|not (?:right|correct)|off)\b|\b(?:answer|result)\b\s*(?:不对|错|不是)",
+    re.IGNORECASE,
+)
 _TOO = re.compile(
     r"^(?:(?:it'?s|it is|this is|that'?s|you'?re|you are|the \w+ is|way|much|far|a bit|bit|still|just)\s+)*"
     r"too\s+([a-z]+(?:\s+[a-z]+)?)[.!]*$",
@@ -581,7 +588,7 @@ def extract_hint(role: str, content: str) -> str | None:
             elif _EXAMPLE.match(c.strip()) and after_kept and kept[-1]:
                 example = _clean(c)  # "Like what to double-check." joins its request, lower-cased
                 kept[-1] = f"{kept[-1][:-1]}, {example[0].lower()}{example[1:]}"
-            elif _DIRECTIVE.search(c) and not _BARE_REDO.match(c.strip()):
+            elif _DIRECTIVE.search(c) and not _BARE_REDO.match(c.strip()) and not _VERDICT.search(c):
                 kept.append(_clean(c))
             else:
                 after_kept = False

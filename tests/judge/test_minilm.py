@@ -261,6 +261,14 @@ def test_votes_respect_reward_space():
         # a quoted word keeps both of its quotes
         ("user", 'almost but drop the word "basically"', 'Drop the word "basically".'),
         ("user", "A summary at the top, please; my manager skims.", "A summary at the top please."),
+        # a verdict on the reply is no instruction ("Answer wrong." would read as one): quoted instead
+        ("user", "answer wrong", 'The user replied: "answer wrong". Take this correction into account.'),
+        (
+            "user",
+            "这个 answer 不对啊，应该是84",
+            'The user replied: "这个 answer 不对啊，应该是84". Take this correction into account.',
+        ),
+        ("user", "the answer is wrong, use the second table", "Use the second table."),
     ],
 )
 def test_extract_hint(role, text, expected):
