@@ -172,39 +172,11 @@ def test_each_loop_process_gets_its_share_of_threads(tmp_path, monkeypatch):
     assert threads_in_child(tmp_path / "b").endswith(" 5")
 
 
-def test_a_published_policy_that_cannot_be_loaded_is_reported_and_the_base_served(
-    tmp_path, tiny_model_dir, capsys
-):
+def _served_version(tmp_path, tiny_model_dir, prepare) -> int:
+    """The policy version a freshly started service serves from a run folder ``prepare(cfg, run)`` set up."""
     from openclaw_rl.config import build_config
     from openclaw_rl.policy.server import PolicyService
     from openclaw_rl.runtime.rundir import RunDir
-
-    cfg = build_config(
-        {
-            "global": {"log_dir": str(tmp_path / "logs")},
-            "policy_service": {"model": str(tiny_model_dir), "port": 0},
-        },
-        environ={},
-    )
-    run = RunDir.of(cfg)
-    (run.policies / "v000002").mkdir(parents=True)  # emptied by hand, or a disk that lost it
-    run.publish_policy(2, run.policies / "v000002")
-    svc = PolicyService(cfg)
-    svc.start()
-    try:
-        assert svc.policy_version == 0
-    finally:
-        svc.stop()
-    assert "could not load policy version=2" in capsys.readouterr().out
-
-
-def test_a_published_version_gone_by_hand_falls_back_to_the_newest_that_loads(
-    tmp_path, tiny_model_dir, capsys
-):
-    from openclaw_rl.config import build_config
-    from openclaw_rl.policy.server import PolicyService
-    from openclaw_rl.runtime.rundir import RunDir
-    from openclaw_rl.trainer.ppo import Trainer
 
     cfg = build_config(
         {
@@ -214,15 +186,36 @@ def test_a_published_version_gone_by_hand_falls_back_to_the_newest_that_loads(
         },
         environ={},
     )
-    run = RunDir.of(cfg)
-    Trainer(cfg, cfg.policy_service.model).export_policy(run.policies, 1)
-    run.publish_policy(2, run.policies / "v000002")  # the pointer names v2, whose folder was removed
+    prepare(cfg, RunDir.of(cfg))
     svc = PolicyService(cfg)
     svc.start()
     try:
-        assert svc.policy_version == 1
+        return svc.policy_version
     finally:
         svc.stop()
+
+
+def test_a_published_policy_that_cannot_be_loaded_is_reported_and_the_base_served(
+    tmp_path, tiny_model_dir, capsys
+):
+    def emptied(cfg, run):
+        (run.policies / "v000002").mkdir(parents=True)  # emptied by hand, or a disk that lost it
+        run.publish_policy(2, run.policies / "v000002")
+
+    assert _served_version(tmp_path, tiny_model_dir, emptied) == 0
+    assert "could not load policy version=2" in capsys.readouterr().out
+
+
+def test_a_published_version_gone_by_hand_falls_back_to_the_newest_that_loads(
+    tmp_path, tiny_model_dir, capsys
+):
+    from openclaw_rl.trainer.ppo import Trainer
+
+    def removed(cfg, run):
+        Trainer(cfg, cfg.policy_service.model).export_policy(run.policies, 1)
+        run.publish_policy(2, run.policies / "v000002")  # the pointer names v2, whose folder was removed
+
+    assert _served_version(tmp_path, tiny_model_dir, removed) == 1
     out = capsys.readouterr().out
     assert "could not load policy version=2" in out
     assert "serving policy version=1, the newest that loads (the published version 2 does not)" in out
