@@ -12,8 +12,10 @@ new key works at once, without a restart (docs/users.md).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from openclaw_rl.config import Config
@@ -186,16 +188,31 @@ def users_export(cfg: Config, name: str, out: str) -> int:
             print(f"error: the run knows no user {name!r}", file=sys.stderr)
             return 1
         try:
-            dest.mkdir(parents=True, exist_ok=True)
+            dest.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             print(f"error: --out {out}: cannot create the folder ({exc.strerror or exc})", file=sys.stderr)
             return 2
+        linked = [p.name for p in (dest / "turns.jsonl", dest / "adapter") if p.is_symlink()]
+        if linked:  # a planted link would send a user's words wherever it points
+            print(
+                f"error: --out {out}: {', '.join(linked)} there is a symbolic link; an export writes real "
+                "files: remove it or choose another folder",
+                file=sys.stderr,
+            )
+            return 2
         n = 0
-        with (dest / "turns.jsonl").open("w", encoding="utf-8") as fh:
-            for turn, status, score in store.user_turns(name):
-                row = {**json.loads(turn.model_dump_json()), "status": status, "score": score}
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-                n += 1
+        # written beside, then renamed over: a rename replaces the name, never a file a link points to
+        fd, tmp = tempfile.mkstemp(prefix=".turns.", suffix=".jsonl", dir=dest)  # mode 0600
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                for turn, status, score in store.user_turns(name):
+                    row = {**json.loads(turn.model_dump_json()), "status": status, "score": score}
+                    fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    n += 1
+            os.replace(tmp, dest / "turns.jsonl")
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)  # a failed export leaves no half file
     finally:
         store.close()
     published = RunDir.of(cfg).read_published_policy(name)

@@ -249,6 +249,16 @@ def test_default_cannot_be_added_and_exports_refuse_bad_folders(live, tmp_path):
     out = _cli(config, "export", OTHER, "--out", str(reused))
     assert out.returncode == 0, out.stderr
     assert json.loads((reused / "adapter" / "adapter_config.json").read_text()) != {}
+    assert (reused / "turns.jsonl").stat().st_mode & 0o077 == 0  # their words: the owner's eyes only
+    # a link planted where the export writes (a shared /tmp): refused, the file it names untouched
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (planted / "turns.jsonl").symlink_to(victim)
+    out = _cli(config, "export", OTHER, "--out", str(planted))
+    assert out.returncode == 2 and "turns.jsonl there is a symbolic link" in out.stderr, out.stderr
+    assert victim.read_text() == "keep me" and "Traceback" not in out.stderr
 
 
 def test_a_user_key_cut_short_or_mistyped_is_refused_never_filed_under_default(live):
