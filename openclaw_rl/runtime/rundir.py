@@ -178,7 +178,7 @@ class RunDir:
         room for checkpoints; what is wrong, or None. Every command that writes a run calls both
         first, so a bad log_dir is one message, not a crash later."""
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)  # people's words: the owner's
             probe = self.root / ".write_probe"
             probe.write_bytes(b"x" * 4096)
             probe.unlink()
@@ -342,7 +342,7 @@ class RunDir:
 
     def new_admin_key(self) -> str:
         """Make a fresh admin secret for this run (the launcher does, before it starts any loop)."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         key = secrets.token_urlsafe(32)
         atomic_write_text(self.admin_key_file, key, mode=0o600)
         return key
@@ -381,7 +381,7 @@ class RunDir:
             if path.exists():  # created but empty: someone else's write, or a broken file
                 time.sleep(0.01)
                 continue
-            self.root.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             key = secrets.token_urlsafe(32)
             if atomic_write_text(path, key, mode=0o600, exclusive=True):
                 return key

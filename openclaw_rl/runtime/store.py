@@ -305,13 +305,20 @@ class Store:
     def __init__(self, path: Path):
         path = Path(path)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            # the run's folder and its store hold people's words: the owner's alone (0700 / 0600) when
+            # made here; SQLite gives the -wal / -shm files the store file's own mode
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
             raise StoreError(_not_a_folder(path.parent)) from None
         except OSError as exc:
             raise StoreError(
                 f"[global] log_dir = {str(path.parent)!r} cannot be created: {exc.strerror or exc}"
             ) from None
+        if not path.exists():
+            try:
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+            except OSError:
+                pass  # a folder it cannot be made in: connecting below says so, as it always did
         self.path = path
         self._lock = threading.RLock()
         self._db = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)

@@ -520,3 +520,19 @@ def test_recent_user_hints_are_the_users_own_distinct_wishes_newest_first(store)
     assert store.recent_user_hints("carol", 8) == [] and store.recent_user_hints("ann", 0) == []
     store.delete_user("ann")
     assert store.recent_user_hints("ann", 8) == []  # forgotten with the turns
+
+
+def test_a_new_run_folder_and_its_store_are_the_owners_alone(tmp_path):
+    """The store holds people's words: a new log_dir is 0700 and the store (with its -wal / -shm) 0600,
+    whatever the umask; another local account reads none of it."""
+    old = os.umask(0o022)
+    try:
+        store = Store(tmp_path / "logs" / "store.sqlite")
+        store.set_meta("x", 1)
+        files = [p for p in (tmp_path / "logs").iterdir() if p.name.startswith("store.sqlite")]
+        assert {p.name for p in files} >= {"store.sqlite", "store.sqlite-wal"}
+        assert all(p.stat().st_mode & 0o077 == 0 for p in files), [oct(p.stat().st_mode) for p in files]
+        assert (tmp_path / "logs").stat().st_mode & 0o077 == 0
+        store.close()
+    finally:
+        os.umask(old)
