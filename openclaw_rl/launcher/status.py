@@ -144,7 +144,9 @@ def fit(text: str, width: int) -> str:
     """``text`` cut and padded to ``width`` terminal columns: a CJK character takes two ("我的会话"
     is 8 columns wide), so padding by characters would shift the columns after it."""
     out, used = [], 0
-    for ch in text:
+    # a control character (an escape sequence a client put in its session id) is shown, not obeyed
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+    for ch in shown:
         w = 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
         if used + w > width:
             break

@@ -453,6 +453,14 @@ class Serving:
             sid = headers.get("x-session-id") or req.session_id
             if sid is not None and not (0 < len(sid) <= 256):
                 raise APIError(400, "X-Session-Id must be 1-256 characters", param="X-Session-Id")
+            if sid is not None and not all(c.isprintable() or c == " " for c in sid):
+                # a line break or NUL cannot go back in the answer's X-Session-Id header, and an escape
+                # sequence would reach the operator's terminal in `openclaw-rl turns`
+                raise APIError(
+                    400,
+                    "X-Session-Id must not hold control characters (line breaks, tabs, NUL, escapes)",
+                    param="X-Session-Id",
+                )
             if sid is not None:
                 owner = await asyncio.to_thread(self.store.session_user, sid)
                 if owner is not None and owner != user:

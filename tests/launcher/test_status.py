@@ -193,3 +193,4 @@ def test_columns_are_padded_by_terminal_width():
     assert fit("我的会话", 14) == "我的会话      "  # 8 + 6 columns
     assert fit("abc", 5) == "abc  " and fit("abcdefgh", 5) == "abcde"
     assert fit("会话会话会话会话", 5) == "会话 "  # a wide character never half-fits
+    assert fit("\x1b[2Jx", 8) == "\\x1b[2Jx"  # an escape sequence is shown, not obeyed

@@ -375,6 +375,11 @@ def test_a_session_id_in_any_script_is_kept_and_echoed_in_a_valid_header(tiny_se
     )
     assert r.status_code == 200 and r.json()["session_id"] == "会话二"
     assert [len(_turns(svc, sid)) for sid in ("我的会话", "会话三", "会话二")] == [1, 1, 1]
+    # control characters cannot go back in a header (the reply was lost after recording): a 400 first
+    for bad in ("abc\r\nX-Evil: 1", "a\x00b", "\x1b[2Jx"):
+        r = client.post("/v1/chat/completions", json={**body, "session_id": bad})
+        assert r.status_code == 400 and "control characters" in r.json()["error"]["message"], r.text
+        assert _turns(svc, bad) == []
 
 
 ADMIN_ROUTES = [
