@@ -481,6 +481,18 @@ class Serving:
             done_h = _bool_header(headers.get("x-session-done"), "X-Session-Done")
             done = done_h if done_h is not None else bool(req.session_done)
             episode = _episode_headers(headers)
+            if episode is not None and (await asyncio.to_thread(self.store.group_users, episode.group_id)) - {
+                user
+            }:
+                # a group's rewards are compared with each other: another user's episodes (or outcome)
+                # in it would move this user's advantages, as a shared session would their turns
+                raise APIError(
+                    403,
+                    "X-Episode-Group: this group belongs to another user",
+                    type_="permission_error",
+                    param="X-Episode-Group",
+                    code="group_of_another_user",
+                )
             truth = _truth_header(headers.get("x-turn-truth"))
             clean = (lambda text: clean_user_text(text, rules)) if rules else None
             assign = self.sessions.assign(_history(req), sid, ttype, done, user, clean)  # type: ignore[arg-type]

@@ -446,6 +446,14 @@ class Store:
         row = self._one("SELECT user FROM sessions WHERE session_id=?", (session_id,))
         return None if row is None else row[0]
 
+    def group_users(self, group_id: str) -> set[str]:
+        """The users whose sessions are in the episode group ``group_id`` (empty: a new group)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT DISTINCT user FROM sessions WHERE group_id=?", (group_id,)
+            ).fetchall()
+        return {r[0] for r in rows}
+
     def session_group(self, session_id: str) -> str | None:
         """The episode group a session belongs to (None: a session on its own, e.g. personal traffic)."""
         row = self._one("SELECT group_id FROM sessions WHERE session_id=?", (session_id,))

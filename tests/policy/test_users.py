@@ -172,6 +172,22 @@ def test_two_users_never_share_a_session(users_run):
         r = c.post("/v1/chat/completions", json={"messages": HI}, headers={"X-Session-Id": alice_sid})
     assert r.status_code == 403 and r.json()["error"]["code"] == "session_of_another_user"
     assert len(svc.store.session_turns(alice_sid)) == 2
+    # nor join her episode group (its rewards are compared with each other) with an outcome of his own
+    group = {"X-Episode-Group": "grp-1", "X-Episode-Group-Size": "2"}
+    with httpx.Client(base_url=url, timeout=60) as c:
+        r = c.post(
+            "/v1/chat/completions",
+            json={"messages": HI, "max_tokens": 2},
+            headers={**group, "Authorization": f"Bearer {keys['alice']}"},
+        )
+        assert r.status_code == 200, r.text
+        r = c.post(
+            "/v1/chat/completions",
+            json={"messages": HI, "max_tokens": 2},
+            headers={**group, "X-Episode-Outcome": "-1", "Authorization": f"Bearer {keys['bob']}"},
+        )
+    assert r.status_code == 403 and r.json()["error"]["code"] == "group_of_another_user"
+    assert svc.store.group_users("grp-1") == {"alice"}
 
 
 def _feedback_rows(svc: PolicyService) -> int:
