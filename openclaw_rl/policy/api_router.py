@@ -56,6 +56,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from openclaw_rl.config import ENV_VAR
 from openclaw_rl.policy.identity import Caller, is_loopback
@@ -300,6 +301,10 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
 
     def inside_export_folder(path: str) -> str:
         """The weight path, if it lies inside the run's export folder; 400 otherwise."""
+        if "\0" in path:
+            raise APIError(
+                400, "path: holds a NUL byte, which no path can", param="path", code="path_not_allowed"
+            )
         resolved = Path(path).expanduser().resolve()
         if not resolved.is_relative_to(root):
             raise APIError(
@@ -351,6 +356,12 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
             ),
             request,
         )
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, exc: ClientDisconnect) -> Response:
+        # the client left while its body was arriving: nobody to answer, nothing to log at length
+        log.info("client left before its request body arrived on %s", request.url.path)
+        return Response(status_code=499)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -382,6 +382,31 @@ def test_a_session_id_in_any_script_is_kept_and_echoed_in_a_valid_header(tiny_se
         assert _turns(svc, bad) == []
 
 
+def test_a_client_leaving_mid_body_costs_one_line_and_no_traceback(tiny_service, client, caplog):
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    _, url = tiny_service
+    where = urlsplit(url)
+    with caplog.at_level("INFO", logger="openclaw_rl"):
+        with socket.create_connection((where.hostname, where.port), timeout=10) as sock:
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Authorization: Bearer {KEY}\r\nContent-Length: 1000\r\n\r\n".encode()
+                + b'{"messages": ['
+            )
+            time.sleep(0.5)
+        deadline = time.monotonic() + 10
+        while (
+            "client left before its request body arrived" not in caplog.text and time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
+    assert "client left before its request body arrived" in caplog.text
+    assert "unhandled error" not in caplog.text and "Traceback" not in caplog.text
+    assert client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 1}).status_code == 200
+
+
 ADMIN_ROUTES = [
     "/v1/admin/load_weights",
     "/v1/admin/pause",
