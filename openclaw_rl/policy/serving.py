@@ -198,6 +198,7 @@ class Job:
         self.task: asyncio.Task[None] | None = None
         self.keyed = False  # the user's own key authenticated it: kept only while that key exists
         self.revoked = False  # its user was deleted while it ran (Serving.forget_user)
+        self.user = ""  # the user it was admitted for (their share of the service, per_user mode)
 
     def cancel(self) -> bool:
         """Stop generating for a client that went away; False once the reply is complete (it is
@@ -229,6 +230,7 @@ class Serving:
         self.model_name = self.pcfg.model
         self._known_case: dict[str, str] = {}  # lower-cased gateway name -> the one spelling seen
         self._in_system = 0
+        self._by_user: dict[str, int] = {}  # per_user mode: requests each user has in the system
         self._jobs: set[Job] = set()  # generating now: drained at shutdown; forget_user stops a user's
         self._swap_lock = threading.Lock()
         self._resumed: asyncio.Event | None = None  # created in the server's loop on first use
@@ -424,6 +426,22 @@ class Serving:
             self._known_case[user.lower()] = user
         return user
 
+    @property
+    def user_share(self) -> int | None:
+        """The most requests one user may have in the system in ``per_user`` mode (half of it, at
+        least ``max_concurrent``); None in shared mode, where a gateway may be one user for many."""
+        if self.cfg.users.mode != "per_user":
+            return None
+        return max(self.pcfg.max_concurrent, self.capacity // 2)
+
+    def _release(self, user: str) -> None:
+        self._in_system -= 1
+        left = self._by_user.get(user, 1) - 1
+        if left > 0:
+            self._by_user[user] = left
+        else:
+            self._by_user.pop(user, None)
+
     async def start_job(
         self,
         body: bytes,
@@ -447,7 +465,20 @@ class Serving:
                 code="queue_full",
                 headers={"Retry-After": "1"},
             )
+        share = self.user_share
+        if share is not None and self._by_user.get(user, 0) >= share:
+            # one user's flood must not lock the others out of a service they share
+            raise APIError(
+                429,
+                f"user {user!r} has {share} requests in flight, the most one user may hold (half of "
+                f"this service's {self.capacity}); retry when some finish",
+                type_="rate_limit_error",
+                code="user_share_full",
+                headers={"Retry-After": "1"},
+            )
         self._in_system += 1
+        self._by_user[user] = self._by_user.get(user, 0) + 1
+        job_user = user
         try:
             await self._gate().wait()  # open unless a lock-step run is training
             sid = headers.get("x-session-id") or req.session_id
@@ -512,8 +543,9 @@ class Serving:
                 await asyncio.to_thread(self._record_state_only, job)
                 raise
         except BaseException:
-            self._in_system -= 1
+            self._release(job_user)
             raise
+        job.user = job_user
         job.task = asyncio.create_task(self._run(job))
         self._jobs.add(job)  # the set holds the task too, so it is not garbage-collected mid-run
         job.task.add_done_callback(lambda _: self._jobs.discard(job))
@@ -576,7 +608,7 @@ class Serving:
                 APIError(500, f"generation failed: {type(exc).__name__}", type_="server_error")
             )
         finally:
-            self._in_system -= 1
+            self._release(job.user)
             self.served += 1
 
     def _record(self, job: Job, final: Final) -> None:

@@ -549,6 +549,51 @@ def test_queue_full_gets_429_with_retry_after(start_service, tiny_model_dir):
     )
 
 
+def test_one_user_cannot_take_every_slot_of_a_per_user_service(tiny_model_dir, tmp_path):
+    """per_user mode: one user's flood gets 429 (user_share_full) at half the service's capacity,
+    so another user is still admitted."""
+    from openclaw_rl.policy.server import PolicyService
+
+    from .conftest import make_config
+
+    cfg = make_config(
+        tmp_path / "share", tiny_model_dir, max_concurrent=1, max_queue=3, max_tokens_default=400
+    )
+    cfg.users.mode = "per_user"
+    svc = PolicyService(cfg)
+    url = svc.start()
+    try:
+        assert svc.serving.user_share == 2
+        held = threading.Event()
+        results: list[int] = []
+
+        def alice_stream():
+            body = {"messages": USER, "stream": True, "max_tokens": 400, "temperature": 0, "user": "alice"}
+            with httpx.stream("POST", url + "/v1/chat/completions", timeout=120, json=body) as s:
+                for _ in s.iter_lines():
+                    held.set()
+                results.append(s.status_code)
+
+        threads = [threading.Thread(target=alice_stream) for _ in range(2)]
+        threads[0].start()
+        assert held.wait(60)
+        threads[1].start()
+        for _ in range(500):
+            if svc.serving.in_flight >= 2:
+                break
+            threading.Event().wait(0.01)
+        short = {"messages": USER, "max_tokens": 1}
+        r = httpx.post(url + "/v1/chat/completions", json={**short, "user": "alice"}, timeout=30)
+        assert r.status_code == 429 and r.json()["error"]["code"] == "user_share_full", r.text
+        r = httpx.post(url + "/v1/chat/completions", json={**short, "user": "bob"}, timeout=120)
+        assert r.status_code == 200, r.text
+        for t in threads:
+            t.join(120)
+        assert results == [200, 200] and svc.serving.in_flight == 0
+    finally:
+        svc.stop()
+
+
 WEATHER_TOOL = {
     "type": "function",
     "function": {
