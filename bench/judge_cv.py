@@ -125,8 +125,13 @@ def scores(recipe: M.Recipe, x, rows, train_idx, test_idx) -> dict[int, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}"
+    )
     args = ap.parse_args()
+    unknown = sorted(set(args.variants.split(",")) - set(VARIANTS))
+    if unknown:
+        ap.error(f"--variants: unknown {unknown}; known: {', '.join(VARIANTS)}")
     import torch
 
     torch.set_num_threads(args.threads)

@@ -43,6 +43,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from _args import kept_work_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -541,6 +543,7 @@ def main() -> int:
     ap.add_argument(
         "--report",
         metavar="DIR",
+        type=kept_work_dir,
         help="print the tables of a kept work directory (--keep) again, run nothing",
     )
     ap.add_argument(

@@ -26,6 +26,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from _args import existing_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -71,7 +73,9 @@ def main() -> int:
     ap.add_argument("--config", default=str(ROOT / "configs" / "local.toml"))
     ap.add_argument("--episodes", type=int, default=60, help="episodes per persona")
     ap.add_argument("--show-wrong", action="store_true", help="print the replies the judge read wrong")
-    ap.add_argument("--runs", nargs="+", type=Path, help="work directories of bench/learning.py --keep")
+    ap.add_argument(
+        "--runs", nargs="+", type=existing_dir, help="work directories of bench/learning.py --keep"
+    )
     args = ap.parse_args()
     if args.runs:
         return rejudge_runs(load_config(args.config), args.runs, args.show_wrong)

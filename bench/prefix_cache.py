@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import random
+import shlex
 import statistics
 import sys
 import tempfile
@@ -256,7 +257,11 @@ def main() -> None:
     ap.add_argument("--bound-mb", type=int, default=64, help="the small cache bound of the memory check")
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     ap.add_argument("--quick", action="store_true", help="3k/800-token prompts, 4 sessions, 2 turns")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "prefix_cache.txt"))
+    ap.add_argument(
+        "--out",
+        default=str(ROOT / "bench" / "results" / "prefix_cache.txt"),
+        help="where the report is written (default: replaces bench/results/prefix_cache.txt)",
+    )
     args = ap.parse_args()
     if args.quick:
         args.long_prompt, args.shared_prompt, args.sessions, args.turns = 3000, 800, 4, 2
@@ -367,7 +372,7 @@ def main() -> None:
     )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = "bench/prefix_cache.py" + (" --quick" if args.quick else "")
+    cmd = " ".join(["bench/prefix_cache.py", *map(shlex.quote, sys.argv[1:])])  # the run's own options
     out.write_text(f"$ .venv/bin/python {cmd}\n" + "\n".join(lines) + "\n")
     print(f"\nsaved to {out}")
 

@@ -22,6 +22,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from _args import existing_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -76,7 +78,7 @@ def group_attempts(store: Store) -> dict[tuple[str, int], list[Attempt]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("dirs", nargs="+", help="work directories of bench/learning.py --keep")
+    ap.add_argument("dirs", nargs="+", type=existing_dir, help="work directories of bench/learning.py --keep")
     args = ap.parse_args()
     print(f"{'run':<36}{'signal':<10}{'decided':>8}{'right':>8}{'share':>8}   corr(signal, truth)")
     for work in map(Path, args.dirs):

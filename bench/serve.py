@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 import torch
+from _args import positive_int, positive_ints
 
 from openclaw_rl.config import build_config
 from openclaw_rl.policy.server import PolicyService
@@ -94,8 +95,10 @@ async def level(url: str, n: int, turns: int, max_tokens: int) -> dict[str, floa
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--sessions", default="1,8", help="comma-separated concurrency levels")
-    ap.add_argument("--turns", type=int, default=3, help="turns per session")
+    ap.add_argument(
+        "--sessions", type=positive_ints, default="1,8", help="comma-separated concurrency levels"
+    )
+    ap.add_argument("--turns", type=positive_int, default=3, help="turns per session")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     ap.add_argument(
@@ -106,7 +109,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    levels = [int(x) for x in args.sessions.split(",")]
+    levels = args.sessions
     with tempfile.TemporaryDirectory() as tmp:
         cfg = build_config(
             {

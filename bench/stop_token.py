@@ -36,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from _args import existing_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -203,7 +205,9 @@ class Readiness:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", help="run log dirs (holding store.sqlite) or folders of them")
+    ap.add_argument(
+        "runs", nargs="+", type=existing_dir, help="run log dirs (holding store.sqlite) or folders of them"
+    )
     ap.add_argument("--model", default="smollm2-135m-instruct", help="the policy's model (its stop tokens)")
     ap.add_argument(
         "--readiness",
@@ -217,9 +221,9 @@ def main() -> int:
     )
     args = ap.parse_args()
     stop_ids = stop_token_ids(load_tokenizer(args.model), load_generation_config(args.model))
-    dirs = run_dirs(args.runs)
+    dirs = run_dirs([str(r) for r in args.runs])
     if not dirs:
-        print(f"no store.sqlite under {', '.join(args.runs)}", file=sys.stderr)
+        print(f"no store.sqlite under {', '.join(map(str, args.runs))}", file=sys.stderr)
         return 2
     scorer = Readiness(args.model, stop_ids) if args.readiness else None
     every: list[Sample] = []

@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _args import positive_int
+
 from openclaw_rl.config import TrainingConfig
 from openclaw_rl.judge.sample_rules import build_samples
 from openclaw_rl.runtime.store import Store
@@ -112,7 +114,7 @@ def train(path: Path) -> tuple[float, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--turns", type=int, default=1000)
+    ap.add_argument("--turns", type=positive_int, default=1000)
     ap.add_argument("--prompt", type=int, default=1024, help="prompt tokens per turn")
     ap.add_argument("--response", type=int, default=256, help="response tokens per turn")
     args = ap.parse_args()

@@ -94,10 +94,10 @@ def profile(args: argparse.Namespace, work: Path) -> None:
     teacher_s = [0.0]
     real_add = judge._add_teacher
 
-    async def timed_add(turn, result):  # the teacher pass, timed apart from the votes
+    async def timed_add(*args, **kwargs):  # the teacher pass, timed apart from the votes
         t0 = time.perf_counter()
         try:
-            await real_add(turn, result)
+            await real_add(*args, **kwargs)
         finally:
             teacher_s[0] += time.perf_counter() - t0
 
