@@ -511,18 +511,15 @@ def test_key_never_in_records_or_logs(tiny_service, client, caplog):
     assert KEY.encode() not in raw
 
 
-def test_queue_full_gets_429_with_retry_after(start_service, tiny_model_dir):
-    svc, url = start_service(tiny_model_dir, "busy", max_concurrent=1, max_queue=1, max_tokens_default=400)
+def _two_long_streams(svc, url: str, **extra) -> tuple[list[threading.Thread], list[int]]:
+    """Two long streamed requests: the first generating, the second queued behind it (with
+    ``max_concurrent = 1``); joined by the caller, whose ``results`` get their statuses."""
     held = threading.Event()
     results: list[int] = []
 
     def long_stream():
-        with httpx.stream(
-            "POST",
-            url + "/v1/chat/completions",
-            timeout=120,
-            json={"messages": USER, "stream": True, "max_tokens": 400, "temperature": 0},
-        ) as s:
+        body = {"messages": USER, "stream": True, "max_tokens": 400, "temperature": 0, **extra}
+        with httpx.stream("POST", url + "/v1/chat/completions", timeout=120, json=body) as s:
             for _ in s.iter_lines():
                 held.set()
             results.append(s.status_code)
@@ -531,10 +528,16 @@ def test_queue_full_gets_429_with_retry_after(start_service, tiny_model_dir):
     threads[0].start()
     assert held.wait(60)
     threads[1].start()  # waits in the queue
-    for _ in range(200):
+    for _ in range(500):
         if svc.serving.in_flight >= 2:
             break
         threading.Event().wait(0.01)
+    return threads, results
+
+
+def test_queue_full_gets_429_with_retry_after(start_service, tiny_model_dir):
+    svc, url = start_service(tiny_model_dir, "busy", max_concurrent=1, max_queue=1, max_tokens_default=400)
+    threads, results = _two_long_streams(svc, url)
     r = httpx.post(url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 1}, timeout=30)
     assert r.status_code == 429 and r.headers["Retry-After"] == "1"
     assert r.json()["error"]["type"] == "rate_limit_error"
@@ -564,24 +567,7 @@ def test_one_user_cannot_take_every_slot_of_a_per_user_service(tiny_model_dir, t
     url = svc.start()
     try:
         assert svc.serving.user_share == 2
-        held = threading.Event()
-        results: list[int] = []
-
-        def alice_stream():
-            body = {"messages": USER, "stream": True, "max_tokens": 400, "temperature": 0, "user": "alice"}
-            with httpx.stream("POST", url + "/v1/chat/completions", timeout=120, json=body) as s:
-                for _ in s.iter_lines():
-                    held.set()
-                results.append(s.status_code)
-
-        threads = [threading.Thread(target=alice_stream) for _ in range(2)]
-        threads[0].start()
-        assert held.wait(60)
-        threads[1].start()
-        for _ in range(500):
-            if svc.serving.in_flight >= 2:
-                break
-            threading.Event().wait(0.01)
+        threads, results = _two_long_streams(svc, url, user="alice")
         short = {"messages": USER, "max_tokens": 1}
         r = httpx.post(url + "/v1/chat/completions", json={**short, "user": "alice"}, timeout=30)
         assert r.status_code == 429 and r.json()["error"]["code"] == "user_share_full", r.text
