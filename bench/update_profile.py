@@ -120,11 +120,11 @@ def profile(args: argparse.Namespace, work: Path) -> None:
                 t0 = time.perf_counter()
                 EnvLoop(cfg, base_url=url, max_episodes=per_round).run()
                 totals["rollout"] += time.perf_counter() - t0
-                t0, before = time.perf_counter(), teacher_s[0]
+                t0, teacher0 = time.perf_counter(), teacher_s[0]
                 while asyncio.run(judge_loop.run_once()):
                     pass
-                totals["judge"] += time.perf_counter() - t0 - (teacher_s[0] - before)
-                totals["teacher"] += teacher_s[0] - before
+                totals["judge"] += time.perf_counter() - t0 - (teacher_s[0] - teacher0)
+                totals["teacher"] += teacher_s[0] - teacher0
             batch = store.claim_samples(args.batch, update + 1, trainer.policy_version)
             t0 = time.perf_counter()
             before.train_update([s.model_copy(deep=True) for s in batch])
