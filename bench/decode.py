@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
+import shutil
 import statistics
 import sys
 import tempfile
@@ -106,6 +108,7 @@ def main() -> None:
     args = ap.parse_args()
     model, tokenizer = load_model("smollm2-135m-instruct")
     tmp = Path(tempfile.mkdtemp(prefix="ocl-decode-"))
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # the engines' run folders
     engines = {k: make_engine(model, tokenizer, tmp, k) for k in KINDS}
     rows = []
     try:

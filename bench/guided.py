@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
+import shutil
 import statistics
 import sys
 import tempfile
@@ -116,6 +118,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=4, help="rounds per kind")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ocl-guided-"))
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # the engine's run folder
     cfg = build_config(
         {
             "global": {"log_dir": str(tmp)},

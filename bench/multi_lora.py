@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
+import shutil
 import sys
 import tempfile
 import time
@@ -124,6 +126,7 @@ def main() -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="ocl-multi-lora-"))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)  # the adapters it made
     paths = make_adapters(args.sessions, args.rank, work / "adapters")
     users = [f"user{i}" for i in range(args.sessions)]
 

@@ -24,8 +24,10 @@ measures the very first one instead.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,6 +60,7 @@ def child(args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(args.threads)
     log_dir = tempfile.mkdtemp(prefix="bench_train_")
+    atexit.register(shutil.rmtree, log_dir, ignore_errors=True)  # checkpoints and the profiler trace
     cfg = build_config(
         {
             "global": {"log_dir": log_dir},
