@@ -10,8 +10,9 @@ rule that reads the response too:
 a user message whose first request (a question, or a sentence that opens with a request verb) is
 about a *different subject* from the response — at least two content words of its own, at most a
 third of them shared with the response — and carries no sign of referring back ("again", "instead",
-"your answer", a correction, a complaint), followed by more sentences: those sentences are the new
-request's own instructions. The judge then reads the message up to the new request, and takes no
+"your answer", a correction, a complaint), followed only by short instructions about the form of an
+answer ("Answer yes or no.", "One word.", "Keep it under 20 words."): those are the new request's
+own. The judge then reads the message up to the new request, and takes no
 hint from the instructions after it. The same instruction after a question about the *same*
 subject ("Is Paris bigger than Lyon? Answer yes or no." after a paragraph comparing the two cities)
 is a redo in another format and is read whole, as before.
