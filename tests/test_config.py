@@ -9,12 +9,13 @@ import pytest
 from openclaw_rl.config import ConfigError, build_config, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
+FAKE_KEY = "not-a-real-key"  # the environment variable a config names; nothing real
 
 
 def test_canonical_example_loads_with_env_var():
-    cfg = load_config(ROOT / "configs/example.toml", environ={"TAOTOKEN_API_KEY": "secret-value-123"})
+    cfg = load_config(ROOT / "configs/example.toml", environ={"TAOTOKEN_API_KEY": FAKE_KEY})
     assert cfg.global_.run_name == "openclaw_rl_async_ppo"
-    assert cfg.api.api_key.get_secret_value() == "secret-value-123"
+    assert cfg.api.api_key.get_secret_value() == FAKE_KEY
     assert cfg.api.v1_url == "https://taotoken.net/api/v1"
     assert cfg.prm_service.backend == "taotoken" and cfg.prm_service.uses_api
     assert cfg.training.eps_high == 0.28
@@ -25,7 +26,7 @@ def test_canonical_example_loads_with_env_var():
 def test_cluster_example_loads_with_its_keys():
     cfg = load_config(
         ROOT / "configs/cluster.toml",
-        environ={"TAOTOKEN_API_KEY": "secret-value-123", "OPENCLAW_RL_API_KEY": "client-key"},
+        environ={"TAOTOKEN_API_KEY": FAKE_KEY, "OPENCLAW_RL_API_KEY": "client-key"},
     )
     assert cfg.training.backend == "fsdp" and cfg.prm_service.backend == "api:gateway"
     assert cfg.policy_service.api_key is not None

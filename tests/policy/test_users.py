@@ -20,7 +20,7 @@ from openclaw_rl.config import load_config
 from openclaw_rl.policy.server import PolicyService
 from openclaw_rl.runtime.users import split_key
 
-KEY = "gateway-key-71c2"
+KEY = "not-a-real-gateway-key"
 HEADER = "X-End-User"
 HI = [{"role": "user", "content": "hi there"}]
 
