@@ -272,6 +272,14 @@ def _multilingual(cues: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], .
 LEXICAL_CUES: tuple[tuple[str, str], ...] = _multilingual(LEXICAL_CUES_EN)
 _CUE_SETS = {"english": LEXICAL_CUES_EN, "multilingual": LEXICAL_CUES}
 _CUE_RES = {k: [re.compile(rx, re.IGNORECASE) for _, rx in v] for k, v in _CUE_SETS.items()}
+_CUE_NAMES = [name for name, _ in LEXICAL_CUES]
+
+
+def cues_in(text: str) -> set[str]:
+    """The names of the :data:`LEXICAL_CUES` ``text`` shows ("wrong", "redo", "too_much", ...)."""
+    return {name for name, rx in zip(_CUE_NAMES, _CUE_RES["multilingual"], strict=True) if rx.search(text)}
+
+
 _ROLES = ("user", "tool", "environment", "system")
 LEXICAL_VERSION = hashlib.sha256(json.dumps([LEXICAL_CUES_EN, LEXICAL_CUES]).encode()).hexdigest()[:12]
 
@@ -516,7 +524,6 @@ _FILLER = re.compile(
     r"[,.!\s]+",
     re.IGNORECASE,
 )
-# "way too formal" / "it's too long": a complaint that is a directive in disguise.
 # "answer wrong", "the result is incorrect", "这个 answer 不对": a verdict on the reply, no instruction
 # ("Answer wrong." would read as one); the correction is quoted as the hint instead.
 _VERDICT = re.compile(
@@ -524,6 +531,7 @@ _VERDICT = re.compile(
     r"(?:wrong|incorrect|not (?:right|correct)|off)\b|\b(?:answer|result)\b\s*(?:不对|错|不是)",
     re.IGNORECASE,
 )
+# "way too formal" / "it's too long": a complaint that is a directive in disguise.
 _TOO = re.compile(
     r"^(?:(?:it'?s|it is|this is|that'?s|you'?re|you are|the \w+ is|way|much|far|a bit|bit|still|just)\s+)*"
     r"too\s+([a-z]+(?:\s+[a-z]+)?)[.!]*$",

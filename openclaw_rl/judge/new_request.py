@@ -62,23 +62,28 @@ _FORMAT = re.compile(
 )
 _FORMAT_MAX_WORDS = 12  # "Answer yes or no." / "Keep it under 20 words, no intro." — not a paragraph
 
-# Signs that the message is about the response after all. Anywhere in the message: corrections,
-# complaints, contrasts, sarcasm. In the request itself: words that point back at the response.
-_CORRECTION = re.compile(
-    r"\b(?:wrong|incorrect|mistake\w*|mistaken|not (?:right|correct|quite|what i)|isn'?t (?:right|correct)|"
-    r"actually|i (?:meant|said|asked|wanted|told you)|should (?:be|have)|too (?:long|short|formal|casual|"
-    r"vague|wordy|much|many)|but|though|however|doesn'?t|didn'?t|still|broken|useless|worse|yeah,? right|"
-    r"oh (?:great|wonderful|brilliant|perfect)|falsch|sondern|aber|eigentlich|incorrect[oa]|pero|sino|"
-    r"en realidad|faux|fausse|mais|en fait|plutôt)\b"
-    r"|错|不对|不是|应该|其实|但是|不过|可是|呵呵|太(?:长|短|正式|复杂|啰嗦|多|少)|間違|違[うい]|でも|けど|"
-    r"[🙄🙃👎😒😤😡😠🤦😩😫😞😕🙁☹❌🤨😑💀🤬😬😭]",
-    re.IGNORECASE,
+# Signs that the message is about the response after all: the judge's own lexical cues
+# (judge.minilm.LEXICAL_CUES, in every language it reads) for a correction, a complaint, a contrast or
+# sarcasm anywhere in the message, or a redo in the request itself; and words in the request that
+# point back at the response.
+_CORRECTION_CUES = frozenset(
+    {
+        "wrong",
+        "starts_no",
+        "x_not_y",
+        "i_meant",
+        "should_be",
+        "broken",
+        "too_much",
+        "contrast",
+        "sarcasm",
+        "emoji_neg",
+    }
 )
 _BACK_REFERENCE = re.compile(
-    r"\b(?:again|instead|same|above|previous|earlier|last (?:one|answer|time)|your|you (?:said|wrote|"
-    r"gave|told|did|mean)|it|this|these|those|them|redo|rewrite|rephrase|shorter|longer|simpler|"
-    r"noch ?mal|nochmal|stattdessen|das|dies|otra vez|de nuevo|eso|esto|encore|ça|cela)\b"
-    r"|这|那|它|刚才|上面|你的|你说|再|重新|还是|それ|これ|さっき|もう一度",
+    r"\b(?:same|above|previous|earlier|last (?:one|answer|time)|your|you (?:said|wrote|gave|told|did|mean)|"
+    r"it|this|these|those|them|rephrase|shorter|longer|simpler|das|dies|eso|esto|ça|cela)\b"
+    r"|这|那|它|刚才|上面|你的|你说|それ|これ|さっき",
     re.IGNORECASE,
 )
 
@@ -127,7 +132,9 @@ def request_part(content: str, response: str) -> str | None:
     subject than ``response`` and then adds that request's own instructions; None when the message is
     to be read whole (it refers back to the response, the request is all of it, or there is doubt).
     """
-    if _CORRECTION.search(content):
+    from openclaw_rl.judge.minilm import cues_in  # minilm imports this module: at call time
+
+    if cues_in(content) & _CORRECTION_CUES:
         return None
     theirs = _units(response)
     if len(theirs) < 3:
@@ -144,7 +151,8 @@ def request_part(content: str, response: str) -> str | None:
         if not all(_FORMAT.search(r) and len(r.split()) <= _FORMAT_MAX_WORDS for r in rest):
             return None  # something other than the new request's format follows it
         request = "".join(sentences[: k + 1]).strip()
-        if _BACK_REFERENCE.search(_LEAD.sub("", sentence)):
+        asked = _LEAD.sub("", sentence)
+        if _BACK_REFERENCE.search(asked) or "redo" in cues_in(asked):
             return None
         own = _units(sentence)
         shared = own & theirs

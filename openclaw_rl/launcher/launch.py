@@ -396,23 +396,18 @@ def _latest_checkpoints(cfg: Config, run: RunDir) -> list[Path]:
     return [c for c in (latest_checkpoint(r) for r in roots) if c is not None]
 
 
-def run_problems(cfg: Config, run: RunDir) -> list[str]:
+def run_problem(cfg: Config, run: RunDir) -> str | None:
     """What in the run's folder this config cannot go on from, refused before anything starts (the
     dry run's ``log_dir`` line): the other ``[users] mode``'s training, a checkpoint to resume that
-    cannot be read, or LoRA settings changed under the run's adapters. Read only."""
+    cannot be read, or LoRA settings changed under the run's adapters; None. Read only."""
     from openclaw_rl.trainer.checkpoint import config_mismatch, damage
 
     problem = run.mode_problem(cfg.users.mode)
-    if problem:
-        return [problem]
-    tc = cfg.training
-    for ckpt in _latest_checkpoints(cfg, run):
-        problem = damage(ckpt) or config_mismatch(
-            ckpt, tc.lora, tc.lora_rank, tc.lora_alpha, tc.lora_target_modules
-        )
+    for ckpt in [] if problem else _latest_checkpoints(cfg, run):
+        problem = damage(ckpt) or config_mismatch(ckpt, cfg.training)
         if problem:
-            return [problem]
-    return []
+            break
+    return problem
 
 
 def run_warnings(cfg: Config, run: RunDir) -> list[str]:
@@ -465,7 +460,7 @@ def launch(config_path: str, dry_run: bool = False) -> int:
     log_problem = run.problem()  # leaves nothing behind before every check passed
     busy = None if log_problem else run.busy()
     if not log_problem and not busy:
-        log_problem = next(iter(run_problems(cfg, run)), None)
+        log_problem = run_problem(cfg, run)
     if busy:  # first: its port and engines are the other run's, not a problem to fix
         print(f"error: {busy}", file=sys.stderr)
         return 2
@@ -512,7 +507,7 @@ def _dry_run(cfg: Config, config_path: str) -> int:
     print(f"[dry-run] run={cfg.global_.run_name} config={config_path} log_dir={cfg.log_dir}", flush=True)
     checks = check_services(cfg)
     run = RunDir.of(cfg)
-    log_problem = run.problem() or run.busy() or next(iter(run_problems(cfg, run)), None)
+    log_problem = run.problem() or run.busy() or run_problem(cfg, run)
     if log_problem:
         checks.append(Check("log_dir", False, log_problem))
     for c in checks:

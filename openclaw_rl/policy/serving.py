@@ -229,8 +229,7 @@ class Serving:
         self.sessions = SessionManager(store)
         self.model_name = self.pcfg.model
         self._known_case: dict[str, str] = {}  # lower-cased gateway name -> the one spelling seen
-        self._in_system = 0
-        self._by_user: dict[str, int] = {}  # per_user mode: requests each user has in the system
+        self._by_user: dict[str, int] = {}  # requests each user has in the system (their sum: in flight)
         self._jobs: set[Job] = set()  # generating now: drained at shutdown; forget_user stops a user's
         self._swap_lock = threading.Lock()
         self._resumed: asyncio.Event | None = None  # created in the server's loop on first use
@@ -244,7 +243,8 @@ class Serving:
 
     @property
     def in_flight(self) -> int:
-        return self._in_system
+        """Requests admitted and not yet finished (generating or queued), all users together."""
+        return sum(self._by_user.values())
 
     def health(self) -> dict[str, Any]:
         return {
@@ -252,7 +252,7 @@ class Serving:
             "backend": self.engine.backend,
             "model": self.model_name,
             "policy_version": self.engine.policy_version,
-            "in_flight": self._in_system,
+            "in_flight": self.in_flight,
             "generating": getattr(self.engine, "active_count", 0),
             "max_concurrent": self.pcfg.max_concurrent,
             "max_queue": self.pcfg.max_queue,
@@ -435,7 +435,6 @@ class Serving:
         return max(self.pcfg.max_concurrent, self.capacity // 2)
 
     def _release(self, user: str) -> None:
-        self._in_system -= 1
         left = self._by_user.get(user, 1) - 1
         if left > 0:
             self._by_user[user] = left
@@ -456,7 +455,7 @@ class Serving:
         user = self.user_of(caller, req.user, headers)
         if self.cfg.users.mode == "per_user":
             gen.adapter = user
-        if self._in_system >= self.capacity:
+        if self.in_flight >= self.capacity:
             raise APIError(
                 429,
                 f"server busy: {self.pcfg.max_concurrent} requests generating and "
@@ -476,9 +475,7 @@ class Serving:
                 code="user_share_full",
                 headers={"Retry-After": "1"},
             )
-        self._in_system += 1
         self._by_user[user] = self._by_user.get(user, 0) + 1
-        job_user = user
         try:
             await self._gate().wait()  # open unless a lock-step run is training
             sid = headers.get("x-session-id") or req.session_id
@@ -543,9 +540,9 @@ class Serving:
                 await asyncio.to_thread(self._record_state_only, job)
                 raise
         except BaseException:
-            self._release(job_user)
+            self._release(user)
             raise
-        job.user = job_user
+        job.user = user
         job.task = asyncio.create_task(self._run(job))
         self._jobs.add(job)  # the set holds the task too, so it is not garbage-collected mid-run
         job.task.add_done_callback(lambda _: self._jobs.discard(job))

@@ -698,6 +698,7 @@ class TransformersEngine(Engine):
         p = row.req.params
         before = len(row.text)  # the reply's text up to the previous token
         cut_before = False
+        piece = token_piece(self.tokenizer, tok)  # its log-prob entry's text; "bytes:..." mid-character
         if tok in self.eos_ids:
             row.finish = "stop"
         else:
@@ -715,7 +716,7 @@ class TransformersEngine(Engine):
                     break
         if row.finish is None and (len(row.ids) >= p.max_tokens or len(row.prompt) + len(row.ids) >= limit):
             row.finish = "length"
-            if row.text.endswith("\ufffd") and token_piece(self.tokenizer, tok).startswith("bytes:"):
+            if row.text.endswith("\ufffd") and piece.startswith("bytes:"):
                 # cut inside a multi-byte character: the reply ends before it, not in a U+FFFD
                 row.text = row.text.rstrip("\ufffd")
                 row.emitted = min(row.emitted, len(row.text))
@@ -727,7 +728,7 @@ class TransformersEngine(Engine):
             safe = len(row.text)
         chunk = row.text[row.emitted : safe] if safe > row.emitted else ""
         row.emitted = max(row.emitted, safe)
-        row.send(Delta(chunk, [tok], [lp], [token_piece(self.tokenizer, tok)], top, beyond_reply=cut_before))
+        row.send(Delta(chunk, [tok], [lp], [piece], top, beyond_reply=cut_before))
         if row.finish is not None:
             row.send(
                 Final(

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from openclaw_rl.config import TrainingConfig
 from openclaw_rl.runtime.rundir import atomic_write_text
 
 POINTER_FILE = "latest"
@@ -311,27 +312,37 @@ def base_model_name(model: str) -> str:
     return Path(model).expanduser().resolve().name
 
 
-def config_mismatch(ckpt: Path, lora: bool, rank: int, alpha: int, targets: list[str]) -> str | None:
-    """Why the checkpoint ``ckpt`` cannot go on training with these ``[training]`` LoRA settings: a
-    changed rank or target list no longer fits its adapter, and a changed alpha rescales what it
-    learned. None when they agree (or the checkpoint cannot be read: resuming says so)."""
+def _state(ckpt: Path) -> dict[str, Any] | None:
+    """A checkpoint's ``trainer_state.json``, or None when it cannot be read (resuming says why)."""
     try:
         state = json.loads((ckpt / STATE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if bool(state.get("lora")) != lora:
-        return f"checkpoint {ckpt} was saved with lora = {str(bool(state.get('lora'))).lower()} but [training] lora = {str(lora).lower()}"
-    if not lora:
+    return state if isinstance(state, dict) else None
+
+
+def config_mismatch(ckpt: Path, tc: TrainingConfig) -> str | None:
+    """Why the checkpoint ``ckpt`` cannot go on training under ``[training]`` = ``tc``: another
+    ``lora`` setting, or a changed rank or target list (no longer fits its adapter) or alpha (rescales
+    what it learned). None when they agree, or the checkpoint cannot be read (resuming says so)."""
+    state = _state(ckpt)
+    if state is None:
+        return None
+    if bool(state.get("lora")) != tc.lora:
+        saved_lora = str(bool(state.get("lora"))).lower()
+        return f"checkpoint {ckpt} was saved with lora = {saved_lora} but [training] lora = {str(tc.lora).lower()}"
+    if not tc.lora:
         return None
     try:
         saved = json.loads((ckpt / "policy" / "adapter_config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     changed = []
-    if saved.get("r") is not None and saved["r"] != rank:
-        changed.append(f"lora_rank = {rank} (the checkpoints: {saved['r']})")
-    if saved.get("lora_alpha") is not None and saved["lora_alpha"] != alpha:
-        changed.append(f"lora_alpha = {alpha} (the checkpoints: {saved['lora_alpha']})")
+    if saved.get("r") is not None and saved["r"] != tc.lora_rank:
+        changed.append(f"lora_rank = {tc.lora_rank} (the checkpoints: {saved['r']})")
+    if saved.get("lora_alpha") is not None and saved["lora_alpha"] != tc.lora_alpha:
+        changed.append(f"lora_alpha = {tc.lora_alpha} (the checkpoints: {saved['lora_alpha']})")
+    targets = tc.lora_target_modules
     if isinstance(saved.get("target_modules"), list) and set(saved["target_modules"]) != set(targets):
         changed.append(
             f"lora_target_modules = {sorted(targets)} (the checkpoints: {sorted(saved['target_modules'])})"
@@ -348,11 +359,8 @@ def config_mismatch(ckpt: Path, lora: bool, rank: int, alpha: int, targets: list
 def base_mismatch(ckpt: Path, model: str) -> str | None:
     """A warning when the checkpoint ``ckpt`` was trained on another base model than ``model``
     names (its adapter would be applied to weights it never saw); None when they agree."""
-    try:
-        state = json.loads((ckpt / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    saved = state.get("base_model")
+    state = _state(ckpt)
+    saved = state.get("base_model") if state is not None else None
     if not isinstance(saved, str) or Path(saved).name == base_model_name(model):
         return None
     return (

@@ -48,7 +48,7 @@ from torch import Tensor
 
 from openclaw_rl.config import Config, load_config
 from openclaw_rl.runtime.ports import free_port
-from openclaw_rl.trainer.checkpoint import STATE_FILE, Publication, checkpoint_name
+from openclaw_rl.trainer.checkpoint import STATE_FILE, Publication, checkpoint_name, config_mismatch
 from openclaw_rl.trainer.loop import TrainingLoop
 from openclaw_rl.trainer.ppo import POLICY_SUBDIR, Trainer, micro_batches
 from openclaw_rl.types import Sample
@@ -352,11 +352,9 @@ class FSDPTrainer(Trainer):
                     f'checkpoint {ckpt} was written by [training] backend = "torch"; an fsdp run '
                     "resumes only fsdp checkpoints (its policy/ export loads as weights)"
                 )
-            if bool(state.get("lora")) != self.tc.lora:
-                raise ValueError(
-                    f"checkpoint {ckpt} was saved with lora={state.get('lora')} but "
-                    f"[training] lora = {self.tc.lora}"
-                )
+            mismatch = config_mismatch(ckpt, self.tc)  # lora, its rank / alpha / targets
+            if mismatch:
+                raise ValueError(mismatch)
             sd = self._dcp_state()
             dcp.load(sd, checkpoint_id=str(ckpt / DCP_SUBDIR))
             set_state_dict(

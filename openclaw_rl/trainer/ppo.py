@@ -920,9 +920,7 @@ class Trainer:
         from safetensors.torch import load_file
 
         state = json.loads((ckpt / STATE_FILE).read_text(encoding="utf-8"))
-        mismatch = config_mismatch(
-            ckpt, self.tc.lora, self.tc.lora_rank, self.tc.lora_alpha, self.tc.lora_target_modules
-        )
+        mismatch = config_mismatch(ckpt, self.tc)
         if mismatch:
             raise CheckpointError(mismatch)
         policy = ckpt / POLICY_SUBDIR
