@@ -10,6 +10,7 @@
     openclaw-rl turns  --config FILE [--last N] [--user U]   the newest turns and their ids (to rate)
     openclaw-rl openclaw-config --config FILE [--api T] [--host H] [--api-key-env VAR]  OpenClaw's fragment
     openclaw-rl users add NAME --config FILE              a user and their key (shown once)
+    openclaw-rl users add NAME --new-key --config FILE    a new key for them; the old one stops working
     openclaw-rl users list --config FILE                  per user: turns, samples, feedback, ...
     openclaw-rl users delete NAME --config FILE           forget a user: every row and file of theirs
     openclaw-rl users export NAME --out DIR --config FILE their adapter (PEFT) and turns (JSONL)
@@ -113,7 +114,7 @@ def _cmd_users(args: argparse.Namespace) -> int:
 
     cfg = _config(args.config)
     if args.users_command == "add":
-        return users_add(cfg, args.name)
+        return users_add(cfg, args.name, args.new_key)
     if args.users_command == "delete":
         return users_delete(cfg, args.name, args.yes)
     if args.users_command == "export":
@@ -252,6 +253,11 @@ def build_parser() -> argparse.ArgumentParser:
     ).add_subparsers(dest="users_command", required=True)
     p = users.add_parser("add", help="add a user and print their key once")
     p.add_argument("name", help="the user's name (letters, digits, . _ @ + -)")
+    p.add_argument(
+        "--new-key",
+        action="store_true",
+        help="give an existing user a new key (lost or leaked); the old one stops working, their data stays",
+    )
     p.add_argument("--config", required=True, help="path to config.toml")
     p.set_defaults(fn=_cmd_users)
     p = users.add_parser("list", help="per user: turns, judged, samples, updates, adapter, feedback")

@@ -1,6 +1,7 @@
 """``openclaw-rl users``: add a user (their key, shown once) and list everyone the run knows.
 
     openclaw-rl users add NAME --config F     prints NAME's key once; the store keeps a salted digest
+    openclaw-rl users add NAME --new-key ...  a new key for NAME (lost or leaked); the old one stops working
     openclaw-rl users list --config F         per user: turns, judged, samples, updates, adapter, ...
     openclaw-rl users delete NAME --config F  remove NAME's key, turns, samples, adapters, feedback
     openclaw-rl users export NAME --out DIR --config F   their adapter (PEFT) and turns (JSONL)
@@ -37,8 +38,9 @@ def _bad_name(name: str) -> bool:
     return False
 
 
-def users_add(cfg: Config, name: str) -> int:
-    """Register ``name`` and print their key (the only time it is shown)."""
+def users_add(cfg: Config, name: str, new_key: bool = False) -> int:
+    """Register ``name`` and print their key (the only time it is shown); ``new_key``: replace an
+    existing user's key, which stops working at once."""
     if _bad_name(name):
         return 2
     if name.lower() == DEFAULT_USER:  # a key for it would own every anonymous request's turns
@@ -51,13 +53,16 @@ def users_add(cfg: Config, name: str) -> int:
     store = Store(RunDir.of(cfg).store)
     try:
         key = issue_key()
-        store.add_user(name, key)
+        store.add_user(name, key, replace=new_key)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     finally:
         store.close()
-    print(f"user {name} added. Their key (shown only now; the run keeps only a digest of it):")
+    if new_key:
+        print(f"user {name}: new key; the old one no longer works. Their key (shown only now):")
+    else:
+        print(f"user {name} added. Their key (shown only now; the run keeps only a digest of it):")
     print(key.text)
     print(f"Clients send it as: Authorization: Bearer {key.text}")
     return 0

@@ -385,7 +385,7 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
         body = await read_body(request, body_limit)
         headers = _headers(request)
         job = await serving.start_job(body, headers, who)
-        session = session_headers(job.assign.session_id, job.assign.turn_index)
+        session = session_headers(job.assign.client_session_id, job.assign.turn_index)
         if job.req.stream:
             return StreamingResponse(
                 _stream_while_connected(job, serving.stream(job)),
@@ -397,7 +397,7 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
     async def _other_protocol(request: Request, call: ResponsesCall | MessagesCall):
         """Start a Responses / Messages call on the chat path and answer in its protocol."""
         await call.start()
-        session = session_headers(call.job.assign.session_id, call.job.assign.turn_index)
+        session = session_headers(call.job.assign.client_session_id, call.job.assign.turn_index)
         if call.req.stream:
             return StreamingResponse(
                 _stream_while_connected(call.job, call.stream()),

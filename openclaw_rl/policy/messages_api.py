@@ -302,7 +302,7 @@ class MessagesCall:
             "stop_sequence": None,
             "usage": usage,
             # extensions, as on every route (the X-Session-Id / X-Turn-Index headers carry them too)
-            "session_id": self.job.assign.session_id,
+            "session_id": self.job.assign.client_session_id,
             "turn_index": self.job.assign.turn_index,
         }
 

@@ -70,6 +70,7 @@ class ChatMessage(_Lenient):
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    refusal: str | None = None  # an assistant's refusal, as OpenAI returns it (``content`` then null)
 
     @model_validator(mode="before")
     @classmethod
@@ -103,7 +104,12 @@ class ChatMessage(_Lenient):
 
     @model_validator(mode="after")
     def _has_content(self) -> ChatMessage:
-        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+        if self.content is None and self.role == "assistant" and self.refusal is not None:
+            # a history replayed as the SDK returned it: the refusal is what the assistant said
+            self.content = self.refusal
+        if self.content is None and self.role == "assistant" and not self.tool_calls:
+            raise ValueError("an assistant message needs content, tool_calls or a refusal")
+        if self.content is None and self.role != "assistant":
             raise ValueError(f"a {self.role} message needs content")
         if isinstance(self.content, list) and not self.content:
             # as OpenAI's API: an empty list of parts is a client bug, not an empty message

@@ -34,6 +34,7 @@ from pydantic import Field, field_validator
 
 from openclaw_rl.policy.chat_events import chat_events, token_counts
 from openclaw_rl.policy.protocol import APIError, LenientModel, parse_body
+from openclaw_rl.policy.sessions import client_session_id
 
 if TYPE_CHECKING:
     from openclaw_rl.policy.identity import Caller
@@ -377,7 +378,7 @@ class ResponsesCall:
             chain = self.serving.store.chain(req.previous_response_id)
             if chain is None or chain.user != user:
                 raise _not_found(req.previous_response_id, "previous_response_id")
-            self.headers.setdefault("x-session-id", chain.session_id)
+            self.headers.setdefault("x-session-id", client_session_id(user, chain.session_id))
             # as OpenAI does: the previous response's instructions are not carried over, this one's apply
             kept = [m for m in chain.messages if m["role"] != "system"]
             system = [m for m in new if m["role"] == "system"]

@@ -52,7 +52,7 @@ from openclaw_rl.policy.protocol import (
     now,
     validation_message,
 )
-from openclaw_rl.policy.sessions import Assignment, SessionManager
+from openclaw_rl.policy.sessions import Assignment, SessionManager, client_session_id, scoped_session_id
 from openclaw_rl.policy.tools import OPEN, call_markup_start, parse_tool_calls, without_unfinished_call
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.runtime.users import Feedback, adapter_meta
@@ -490,6 +490,7 @@ class Serving:
                     param="X-Session-Id",
                 )
             if sid is not None:
+                sid = scoped_session_id(user, sid)
                 owner = await asyncio.to_thread(self.store.session_user, sid)
                 if owner is not None and owner != user:
                     raise APIError(
@@ -724,7 +725,7 @@ class Serving:
             "object": "feedback",
             "response_id": req.response_id,
             "rating": req.rating,
-            "session_id": outcome.session_id,
+            "session_id": client_session_id(user, outcome.session_id),
             "turn_index": outcome.turn_index,
             "will_train": outcome.will_train,
             "replaced_next_state": outcome.replaced_next_state,
@@ -771,7 +772,7 @@ class Serving:
             "choices": [choice],
             "usage": self._usage(final),
             "policy_version": final.policy_version,
-            "session_id": job.assign.session_id,
+            "session_id": job.assign.client_session_id,
             "turn_index": job.assign.turn_index,
         }
         if job.req.return_token_ids:
@@ -814,7 +815,7 @@ class Serving:
             }
             return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
-        first = {"session_id": job.assign.session_id, "turn_index": job.assign.turn_index}
+        first = {"session_id": job.assign.client_session_id, "turn_index": job.assign.turn_index}
         want_ids = job.req.return_token_ids
         if want_ids and job.gen.prompt_ids is not None:
             first["prompt_token_ids"] = job.gen.prompt_ids

@@ -60,6 +60,27 @@ class Assignment:
     episode: EpisodeTag | None = None  # the environment's group / outcome headers, when sent
     user: str = DEFAULT_USER
 
+    @property
+    def client_session_id(self) -> str:
+        """The session id as its client knows it (:func:`client_session_id`)."""
+        return client_session_id(self.user, self.session_id)
+
+
+def scoped_session_id(user: str, session_id: str) -> str:
+    """The stored id of ``user``'s session ``session_id``. Session ids are chosen by clients, so two
+    users may both call theirs "work": a named user's ids are kept as ``user/id`` (a user name holds
+    no "/"), the ``default`` user's as sent. Idempotent: an id already under the user stays."""
+    if user == DEFAULT_USER or session_id.startswith(f"{user}/"):
+        return session_id
+    return f"{user}/{session_id}"
+
+
+def client_session_id(user: str, session_id: str) -> str:
+    """The inverse of :func:`scoped_session_id`: what the answer's ``X-Session-Id`` says, so a client
+    that sends it back continues the same session."""
+    prefix = f"{user}/"
+    return session_id[len(prefix) :] if user != DEFAULT_USER and session_id.startswith(prefix) else session_id
+
 
 def _canon_calls(calls: list[Any] | None) -> list[tuple[str, str]]:
     out = []
@@ -204,7 +225,7 @@ class SessionManager:
         if session_id is None:
             found = self._find_prefix(messages, user) if ttype == "main" else None
             stitched = found is not None
-            session_id = found or f"auto-{uuid.uuid4().hex[:16]}"
+            session_id = found or scoped_session_id(user, f"auto-{uuid.uuid4().hex[:16]}")
             fresh = found is None
         else:
             fresh = False

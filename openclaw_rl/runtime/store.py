@@ -899,12 +899,21 @@ class Store:
             return cur.rowcount
 
     # ---------------------------------------------------------------- users & feedback
-    def add_user(self, name: str, key: IssuedKey) -> None:
-        """Register ``name`` with ``key`` (only its digest is kept); :class:`UserError` if taken."""
+    def add_user(self, name: str, key: IssuedKey, replace: bool = False) -> None:
+        """Register ``name`` with ``key`` (only its digest is kept); :class:`UserError` if taken.
+        ``replace``: give an existing user ``key`` in place of their old one (a lost or leaked key),
+        keeping everything else of theirs; :class:`UserError` if they have no key to replace."""
         with self._tx() as db:
             row = db.execute("SELECT key_id FROM users WHERE name=?", (name,)).fetchone()
-            if row is not None and row[0] is not None:
-                raise UserError(f"user {name!r} already exists (remove them with `openclaw-rl users delete`)")
+            has_key = row is not None and row[0] is not None
+            if replace and not has_key:
+                raise UserError(f"user {name!r} has no key to replace: add them without --new-key")
+            if has_key and not replace:
+                raise UserError(
+                    f"user {name!r} already exists: `openclaw-rl users add {name} --new-key` gives them a "
+                    "new key (the old one stops working; their turns and adapter stay), `openclaw-rl "
+                    "users delete` removes them"
+                )
             # their folders (policy/users/NAME) would be one on a case-insensitive file system
             other = _case_twin(db, name)
             if other is not None:

@@ -246,6 +246,23 @@ def test_validation_messages_say_where(body, where):
     assert where in validation_message(err.value)[0]
 
 
+def test_a_replayed_refusal_is_what_the_assistant_said():
+    """The SDK returns a refusal as ``content: null`` + ``refusal``; an app replaying its history sends
+    it back so, and it must not be a 400."""
+    history = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "refusal": "I can't help with that."},
+        {"role": "user", "content": "ok"},
+    ]
+    req = ChatCompletionRequest.model_validate_json(json.dumps({"messages": history}), strict=True)
+    assert req.messages[1].text == "I can't help with that."
+    with pytest.raises(ValidationError) as err:  # nothing at all is still a client bug
+        ChatCompletionRequest.model_validate_json(
+            json.dumps({"messages": [history[0], {"role": "assistant", "content": None}]}), strict=True
+        )
+    assert "an assistant message needs content, tool_calls or a refusal" in validation_message(err.value)[0]
+
+
 def test_log_escaping_cannot_forge_lines():
     forged = "hi\r\n[policy_service] session=admin turn=0\x1b[2J\u2028end"
     out = escape_for_log(forged)

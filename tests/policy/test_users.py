@@ -162,13 +162,22 @@ def test_two_users_never_share_a_session(users_run):
     convo.append({"role": "user", "content": "and then?"})
     raw = alice.chat.completions.with_raw_response.create(model="m", messages=convo, max_tokens=2)
     alice_sid = svc.store.turn_by_response(first.id)[0].session_id
-    assert raw.headers["X-Session-Id"] == alice_sid  # her own continuation is stitched
+    assert alice_sid.startswith("alice/")  # stored under her name; her client sees the id without it
+    assert raw.headers["X-Session-Id"] == alice_sid.removeprefix("alice/")  # her continuation is stitched
     # bob sending the very same conversation is a session of his own, and alice's turn keeps her reply
     raw = bob.chat.completions.with_raw_response.create(model="m", messages=convo, max_tokens=2)
-    assert raw.headers["X-Session-Id"] != alice_sid
+    assert svc.store.turn_by_response(raw.parse().id)[0].session_id.startswith("bob/")
     assert svc.store.session_turns(alice_sid)[0].next_state.content == "and then?"
-    # and bob cannot write into her session by naming it
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {keys['bob']}"}, timeout=60) as c:
+    # naming her session, by the id she sees or the stored one, gives bob a session of his own
+    for named in (alice_sid.removeprefix("alice/"), alice_sid):
+        raw = bob.chat.completions.with_raw_response.create(
+            model="m", messages=HI, max_tokens=2, extra_headers={"X-Session-Id": named}
+        )
+        assert raw.headers["X-Session-Id"] == named
+        assert svc.store.turn_by_response(raw.parse().id)[0].session_id == f"bob/{named}"
+    assert len(svc.store.session_turns(alice_sid)) == 2
+    # the gateway's own key (the user "default") cannot write into it either
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as c:
         r = c.post("/v1/chat/completions", json={"messages": HI}, headers={"X-Session-Id": alice_sid})
     assert r.status_code == 403 and r.json()["error"]["code"] == "session_of_another_user"
     assert len(svc.store.session_turns(alice_sid)) == 2
@@ -188,6 +197,25 @@ def test_two_users_never_share_a_session(users_run):
         )
     assert r.status_code == 403 and r.json()["error"]["code"] == "group_of_another_user"
     assert svc.store.group_users("grp-1") == {"alice"}
+
+
+def test_each_user_names_their_sessions_freely(users_run):
+    """Session ids are the client's: alice and bob may both call theirs "work", and each continues
+    their own (before, the second user to pick a name got a 403 on every request)."""
+    svc, url, _, keys = users_run
+    turns = {}
+    for name in ("alice", "bob", "alice"):
+        raw = _sdk(url, keys[name]).chat.completions.with_raw_response.create(
+            model="m", messages=HI, max_tokens=2, extra_body={"session_id": "work"}
+        )
+        assert raw.headers["X-Session-Id"] == "work"
+        reply = raw.parse()
+        assert reply.model_extra["session_id"] == "work"
+        turns.setdefault(name, []).append(svc.store.turn_by_response(reply.id)[0])
+    assert {t.session_id for t in turns["alice"]} == {"alice/work"}
+    assert [t.turn_index for t in turns["alice"]] == [0, 1]  # her second request continues her session
+    assert turns["bob"][0].session_id == "bob/work" and turns["bob"][0].turn_index == 0
+    assert svc.store.session_user("alice/work") == "alice" and svc.store.session_user("bob/work") == "bob"
 
 
 def _feedback_rows(svc: PolicyService) -> int:
@@ -271,3 +299,25 @@ def test_a_stored_response_is_read_and_deleted_only_by_its_user_or_the_gateway(u
     alice.responses.delete(mine.id)
     with pytest.raises(NotFoundError):
         alice.responses.retrieve(mine.id)
+
+
+def test_a_lost_key_is_replaced_and_the_old_one_stops_working(users_run):
+    """`users add NAME --new-key`: the user's key was lost or leaked; their turns stay theirs."""
+    svc, url, config, _ = users_run
+    added = _cli(config, "add", "carol")
+    old = next(line for line in added.stdout.splitlines() if line.startswith("ocu-"))
+    first = _sdk(url, old).chat.completions.create(model="m", messages=HI, max_tokens=2)
+    again = _cli(config, "add", "carol")
+    assert again.returncode != 0 and "--new-key" in again.stderr  # the way out is named, not `delete`
+    replaced = _cli(config, "add", "carol", "--new-key")
+    assert replaced.returncode == 0, replaced.stderr
+    new = next(line for line in replaced.stdout.splitlines() if line.startswith("ocu-"))
+    assert new != old
+    from openai import AuthenticationError
+
+    with pytest.raises(AuthenticationError):
+        _sdk(url, old).chat.completions.create(model="m", messages=HI, max_tokens=2)
+    second = _sdk(url, new).chat.completions.create(model="m", messages=HI, max_tokens=2)
+    assert _owner(svc, first.id) == _owner(svc, second.id) == "carol"  # her earlier turn is still hers
+    unknown = _cli(config, "add", "nobody", "--new-key")
+    assert unknown.returncode != 0 and "no key to replace" in unknown.stderr
