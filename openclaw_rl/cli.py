@@ -8,7 +8,7 @@
     openclaw-rl status --config FILE
     openclaw-rl samples --config FILE --out F.jsonl [--status S]  the run's samples, for train --samples
     openclaw-rl turns  --config FILE [--last N] [--user U]   the newest turns and their ids (to rate)
-    openclaw-rl openclaw-config --config FILE [--api T] [--host H] [--api-key-env VAR]  OpenClaw's fragment
+    openclaw-rl openclaw-config --config FILE [--api T] [--host H] [--port P] [--api-key-env VAR]  OpenClaw's fragment
     openclaw-rl users add NAME --config FILE              a user and their key (shown once)
     openclaw-rl users add NAME --new-key --config FILE    a new key for them; the old one stops working
     openclaw-rl users list --config FILE                  per user: turns, samples, feedback, ...
@@ -106,7 +106,9 @@ def _cmd_turns(args: argparse.Namespace) -> int:
 def _cmd_openclaw_config(args: argparse.Namespace) -> int:
     from openclaw_rl.launcher.openclaw_config import openclaw_config_command
 
-    return openclaw_config_command(_config(args.config, args.log_dir), args.api, args.host, args.api_key_env)
+    return openclaw_config_command(
+        _config(args.config, args.log_dir), args.api, args.host, args.api_key_env, args.port
+    )
 
 
 def _cmd_users(args: argparse.Namespace) -> int:
@@ -165,7 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
     log_dir_flag(p, "serve from (and record into)")
     p = verb("judge", _cmd_judge, "judge one (response, next state) pair and print JSON")
     p.add_argument(
-        "--response", required=True, help="the assistant's reply; @FILE reads it from a file, - from stdin"
+        "--response",
+        default="",
+        help="the assistant's reply; @FILE reads it from a file, - from stdin (left out: the next state "
+        "is judged on its own, without the rules that compare it with the reply)",
     )
     p.add_argument(
         "--next-state",
@@ -241,6 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ADDRESS",
         help="the address OpenClaw reaches the service at (default: the service's host; loopback "
         "when it binds every address)",
+    )
+    p.add_argument(
+        "--port",
+        type=_port,
+        help="the port the service listens on, when started with `serve --port` (default: the config's)",
     )
     p.add_argument(
         "--api-key-env",

@@ -10,10 +10,13 @@ What the engine is started with (the parts weight sync depends on):
   --context-length L`` — weight sync is ``POST /update_weights_from_disk {"model_path": dir}``
   (a full model directory);
 * vllm: ``python -m vllm.entrypoints.openai.api_server --model M --served-model-name M --host H
-  --port P --dtype D --max-model-len L --enable-lora --max-lora-rank R`` with
+  --port P --dtype D --max-model-len L --enable-lora --max-lora-rank R --max-loras K`` with
   ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` in its environment — weight sync is
-  ``POST /v1/load_lora_adapter {"lora_name": ..., "lora_path": dir}``; without that variable vLLM
-  refuses runtime adapter loading.
+  ``POST /v1/load_lora_adapter {"lora_name": ..., "lora_path": dir, "load_inplace": true}``; without
+  that variable vLLM refuses runtime adapter loading. ``K`` (:func:`max_loras`) lets one batch mix
+  every resident user's adapter in ``per_user`` mode.
+
+Both run offline (``HF_HUB_OFFLINE=1``): the model is a local directory, never a download.
 
 The engine listens where the forwarding backend looks for it: ``engine_url`` when set (its host and
 port), else ``127.0.0.1:<policy port + 1>``. Readiness is ``GET /v1/models`` answering 200 (both
@@ -132,6 +135,18 @@ def _model_path(cfg: Config) -> str:
     return model
 
 
+#: A launched engine runs offline, as everything here does: a model name it cannot find on disk is
+#: an error in its log, never a download (the dry run names it first: a local directory is needed).
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def max_loras(cfg: Config) -> int:
+    """LoRAs one vLLM batch may mix: each resident user's adapter in ``per_user`` mode (or their
+    requests wait for each other), else the serving version and the one before it, still finishing
+    its replies after a swap."""
+    return max(2, cfg.users.max_resident) if cfg.users.mode == "per_user" else 2
+
+
 def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
     """The command line and extra environment that start the configured engine."""
     pcfg = cfg.policy_service
@@ -152,7 +167,7 @@ def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
             pcfg.dtype,
             "--context-length",
             str(pcfg.max_model_len),
-        ], {}
+        ], dict(OFFLINE_ENV)
     if pcfg.backend == "vllm":
         return (
             [
@@ -174,10 +189,12 @@ def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
                 "--enable-lora",
                 "--max-lora-rank",
                 str(cfg.training.lora_rank),
+                "--max-loras",
+                str(max_loras(cfg)),
                 "--enable-prefix-caching",
                 *_vllm_cpu_flags(cfg),
             ],
-            {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"},
+            {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", **OFFLINE_ENV},
         )
     raise EngineError(f"[policy_service] backend = {pcfg.backend!r} has no engine to launch")
 

@@ -167,21 +167,52 @@ def _check_policy_backend(cfg: Config) -> Check:
         problem = launch_problem(cfg)
         if problem:
             return Check("policy_service", False, problem)
-        return Check("policy_service", True, f"backend={pol.backend}: the engine will be launched at start")
+        return _check_launch(cfg)
     v1 = url if url.endswith("/v1") else f"{url}/v1"
-    probe = _probe_openai(v1, None, PROBE_TIMEOUT_S)
+    # vLLM answers 404 to a request naming a model it does not serve; SGLang serves any name
+    probe = _probe_openai(v1, None, PROBE_TIMEOUT_S, model=pol.model if pol.backend == "vllm" else None)
     ok, detail = probe.ok, probe.detail + _window_note(probe.models, pol.max_model_len)
-    if not ok:
+    if ok and "does not list the model" in detail:
+        ok = False
+        detail += (
+            f"; every request names the model as [policy_service] model = {pol.model!r} and vLLM "
+            "refuses other names: set it to the name the engine serves (its --served-model-name)"
+        )
+    if not ok and "does not list the model" not in detail:
         from openclaw_rl.launcher.external import engine_command
 
         command, env = engine_command(cfg)
-        shown = shlex.join(["python", *command[1:]])
+        shown = shlex.join(command)
         detail += (
             f"; start one with `{' '.join(f'{k}={v}' for k, v in env.items())}{' ' if env else ''}{shown}` "
             f"({_engine_install_hint(pol.backend)}), or set "
             "[policy_service] launch = true to have the launcher start it"
         )
     return Check("policy_service", ok, f"backend={pol.backend}: {detail}")
+
+
+def _check_launch(cfg: Config) -> Check:
+    """``launch = true``: what the launcher will need to start the engine: a local model directory
+    (nothing is downloaded) and a free engine port."""
+    from openclaw_rl.launcher.external import engine_address
+    from openclaw_rl.runtime.models import ModelNotFoundError, resolve_model_dir
+
+    pol = cfg.policy_service
+    try:
+        directory = resolve_model_dir(pol.model)
+    except ModelNotFoundError as exc:
+        return Check("policy_service", False, f"backend={pol.backend}, launch = true: {exc}")
+    host, port = engine_address(cfg)
+    free, said = _port_free(host, port)
+    if not free:
+        return Check(
+            "policy_service", False, f"backend={pol.backend}: the engine's port (engine_url): {said}"
+        )
+    return Check(
+        "policy_service",
+        True,
+        f"backend={pol.backend}: the engine will be launched at start on {host}:{port} with the model at {directory}",
+    )
 
 
 def _window_note(models: list[dict[str, Any]], configured: int) -> str:

@@ -76,7 +76,18 @@ def _api_key(cfg: Config, key_env: str | None = None) -> str:
         return f"${{{key_env}}}"
     if pol.api_key is not None and pol.api_key.get_secret_value():
         return "${OPENCLAW_RL_API_KEY}"
-    return RunDir.of(cfg).client_key(pol) or "none"
+    return RunDir.of(cfg).client_key(pol) or _made_client_key(cfg) or "none"
+
+
+def _made_client_key(cfg: Config) -> str | None:
+    """The client key a service of this ``log_dir`` made when it was started on a public address
+    by hand (``openclaw-rl serve --host 0.0.0.0``), which the config does not say: it requires it,
+    and a loopback service ignores a key it was not given."""
+    path = RunDir.of(cfg).client_key_file
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
 
 
 def _api_key_note(cfg: Config, key_env: str | None = None) -> str:
@@ -87,6 +98,11 @@ def _api_key_note(cfg: Config, key_env: str | None = None) -> str:
         return "// [policy_service] api_key: export OPENCLAW_RL_API_KEY with the same value"
     if generates_client_key(pol):
         return f"// the client key the service requires on {pol.host}, from {RunDir.of(cfg).client_key_file}"
+    if _made_client_key(cfg):
+        return (
+            "// the client key a service of this log_dir made when started on a public address "
+            f"(serve --host), from {RunDir.of(cfg).client_key_file}"
+        )
     return "// the service has no api_key; any string works (set one before exposing the port)"
 
 
@@ -185,9 +201,16 @@ def render(
 
 
 def openclaw_config_command(
-    cfg: Config, api: str = "openai-completions", host: str | None = None, key_env: str | None = None
+    cfg: Config,
+    api: str = "openai-completions",
+    host: str | None = None,
+    key_env: str | None = None,
+    port: int | None = None,
 ) -> int:
-    """Print the fragment; exit 0 (2 for a ``key_env`` that is no variable name)."""
+    """Print the fragment; exit 0 (2 for a ``key_env`` that is no variable name). ``port``: the
+    port the service was started on when not the config's (``openclaw-rl serve --port``)."""
+    if port is not None:
+        cfg.policy_service.port = port
     if key_env is not None and not ENV_VAR.fullmatch(f"${{{key_env}}}"):
         print(f"error: --api-key-env {key_env!r} is not an environment variable name", file=sys.stderr)
         return 2

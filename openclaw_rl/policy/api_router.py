@@ -370,7 +370,7 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
-        return serving.health()
+        return await run_in_threadpool(serving.health)  # a forwarding engine is asked over HTTP
 
     @app.get("/v1/models", dependencies=[Depends(caller)])
     async def models() -> dict[str, Any]:

@@ -218,6 +218,11 @@ class Engine(ABC):
         """Backend-specific fields for ``/healthz`` (none by default)."""
         return {}
 
+    def health_problem(self) -> str | None:
+        """Why this engine cannot generate now, asked by ``/healthz`` (None: it can). An engine in
+        this process can; one behind HTTP may have died."""
+        return None
+
     def prompt_ids(self, req: GenRequest) -> list[int] | None:
         """The token ids of ``req``'s prompt as the model reads it (chat template, tools included);
         None without a local tokenizer."""

@@ -23,7 +23,8 @@ unknown fields.
 Weight sync (what ``swap_weights`` does), thin and documented:
 
 * ``sglang``: ``POST {engine}/update_weights_from_disk {"model_path": path}`` (a full model directory);
-* ``vllm``: ``POST {engine}/v1/load_lora_adapter {"lora_name": "policy-v<N>", "lora_path": path}``
+* ``vllm``: ``POST {engine}/v1/load_lora_adapter {"lora_name": "policy-v<N>", "lora_path": path,
+  "load_inplace": true}``
   (a LoRA adapter directory; the engine must run with ``--enable-lora``); later requests name that
   adapter as their ``model``;
 * ``api``: a hosted model cannot be replaced — swapping raises :class:`WeightLoadError`.
@@ -356,7 +357,7 @@ class ForwardEngine(Engine):
                 await asyncio.to_thread(
                     self._post_weights,
                     f"{self.v1}/load_lora_adapter",
-                    {"lora_name": model, "lora_path": str(path)},
+                    _lora_body(model, path),
                     path,
                 )
             except WeightLoadError as exc:
@@ -364,6 +365,17 @@ class ForwardEngine(Engine):
                 return True
         log.info("the vllm engine had lost %s; loaded it again from %s", model, path)
         return True
+
+    def health_problem(self) -> str | None:
+        """An engine (sglang / vllm) that does not answer ``GET /v1/models`` within 3 s; a hosted
+        API is not asked on every health check."""
+        if self.backend == "api":
+            return None
+        try:
+            status = httpx.get(f"{self.v1}/models", headers=self._headers, timeout=3.0).status_code
+        except httpx.HTTPError as exc:
+            return f"the {self.backend} engine at {self.v1} does not answer ({type(exc).__name__})"
+        return None if status < 500 else f"the {self.backend} engine at {self.v1} answered {status}"
 
     # -------------------------------------------------------------- weight sync
     def swap_adapter(self, user: str, path: str | Path, version: int) -> None:
@@ -378,7 +390,7 @@ class ForwardEngine(Engine):
         if not (p / "adapter_config.json").is_file():
             raise WeightLoadError(f"path: {p} is not a LoRA adapter directory (no adapter_config.json)")
         name = f"user-{user}-v{version}"
-        self._post_weights(f"{self.v1}/load_lora_adapter", {"lora_name": name, "lora_path": str(p)}, p)
+        self._post_weights(f"{self.v1}/load_lora_adapter", _lora_body(name, p), p)
         previous = self._user_models.get(user)
         self._user_models[user] = (name, version)
         self._lora_paths[name] = p
@@ -414,7 +426,7 @@ class ForwardEngine(Engine):
                     "weights through /v1/load_lora_adapter, which takes adapters only"
                 )
             name = f"policy-v{version}"
-            url, body = f"{self.v1}/load_lora_adapter", {"lora_name": name, "lora_path": str(p)}
+            url, body = f"{self.v1}/load_lora_adapter", _lora_body(name, p)
         self._post_weights(url, body, p)
         if self.backend == "vllm":
             previous, self.serve_model = self.serve_model, f"policy-v{version}"
@@ -455,6 +467,13 @@ class ForwardEngine(Engine):
             raise WeightLoadError(
                 f"the {self.backend} engine refused the weights at {p}: {resp.status_code} {resp.text[:300]}"
             )
+
+
+def _lora_body(name: str, path: Path) -> dict[str, Any]:
+    """vLLM's ``load_lora_adapter`` body. In place: an engine that outlives this service (restarted,
+    or a second run's) may hold a LoRA of that name already, and refuses the name otherwise; the
+    weights at ``path`` are what the name must now serve."""
+    return {"lora_name": name, "lora_path": str(path), "load_inplace": True}
 
 
 def _forced_call(text: str) -> list[dict[str, Any]] | None:

@@ -247,8 +247,12 @@ class Serving:
         return sum(self._by_user.values())
 
     def health(self) -> dict[str, Any]:
+        """``/healthz``: 200 whenever this process answers; ``status`` is "degraded" (with
+        ``engine_problem``) while a forwarding engine does not answer, so every request would fail."""
+        problem = self.engine.health_problem()
         return {
-            "status": "ok",
+            "status": "ok" if problem is None else "degraded",
+            **({"engine_problem": problem} if problem else {}),
             "backend": self.engine.backend,
             "model": self.model_name,
             "policy_version": self.engine.policy_version,

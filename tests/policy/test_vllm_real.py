@@ -144,13 +144,13 @@ def test_recorded_ids_and_logprobs_are_the_training_forward_pass(real_vllm, embe
     assert gap < LOGPROB_TOL, f"vLLM's recorded log-probs differ from the training forward by {gap:.2e}"
 
 
-def _lora_adapter(model: Any, path: Path, rank: int) -> tuple[Path, Any]:
+def _lora_adapter(model: Any, path: Path, rank: int, seed: int = 11) -> tuple[Path, Any]:
     """A peft adapter directory, as the trainer exports it, and the same adapter merged."""
     import copy
 
     from peft import LoraConfig, get_peft_model
 
-    torch.manual_seed(11)
+    torch.manual_seed(seed)
     peft_model = get_peft_model(
         copy.deepcopy(model),
         LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
@@ -338,6 +338,46 @@ def test_an_adapter_the_engine_lost_is_loaded_again_and_clients_read_token_text(
         svc.swap_weights(_lora_adapter(model, tmp_path / f"policy-v{version}", rank=8)[0], version)
     loaded = {m["id"] for m in httpx.get(engine.url + "/v1/models", timeout=60).json()["data"]}
     assert {"policy-v8", "policy-v9"} <= loaded and "policy-v7" not in loaded, loaded
+
+
+def test_a_second_service_on_the_same_engine_loads_its_own_weights_over_a_name_it_holds(
+    real_vllm, embedded, tmp_path
+):
+    """An engine outlives the service: a restarted service, or another run, publishes `policy-v1`
+    again, which the engine already holds. vLLM refused the name (400 "already been loaded"), and the
+    second service served the base, or another run's weights, under version 1."""
+    _svc, _url, engine = real_vllm
+    model, _tok = embedded
+    other = build_config(
+        {
+            "global": {"log_dir": str(tmp_path / "logs")},
+            "policy_service": {
+                "backend": "vllm",
+                "model": EMBEDDED_MODEL,
+                "port": 0,
+                "engine_url": engine.url,
+                "max_model_len": 4096,
+                "max_tokens_default": 16,
+            },
+            "training": {"lora": True, "lora_rank": 8},
+            "env_service": {"enabled": False},
+        },
+        environ={},
+    )
+    svc = PolicyService(other)
+    url = svc.start()
+    try:
+        adapter, merged = _lora_adapter(model, tmp_path / "run-b-v1", rank=8, seed=12)
+        svc.swap_weights(adapter, 1)  # the engine holds a `policy-v1` of the first service's already
+        assert svc.policy_version == 1
+        r = _greedy(url, "What is a prime number?", "second-run", max_tokens=16)
+        assert r.status_code == 200, r.text
+        (turn,) = svc.store.session_turns("second-run")
+        recorded = torch.tensor(turn.response_logprobs)
+        mine = _forward_logprobs(merged, turn.prompt_ids, turn.response_ids)
+        assert (mine - recorded).abs().max().item() < LOGPROB_TOL * 5  # this run's weights answered
+    finally:
+        svc.stop()
 
 
 def _greedy(url: str, question: str, session_id: str, **extra: Any) -> httpx.Response:

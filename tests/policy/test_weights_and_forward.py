@@ -223,6 +223,9 @@ def test_unreachable_engine_is_a_502_not_a_hang(start_service, tiny_model_dir):
     _, url = start_service(tiny_model_dir, "dead", backend="sglang", engine_url="http://127.0.0.1:9")
     r = httpx.post(url + "/v1/chat/completions", json={"messages": USER, "max_tokens": 2}, timeout=60)
     assert r.status_code == 502 and "unreachable" in r.json()["error"]["message"]
+    # and the health check says so: the process answers, the engine behind it does not
+    health = httpx.get(url + "/healthz", timeout=60).json()
+    assert health["status"] == "degraded" and "http://127.0.0.1:9/v1" in health["engine_problem"], health
 
 
 def test_vllm_forwarding_serves_each_user_their_named_lora(
