@@ -96,7 +96,8 @@ class ApiJudge(Judge):
             self._loop = loop
         return self._client
 
-    async def _ask(self, messages: list[dict[str, str]]) -> str:
+    async def _ask(self, messages: list[dict[str, str]]) -> tuple[str, str | None]:
+        """The reply's text and finish reason."""
         try:
             resp = await self.client.chat.completions.create(
                 model=self.prm.model,
@@ -119,17 +120,38 @@ class ApiJudge(Judge):
                 f"({type(resp).__name__}: {str(resp)[:80]!r}); check [api] base_url (the API root)"
             )
         if not resp.choices:
-            return ""  # an empty reply is an invalid vote, not an outage
-        return resp.choices[0].message.content or ""
+            return "", None  # an empty reply is an invalid vote, not an outage
+        choice = resp.choices[0]
+        return choice.message.content or "", choice.finish_reason
+
+    async def _score_replies(self, messages: list[dict[str, str]]) -> list[str]:
+        """``vote_count`` replies; :class:`JudgeUnavailable` when every one is empty: no vote was
+        given at all (a reasoning model spending the whole reply budget before its answer, an
+        endpoint with nothing to say), which as invalid votes would be a silent score of 0."""
+        answers = await asyncio.gather(*(self._ask(messages) for _ in range(self.prm.vote_count)))
+        if all(not text.strip() for text, _ in answers):
+            cut = sum(reason == "length" for _, reason in answers)
+            why = (
+                f"; {cut} cut at the {MAX_TOKENS}-token reply budget (a reasoning model thinking "
+                "past it? pick one that answers directly)"
+                if cut
+                else ""
+            )
+            raise JudgeUnavailable(
+                f"judge API at {self.url} gave {len(answers)} empty repl{'y' if len(answers) == 1 else 'ies'}"
+                f"{why}; the turn is judged again later"
+            )
+        return [text for text, _ in answers]
 
     async def score_votes(self, response: str, next_state: NextState) -> list[Vote]:
-        msgs = evaluative_messages(response, next_state)
-        replies = await asyncio.gather(*(self._ask(msgs) for _ in range(self.prm.vote_count)))
+        replies = await self._score_replies(evaluative_messages(response, next_state))
         return [Vote(raw=r, score=parse_score(r, self.prm.reward_space)) for r in replies]
 
     async def hint_votes(self, response: str, next_state: NextState) -> list[Vote]:
-        msgs = hint_messages(response, next_state)
-        replies = await asyncio.gather(*(self._ask(msgs) for _ in range(self.prm.vote_count)))
+        msgs = hint_messages(response, next_state)  # an empty hint reply is just no hint
+        replies = [
+            text for text, _ in await asyncio.gather(*(self._ask(msgs) for _ in range(self.prm.vote_count)))
+        ]
         votes = []
         for r in replies:
             verdict, hint = parse_hint_vote(r)

@@ -68,6 +68,7 @@ from openclaw_rl.judge.encoders import (  # noqa: F401  (importable from here, a
 )
 from openclaw_rl.judge.evidence import CONTRADICTION_RULE, EVIDENCE_VERSION, Evidence, read_evidence
 from openclaw_rl.judge.new_request import request_part
+from openclaw_rl.judge.prompts import MIN_HINT_CHARS
 from openclaw_rl.judge.voting import restrict, sample_from_distribution
 from openclaw_rl.types import NextState, Vote
 
@@ -603,7 +604,10 @@ def extract_hint(role: str, content: str) -> str | None:
                 continue
             after_kept = True
         kept = [k for k in kept if len(k) > 3][:MAX_HINT_SENTENCES]
-        if kept:
+        # The directive words are English: in another language they pick fragments ("No, eso está
+        # mal. Te pedí 6 por 8, no 6 por 7." gave "No 6 por 7."); a fragment too short to be kept
+        # as a hint ("Again.", "Lol no.") would leave a correction without one.
+        if kept and looks_english(text) and len(" ".join(kept)) > MIN_HINT_CHARS:
             return " ".join(kept)
         # No directive sentence ("wrong. it's Canberra"): the correction itself is the hint.
         return f'The user replied: "{text[:200]}". Take this correction into account.'

@@ -23,8 +23,9 @@ KEY = "test-judge-key"
 
 @dataclass
 class Remote:
-    eval_reply: str = "The user thanked the assistant.\nSCORE: +1"
+    eval_reply: str | None = "The user thanked the assistant.\nSCORE: +1"  # None: content null
     hint_reply: str = "VERDICT: -1"
+    finish_reason: str = "stop"
     fail_next: list[int] = field(default_factory=list)  # status codes to answer before succeeding
     delay_s: float = 0.0
     calls: int = 0
@@ -37,6 +38,7 @@ class Remote:
     def reset(self) -> None:
         self.eval_reply = "The user thanked the assistant.\nSCORE: +1"
         self.hint_reply = "VERDICT: -1"
+        self.finish_reason = "stop"
         self.fail_next = []
         self.delay_s = 0.0
         self.calls = 0
@@ -81,7 +83,11 @@ def _app(remote: Remote) -> FastAPI:
                 "created": int(time.time()),
                 "model": body["model"],
                 "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text},
+                        "finish_reason": remote.finish_reason,
+                    }
                 ],
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
             }

@@ -50,6 +50,15 @@ def test_unparsable_replies_are_invalid_votes_not_errors(remote):
     assert result.votes[0].raw == "I would rather not say."
 
 
+def test_no_reply_at_all_is_an_error_not_a_zero(remote):
+    """A reasoning model that spends the reply budget thinking returns null content cut at
+    "length": as invalid votes that was a score of 0, fed to training with no word of it."""
+    remote.eval_reply, remote.finish_reason = None, "length"
+    result = run(make_judge(api_config(remote, extract_instruction=False)))
+    assert not result.ok  # stored as an error: the turn is judged again, never trained on as 0
+    assert "3 empty replies" in result.error and "3 cut at the 384-token reply budget" in result.error
+
+
 def test_scores_outside_reward_space_are_invalid(remote):
     remote.eval_reply = "SCORE: 0"
     result = run(make_judge(api_config(remote, reward_space=[1, -1], extract_instruction=False)))
