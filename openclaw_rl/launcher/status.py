@@ -140,14 +140,26 @@ def samples_command(cfg: Config, out: str, status: SampleStatus | None) -> int:
     return 0
 
 
+def _shown(text: str) -> str:
+    # a control character (an escape sequence a client put in its session id) is shown, not obeyed
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def _columns(ch: str) -> int:
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def columns(text: str) -> int:
+    """How many terminal columns ``text`` takes as :func:`fit` shows it."""
+    return sum(_columns(ch) for ch in _shown(text))
+
+
 def fit(text: str, width: int) -> str:
     """``text`` cut and padded to ``width`` terminal columns: a CJK character takes two ("我的会话"
     is 8 columns wide), so padding by characters would shift the columns after it."""
     out, used = [], 0
-    # a control character (an escape sequence a client put in its session id) is shown, not obeyed
-    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
-    for ch in shown:
-        w = 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    for ch in _shown(text):
+        w = _columns(ch)
         if used + w > width:
             break
         out.append(ch)
@@ -168,15 +180,18 @@ def turns_command(cfg: Config, last: int, user: str | None) -> int:
     if not rows:
         print("no turns recorded" + (f" for user {user!r}" if user is not None else ""))
         return 0
+    # whole session ids up to 40 columns: an operator copies them (close_session, feedback by
+    # session), and a named user's are `user/auto-...`, whose first 14 columns say little
+    sw = min(40, max(7, *(columns(turn.session_id) for turn, _, _ in rows)))
     print(
-        f"{'response id':<38} {'user':<12} {'session':<14} {'turn':>4} {'type':<4} {'v':>3} {'judged':>6}  reply"
+        f"{'response id':<38} {'user':<12} {'session':<{sw}} {'turn':>4} {'type':<4} {'v':>3} {'judged':>6}  reply"
     )
     for turn, status, score in rows:
         # a score only while it stands: a turn rated again (feedback) waits for its new judgement
         judged = f"{score:+d}" if status == "judged" and score is not None else status
         reply = " ".join(turn.response_text.split()) or ("(tool call)" if turn.tool_calls else "(empty)")
         print(
-            f"{turn.response_id or '-':<38} {fit(turn.user, 12)} {fit(turn.session_id, 14)} "
+            f"{turn.response_id or '-':<38} {fit(turn.user, 12)} {fit(turn.session_id, sw)} "
             f"{turn.turn_index:>4} {turn.turn_type:<4} {turn.policy_version:>3} {judged:>6}  {reply[:60]!r}"
         )
     return 0

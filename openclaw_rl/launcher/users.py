@@ -156,7 +156,7 @@ def users_delete(cfg: Config, name: str, yes: bool = False) -> int:
     # store it checks before writing a turn.
     err = forget_user(cfg, cfg.policy_service.local_url, name, timeout=5.0)
     print(
-        "the running policy service stopped their requests in flight and dropped their adapter from memory"
+        "the running policy service stopped any request of theirs in flight and dropped their adapter from memory"
         if err is None
         else f"{err}; a service running elsewhere records nothing more under their key, and none "
         "loads their adapter again"
@@ -176,6 +176,12 @@ def _export_problem(cfg: Config, dest: Path) -> str | None:
             "so write it elsewhere"
         )
     return None
+
+
+def _private_copy(src: str, dst: str) -> None:
+    """Copy a file readable by its owner only (0600): an adapter is trained on one person's words."""
+    shutil.copyfile(src, dst)
+    os.chmod(dst, 0o600)
 
 
 def users_export(cfg: Config, name: str, out: str) -> int:
@@ -224,7 +230,10 @@ def users_export(cfg: Config, name: str, out: str) -> int:
     if (dest / "adapter").exists():  # an earlier export's adapter is not this one
         shutil.rmtree(dest / "adapter")
     if published is not None and published.path.is_dir():
-        shutil.copytree(published.path, dest / "adapter")
+        shutil.copytree(published.path, dest / "adapter", copy_function=_private_copy)
+        os.chmod(dest / "adapter", 0o700)
+        for sub in (p for p in (dest / "adapter").rglob("*") if p.is_dir()):
+            os.chmod(sub, 0o700)
         what = f"adapter v{published.version} in {dest / 'adapter'}"
     elif cfg.users.mode != "per_user":
         shared = RunDir.of(cfg).read_published_policy()

@@ -56,7 +56,7 @@ from openclaw_rl.policy.sessions import Assignment, SessionManager, client_sessi
 from openclaw_rl.policy.tools import OPEN, call_markup_start, parse_tool_calls, without_unfinished_call
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.runtime.users import Feedback, adapter_meta
-from openclaw_rl.types import EpisodeTag, Turn
+from openclaw_rl.types import DEFAULT_USER, EpisodeTag, Turn
 
 #: A request that came through no HTTP route (the in-process API, tests): it may name its user.
 IN_PROCESS = Caller(key_user=None, trusted=True)
@@ -483,15 +483,16 @@ class Serving:
         try:
             await self._gate().wait()  # open unless a lock-step run is training
             sid = headers.get("x-session-id") or req.session_id
+            where = "X-Session-Id" if headers.get("x-session-id") else "session_id"  # as the client sent it
             if sid is not None and not (0 < len(sid) <= 256):
-                raise APIError(400, "X-Session-Id must be 1-256 characters", param="X-Session-Id")
+                raise APIError(400, f"{where} must be 1-256 characters", param=where)
             if sid is not None and not all(c.isprintable() or c == " " for c in sid):
                 # a line break or NUL cannot go back in the answer's X-Session-Id header, and an escape
                 # sequence would reach the operator's terminal in `openclaw-rl turns`
                 raise APIError(
                     400,
-                    "X-Session-Id must not hold control characters (line breaks, tabs, NUL, escapes)",
-                    param="X-Session-Id",
+                    f"{where} must not hold control characters (line breaks, tabs, NUL, escapes)",
+                    param=where,
                 )
             if sid is not None:
                 sid = scoped_session_id(user, sid)
@@ -499,9 +500,9 @@ class Serving:
                 if owner is not None and owner != user:
                     raise APIError(
                         403,
-                        "X-Session-Id: this session belongs to another user",
+                        f"{where}: this session belongs to another user",
                         type_="permission_error",
-                        param="X-Session-Id",
+                        param=where,
                         code="session_of_another_user",
                     )
             ttype_h = headers.get("x-turn-type")
@@ -653,6 +654,9 @@ class Serving:
         if a.done:
             self.store.close_session(a.session_id)
         last = job.req.messages[-1]
+        # a named user's words stay in the store, where `users delete` reaches them; an operator's
+        # console log (often kept in a file) shows only how much they wrote
+        said = escape_for_log(last.text) if a.user == DEFAULT_USER else f"<{len(last.text)} characters>"
         log.info(
             "[policy_service] session=%s turn=%d type=%s prompt_tokens=%d response_tokens=%d version=%d "
             'finish=%s stitched=%s last_%s="%s"',
@@ -665,7 +669,7 @@ class Serving:
             final.finish_reason,
             a.stitched,
             last.role,
-            escape_for_log(last.text),
+            said,
         )
 
     def _record_state_only(self, job: Job) -> None:

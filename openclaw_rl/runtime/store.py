@@ -917,7 +917,10 @@ class Store:
             # their folders (policy/users/NAME) would be one on a case-insensitive file system
             other = _case_twin(db, name)
             if other is not None:
-                raise UserError(f"user {other!r} already exists: names may not differ only in case")
+                raise UserError(
+                    f"{name!r} differs only in case from the existing user {other!r}: names may not differ "
+                    "only in case (their folders would be one on a case-insensitive file system)"
+                )
             db.execute(
                 "INSERT OR REPLACE INTO users(name, key_id, key_salt, key_digest, created_at) "
                 "VALUES (?, ?, ?, ?, ?)",

@@ -147,7 +147,7 @@ def test_turns_lists_the_newest_turns_with_the_ids_feedback_rates(tmp_path, caps
         [("alice", "first reply"), ("bob", "bob's\nreply"), ("alice", "newest")]
     ):
         turn = Turn(
-            session_id=f"{user}-s",
+            session_id=f"{user}/auto-0123456789abcdef",  # as a named user's sessions are stored
             turn_index=i,
             messages=[{"role": "user", "content": "q"}],
             prompt_ids=[1],
@@ -164,6 +164,7 @@ def test_turns_lists_the_newest_turns_with_the_ids_feedback_rates(tmp_path, caps
     assert lines[0].startswith("response id") and len(lines) == 3
     assert lines[1].startswith("chatcmpl-2") and "'newest'" in lines[1] and "alice" in lines[1]
     assert lines[2].startswith("chatcmpl-1") and '"bob\'s reply"' in lines[2]
+    assert "bob/auto-0123456789abcdef " in lines[2]  # the whole id, to copy
     assert main(["turns", "--config", str(config), "--user", "alice"]) == 0
     ids = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
     assert ids == ["chatcmpl-2", "chatcmpl-0"]

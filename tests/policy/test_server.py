@@ -379,6 +379,7 @@ def test_a_session_id_in_any_script_is_kept_and_echoed_in_a_valid_header(tiny_se
     for bad in ("abc\r\nX-Evil: 1", "a\x00b", "\x1b[2Jx"):
         r = client.post("/v1/chat/completions", json={**body, "session_id": bad})
         assert r.status_code == 400 and "control characters" in r.json()["error"]["message"], r.text
+        assert r.json()["error"]["param"] == "session_id"  # named as sent: in the body, not a header
         assert _turns(svc, bad) == []
 
 
