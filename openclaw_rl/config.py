@@ -358,7 +358,7 @@ class PrmServiceConfig(_Section):
         f"known channel name ({', '.join(API_CHANNEL_NAMES)}); every API form uses the [api] channel",
     )
     model: str = EMBEDDED_MODEL
-    vote_count: int = Field(3, ge=1)
+    vote_count: int = Field(3, ge=1, le=32)  # each vote is a judge request (two with hints) per turn
     reward_space: list[int] = Field(default_factory=lambda: [1, -1, 0])
     extract_instruction: bool = True
     temperature: float = Field(0.6, ge=0)
@@ -387,13 +387,16 @@ class PrmServiceConfig(_Section):
     @field_validator("reward_space")
     @classmethod
     def _rewards(cls, v: list[int]) -> list[int]:
+        problems = []  # every problem of the list in one message
         if not set(v) <= {1, -1, 0}:
-            raise ValueError(f"must hold only scores from [1, -1, 0], got {v}")
+            problems.append(f"must hold only scores from [1, -1, 0] (not {sorted(set(v) - {1, -1, 0})})")
         if len(set(v)) != len(v):
-            raise ValueError(f"names a score twice, got {v}")
-        if len(v) < 2:
+            problems.append("names a score twice")
+        if len(set(v)) < 2:
             # a judge that can give only one score scores every turn alike: no reward to learn from
-            raise ValueError(f"must hold at least two scores (e.g. [1, -1, 0]), got {v}")
+            problems.append("must hold at least two scores (e.g. [1, -1, 0])")
+        if problems:
+            raise ValueError(f"{'; '.join(problems)}, got {v}")
         return v
 
     @field_validator("backend")

@@ -285,6 +285,7 @@ def test_a_home_relative_log_dir_means_the_home_folder(monkeypatch, tmp_path):
         ([1], "at least two scores"),
         ([1, 1, -1], "names a score twice"),
         ([2, -1], "only scores from"),
+        ([5, 5], "only scores from [1, -1, 0] (not [5]); names a score twice"),  # every problem at once
     ],
 )
 def test_a_reward_space_that_gives_no_signal_is_refused(space, says):
@@ -295,6 +296,14 @@ def test_a_reward_space_that_gives_no_signal_is_refused(space, says):
         -1,
         0,
     ]
+
+
+def test_a_vote_count_that_would_flood_the_judge_is_refused():
+    """Each vote is a judge request per turn (two with hints): 1000 sent 2,000 requests at once."""
+    with pytest.raises(ConfigError) as exc:
+        build_config({"prm_service": {"vote_count": 1000}}, environ={})
+    assert "[prm_service] vote_count" in str(exc.value) and "32" in str(exc.value)
+    assert build_config({"prm_service": {"vote_count": 5}}, environ={}).prm_service.vote_count == 5
 
 
 def test_an_empty_config_file_loads_on_defaults_with_a_warning(tmp_path):
