@@ -616,9 +616,15 @@ def extract_hint(role: str, content: str) -> str | None:
     errors = [ln for ln in lines if _ERROR_LINE.search(ln)]
     if not errors:
         return None
-    # The last matching line of a traceback names the exception; cap the length of a hint.
-    err = errors[-1][:200]
-    return f"The previous action failed with: {err.rstrip('.')}. Fix the cause of this error instead of repeating the action."
+    # A test run's FAILED line names the test and why (its summary after it only counts); else the
+    # last matching line, which in a traceback names the exception
+    failed = [ln for ln in errors if re.match(r"^(FAILED|ERROR)\s", ln)]
+    return failed_with(failed[0] if failed else errors[-1])
+
+
+def failed_with(line: str) -> str:
+    """The hint for an action that failed with ``line`` (cut to 200 characters)."""
+    return f"The previous action failed with: {line[:200].rstrip('.')}. Fix the cause of this error instead of repeating the action."
 
 
 # ---------------------------------------------------------------------------------- the judge
@@ -633,8 +639,26 @@ def evidence_hint(evidence: Evidence) -> str | None:
             f"The tool result does not match what you told the user: {s.line}. Read the result and "
             "correct the action or the reply instead of reporting success."
         )
-    what = (s.line or s.rule)[:200].rstrip(".")
-    return f"The previous action failed with: {what}. Fix the cause of this error instead of repeating the action."
+    return failed_with(s.line or s.rule)
+
+
+#: Evidence that says that something failed, not what: an exit status, a traceback's header, a
+#: test run's summary, a build tool's wrapper line.
+_NOT_A_CAUSE = re.compile(
+    r"^\[?exit|^traceback \(most recent call last\)|^=*\s*\d+ failed|^make(\[\d+\])?: \*\*\*",
+    re.IGNORECASE,
+)
+
+
+def _cause_line(evidence: Evidence) -> str | None:
+    """The first line decisive negative evidence read that says what went wrong, if any."""
+    if evidence.score != -1:
+        return None
+    for sig in evidence.signals:
+        line = sig.line.strip()
+        if sig.score == -1 and len(line) > 10 and not _NOT_A_CAUSE.match(line):
+            return line
+    return None
 
 
 class MiniLMJudge(Judge):
@@ -741,6 +765,11 @@ class MiniLMJudge(Judge):
         sampled, ev, read = await asyncio.to_thread(self._votes, next_state, response)
         if ev.signals and ev.signals[0].rule == CONTRADICTION_RULE:
             hint = evidence_hint(ev)  # the mismatch, not a line of the (successful) result
+        elif next_state.role != "user" and (cause := _cause_line(ev)) is not None:
+            # the line the evidence read is the cause ("main.c:42: error: 'foo' undeclared",
+            # "OperationalError: no such table"); a log's last error line is often its wrapper
+            # ("make: *** [all] Error 2", "Migration failed; rolled back.")
+            hint = failed_with(cause)
         else:
             # a new request's own instructions ("Answer yes or no.") are no hint for this response
             hint = extract_hint(next_state.role, read) or evidence_hint(ev)

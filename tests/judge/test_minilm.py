@@ -269,7 +269,39 @@ def test_votes_respect_reward_space():
             'The user replied: "这个 answer 不对啊，应该是84". Take this correction into account.',
         ),
         ("user", "the answer is wrong, use the second table", "Use the second table."),
+        # the directive words are English: another language's correction is quoted whole ("No 6 por
+        # 7." was its hint), and so is one whose fragment is too short to keep ("Again.")
+        (
+            "user",
+            "No, eso está mal. Te pedí 6 por 8, no 6 por 7.",
+            'The user replied: "No, eso está mal. Te pedí 6 por 8, no 6 por 7.". Take this correction into account.',
+        ),
+        (
+            "user",
+            "Great job, you broke prod. Again.",
+            'The user replied: "Great job, you broke prod. Again.". Take this correction into account.',
+        ),
+        ("user", "lol no", 'The user replied: "lol no". Take this correction into account.'),
+        # a test run's FAILED line says what failed; the summary after it only counts
+        (
+            "environment",
+            "tests/test_api.py ..F..\nFAILED tests/test_api.py::test_login - AssertionError: 401 != 200\n"
+            "===== 1 failed, 4 passed in 0.31s =====",
+            "The previous action failed with: FAILED tests/test_api.py::test_login - AssertionError: 401 != 200. "
+            "Fix the cause of this error instead of repeating the action.",
+        ),
     ],
 )
 def test_extract_hint(role, text, expected):
     assert extract_hint(role, text) == expected
+
+
+def test_a_failed_builds_hint_names_its_cause_not_the_wrapper(judge):
+    """The evidence read the compiler's error line; the log's last error line is make's wrapper."""
+    log = (
+        "gcc -c src/module30.c\nsrc/module30.c:42:5: error: 'foo' undeclared (first use in this function)\n"
+        "make: *** [all] Error 2\n[exit code 2]"
+    )
+    res = asyncio.run(judge.score("Building it now.", NextState(role="environment", content=log)))
+    assert res.score == -1 and res.hint is not None
+    assert "'foo' undeclared" in res.hint and "make: ***" not in res.hint
