@@ -44,19 +44,17 @@ SYSTEM = "You are a careful assistant. " + " ".join(
 )
 
 
-@pytest.fixture(scope="module")
-def real_vllm(tmp_path_factory) -> Iterator[tuple[PolicyService, str, ExternalEngine]]:
-    tmp = tmp_path_factory.mktemp("vllm")
-    port = free_port()
-    cfg = build_config(
+def _vllm_config(log_dir: Path, engine_url: str, launch: bool) -> Any:
+    """A policy service forwarding to the vLLM at ``engine_url`` (``launch``: started by it)."""
+    return build_config(
         {
-            "global": {"log_dir": str(tmp / "logs")},
+            "global": {"log_dir": str(log_dir)},
             "policy_service": {
                 "backend": "vllm",
-                "launch": True,
+                "launch": launch,
                 "model": EMBEDDED_MODEL,
                 "port": 0,
-                "engine_url": f"http://127.0.0.1:{port}",
+                "engine_url": engine_url,
                 "max_model_len": 4096,
                 "max_tokens_default": 32,
                 "max_concurrent": 8,
@@ -66,6 +64,12 @@ def real_vllm(tmp_path_factory) -> Iterator[tuple[PolicyService, str, ExternalEn
         },
         environ={},
     )
+
+
+@pytest.fixture(scope="module")
+def real_vllm(tmp_path_factory) -> Iterator[tuple[PolicyService, str, ExternalEngine]]:
+    tmp = tmp_path_factory.mktemp("vllm")
+    cfg = _vllm_config(tmp / "logs", f"http://127.0.0.1:{free_port()}", launch=True)
     problem = launch_problem(cfg)
     if problem is not None:
         if os.environ.get("OPENCLAW_RL_REQUIRE_VLLM") == "1":
@@ -348,23 +352,7 @@ def test_a_second_service_on_the_same_engine_loads_its_own_weights_over_a_name_i
     second service served the base, or another run's weights, under version 1."""
     _svc, _url, engine = real_vllm
     model, _tok = embedded
-    other = build_config(
-        {
-            "global": {"log_dir": str(tmp_path / "logs")},
-            "policy_service": {
-                "backend": "vllm",
-                "model": EMBEDDED_MODEL,
-                "port": 0,
-                "engine_url": engine.url,
-                "max_model_len": 4096,
-                "max_tokens_default": 16,
-            },
-            "training": {"lora": True, "lora_rank": 8},
-            "env_service": {"enabled": False},
-        },
-        environ={},
-    )
-    svc = PolicyService(other)
+    svc = PolicyService(_vllm_config(tmp_path / "logs", engine.url, launch=False))
     url = svc.start()
     try:
         adapter, merged = _lora_adapter(model, tmp_path / "run-b-v1", rank=8, seed=12)
