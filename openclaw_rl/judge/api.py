@@ -144,7 +144,9 @@ class ApiJudge(Judge):
         return [text for text, _ in answers]
 
     async def score_votes(self, response: str, next_state: NextState) -> list[Vote]:
-        replies = await self._score_replies(evaluative_messages(response, next_state))
+        replies = await self._score_replies(
+            evaluative_messages(response, next_state, reward_space=self.prm.reward_space)
+        )
         return [Vote(raw=r, score=parse_score(r, self.prm.reward_space)) for r in replies]
 
     async def hint_votes(self, response: str, next_state: NextState) -> list[Vote]:

@@ -80,7 +80,9 @@ class LocalJudge(Judge):
         """Blocking: probabilities of the allowed scores after the judge prompt."""
         import torch
 
-        ids = self._prompt(evaluative_messages(response, next_state, short_answer=True))
+        ids = self._prompt(
+            evaluative_messages(response, next_state, short_answer=True, reward_space=self.prm.reward_space)
+        )
         with model_lock, torch.no_grad():
             logits = self.model(input_ids=torch.tensor([ids], device=self.model.device)).logits[0, -1].float()
         probs = torch.softmax(logits, dim=-1)

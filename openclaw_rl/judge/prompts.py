@@ -62,6 +62,24 @@ EVALUATIVE_SHORT_SYSTEM = EVALUATIVE_SYSTEM.rsplit("\n\n", 1)[0] + (
     "\n\nAnswer with exactly one word: GOOD (score +1), BAD (score -1) or UNCLEAR (score 0)."
 )
 
+# With ``reward_space = [1, -1]`` a 0 answer is an invalid vote: the judge is not offered one.
+_NO_NEUTRAL = """There is no neutral score: when the evidence is weak, choose the closer of +1 and -1.
+
+Think briefly, then end with exactly one line: SCORE: +1 or SCORE: -1"""
+_NO_NEUTRAL_SHORT = (
+    "There is no neutral score: when the evidence is weak, choose the closer of +1 and -1.\n\n"
+    "Answer with exactly one word: GOOD (score +1) or BAD (score -1)."
+)
+
+
+def evaluative_system(reward_space: list[int], short_answer: bool = False) -> str:
+    """The evaluative judge's instructions, offering only the scores ``reward_space`` counts."""
+    if 0 in reward_space:
+        return EVALUATIVE_SHORT_SYSTEM if short_answer else EVALUATIVE_SYSTEM
+    without_zero = EVALUATIVE_SYSTEM.rsplit("\n\n", 2)[0]  # drop the "Score 0" paragraph and the format
+    return f"{without_zero}\n\n{_NO_NEUTRAL_SHORT if short_answer else _NO_NEUTRAL}"
+
+
 HINT_SYSTEM = f"""You read one turn of an AI assistant and what happened NEXT (the user's reply, a tool's
 or terminal's output, or an environment's change). Decide whether the next state tells us how the
 response SHOULD have been different — a correction, a stated preference, an error that reveals the
@@ -106,10 +124,14 @@ def _pair_text(response: str, next_state: NextState) -> str:
 
 
 def evaluative_messages(
-    response: str, next_state: NextState, short_answer: bool = False
+    response: str,
+    next_state: NextState,
+    short_answer: bool = False,
+    reward_space: list[int] | None = None,
 ) -> list[dict[str, str]]:
-    """Chat messages for the evaluative judge; ``short_answer`` asks for one answer word."""
-    system = EVALUATIVE_SHORT_SYSTEM if short_answer else EVALUATIVE_SYSTEM
+    """Chat messages for the evaluative judge; ``short_answer`` asks for one answer word, and
+    ``reward_space`` (default: all three scores) decides whether 0 is offered."""
+    system = evaluative_system(reward_space if reward_space is not None else [1, -1, 0], short_answer)
     return [
         {"role": "system", "content": system},
         {"role": "user", "content": _pair_text(response, next_state)},
@@ -127,15 +149,20 @@ def hint_messages(response: str, next_state: NextState) -> list[dict[str, str]]:
 # The whole answer after the label is captured, then checked: "SCORE: 1/10", "1.5" or "VERDICT: 7"
 # is an invalid vote, not a +1 read from its first digit. The full-width colon is how Chinese-tuned
 # models often write it.
-_SCORE_RE = re.compile(r"SCORE\s*[:=：]\s*\**\s*([+-]?\s*[^\s*]+)", re.IGNORECASE)
+_SCORE_RE = re.compile(r"SCORE\s*[:=：]\s*\**\s*([+\-−–－＋]?\s*[^\s*]+)", re.IGNORECASE)
 _BOXED_RE = re.compile(r"\\boxed\{\s*([^{}]*?)\s*\}")
-_VERDICT_RE = re.compile(r"VERDICT\s*[:=：]\s*\**\s*([+-]?\s*[^\s*\[]+)", re.IGNORECASE)
+_VERDICT_RE = re.compile(r"VERDICT\s*[:=：]\s*\**\s*([+\-−–－＋]?\s*[^\s*\[]+)", re.IGNORECASE)
 _UNIT = re.compile(r"[+-]?[01]")
+
+
+# Signs as models and word processors write them: the minus sign, the en dash and the full-width
+# forms ("SCORE: −1", "SCORE：－1") mean the same vote as ASCII.
+_SIGNS = str.maketrans({"\u2212": "-", "\u2013": "-", "\uff0d": "-", "\uff0b": "+"})
 
 
 def _answer(token: str) -> int | None:
     """``+1`` / ``1`` / ``-1`` / ``0`` (trailing full stop or comma allowed), else None."""
-    token = token.replace(" ", "").rstrip(".,;:!。)]\"'")
+    token = token.translate(_SIGNS).replace(" ", "").rstrip(".,;:!。)]\"'")
     return int(token) if _UNIT.fullmatch(token) else None
 
 

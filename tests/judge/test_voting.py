@@ -61,6 +61,27 @@ def test_parse_score():
     assert parse_score("", SPACE) is None
 
 
+def test_parse_score_reads_typographic_signs():
+    # A minus sign (U+2212), an en dash or the full-width forms are the vote the judge meant.
+    assert parse_score("SCORE: \u22121", SPACE) == -1
+    assert parse_score("SCORE：－1", SPACE) == -1
+    assert parse_score("SCORE: \u2013 1", SPACE) == -1
+    assert parse_score("SCORE: ＋1", SPACE) == 1
+    assert parse_hint_vote("VERDICT: \u22121")[0] == -1
+    assert parse_score("SCORE: \u22127", SPACE) is None
+
+
+def test_judge_is_offered_only_the_scores_it_may_give():
+    state = NextState(role="user", content="ok")
+    with_zero = evaluative_messages("x", state, reward_space=[1, -1, 0])[0]["content"]
+    assert with_zero.endswith("SCORE: 0") and "Score 0 only when" in with_zero
+    binary = evaluative_messages("x", state, reward_space=[1, -1])[0]["content"]
+    assert "SCORE: 0" not in binary and "Score 0" not in binary and binary.endswith("SCORE: +1 or SCORE: -1")
+    assert "change request" in binary  # the grading rules themselves stay
+    short = evaluative_messages("x", state, short_answer=True, reward_space=[1, -1])[0]["content"]
+    assert "UNCLEAR" not in short and short.endswith("GOOD (score +1) or BAD (score -1).")
+
+
 def test_parse_hint_vote():
     text = f"VERDICT: +1\n{HINT_START}Write plain prose without bold text.{HINT_END}"
     assert parse_hint_vote(text) == (1, "Write plain prose without bold text.")
