@@ -18,6 +18,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import ipaddress
 import os
@@ -25,10 +26,20 @@ import re
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 #: Data sets that ship inside the package, by the name ``[env_service] data_path`` may give instead
@@ -100,6 +111,33 @@ def expand_home(path: str) -> str:
         return str(Path(path).expanduser())
     except RuntimeError:
         raise ValueError(f"cannot expand {path.split('/', 1)[0]!r}: no such user's home folder") from None
+
+
+#: What ``device`` may name: torch's device strings this project runs on.
+DEVICE = re.compile(r"^(cpu|mps|(cuda|xpu)(:\d+)?)$")
+
+
+def _check_device(v: str) -> str:
+    if not DEVICE.fullmatch(v):
+        raise ValueError('not a device this project runs on: "cpu", "cuda", "cuda:N" (a GPU), "mps" or "xpu"')
+    return v
+
+
+def _bind_host(v: str) -> str:
+    """A host name or IP address to listen on: not empty, not a URL, no port."""
+    if not v.strip():
+        raise ValueError('is empty: give "127.0.0.1" (this machine only) or "0.0.0.0" (every interface)')
+    if "://" in v or "/" in v:
+        raise ValueError('is a URL: give a host name or IP address alone, e.g. "127.0.0.1"')
+    if v != v.strip() or any(c.isspace() for c in v):
+        raise ValueError("holds white space")
+    if v.count(":") == 1 or (v.startswith("[") and "]:" in v):
+        raise ValueError("carries a port: give the host alone here and the port in port")
+    return v
+
+
+Device = Annotated[str, AfterValidator(_check_device)]
+BindHost = Annotated[str, AfterValidator(_bind_host)]
 
 
 def url_host(host: str) -> str:
@@ -178,7 +216,7 @@ class ApiConfig(_Section):
 class PolicyServiceConfig(_Section):
     backend: Literal["transformers", "sglang", "vllm", "api"] = "transformers"
     model: str = EMBEDDED_MODEL
-    host: str = "127.0.0.1"
+    host: BindHost = "127.0.0.1"
     port: int = Field(30000, ge=0, le=65535)
     max_concurrent: int = Field(64, ge=1)
     max_queue: int = Field(256, ge=0, description="requests waiting beyond max_concurrent before 429")
@@ -198,7 +236,7 @@ class PolicyServiceConfig(_Section):
         "unset = this one when it has the engine's package, else the project's .venv-vllm "
         "(`make vllm-cpu`) for vllm",
     )
-    device: str = "cpu"
+    device: Device = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     max_model_len: int = Field(
         8192, ge=16, description="the context window served: prompt + output tokens (8,192 is SmolLM2's own)"
@@ -240,7 +278,7 @@ class PolicyServiceConfig(_Section):
     @property
     def connect_host(self) -> str:
         """Where a client on this machine reaches the service: loopback when it binds every address."""
-        if self.host in ("0.0.0.0", ""):
+        if self.host == "0.0.0.0":
             return "127.0.0.1"
         if self.host == "::":
             return "[::1]"
@@ -406,7 +444,7 @@ class PrmServiceConfig(_Section):
         if v in LOCAL_JUDGES or v in API_CHANNEL_NAMES or v == "api" or (v.startswith("api:") and v[4:]):
             return v
         choices = [*LOCAL_JUDGES, "api", *API_CHANNEL_NAMES]
-        hint = _suggest(v, choices) or f'; to name an API channel, write backend = "api:{v}"'
+        hint = did_you_mean(v, choices) or f'; to name an API channel, write backend = "api:{v}"'
         raise ValueError(f"unknown judge backend{hint} (known: {', '.join(choices)}, api:<name>)")
 
     @property
@@ -543,7 +581,7 @@ class TrainingConfig(_Section):
         "pass instead of kept (an agent's 4k-token turn: 7.7 -> 3.6 GB on the embedded model, about "
         "15% more time); 0 = always, for the smallest memory",
     )
-    device: str = "cpu"
+    device: Device = "cpu"
     num_processes: int = Field(1, ge=1, description="backend fsdp: training processes (one per GPU)")
     num_cpus: float = Field(1, gt=0, description="cluster mode: CPUs the trainer actor reserves")
     num_gpus: float = Field(0, ge=0, description="cluster mode: GPUs the trainer actor reserves")
@@ -673,7 +711,8 @@ def resolve_data_path(data_path: str, config_source: str | None = None) -> Path:
             candidates = []
             if config_source and Path(config_source).is_file():
                 candidates.append(Path(config_source).resolve().parent / p)
-            candidates.append(Path.cwd() / p)
+            if Path.cwd() / p not in candidates:
+                candidates.append(Path.cwd() / p)
     for c in candidates:
         if c.is_file():
             return c.resolve()
@@ -695,12 +734,19 @@ SECTIONS: dict[str, type[_Section]] = {
 }
 
 
+#: ``${VAR}``, or ``$${VAR}``: the text ``${VAR}`` itself (a secret or a template that holds one).
+_ENV_REF = re.compile(r"\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
 def _expand(value: Any, where: str, problems: list[str], environ: dict[str, str]) -> Any:
-    """Replace ``${VAR}`` in strings (recursively); an unset variable is a problem, not ''."""
+    """Replace ``${VAR}`` in strings (recursively); an unset variable is a problem, not ''.
+    ``$${VAR}`` stays the literal text ``${VAR}``."""
     if isinstance(value, str):
 
         def sub(m: re.Match[str]) -> str:
-            name = m.group(1)
+            escaped, name = m.group(1), m.group(2)
+            if escaped:
+                return m.group(0)[1:]
             if name not in environ:
                 problems.append(
                     f"{where}: environment variable {name} is not set (referenced as ${{{name}}}); "
@@ -709,7 +755,7 @@ def _expand(value: Any, where: str, problems: list[str], environ: dict[str, str]
                 return ""
             return environ[name]
 
-        return ENV_VAR.sub(sub, value)
+        return _ENV_REF.sub(sub, value)
     if isinstance(value, list):
         return [_expand(v, where, problems, environ) for v in value]
     if isinstance(value, dict):
@@ -726,7 +772,12 @@ def _coerce_from_environment(model: type[_Section], clean: dict[str, Any], from_
         try:
             clean[key] = getattr(model.model_validate({key: clean[key]}, strict=False), key)
         except ValidationError:
-            pass
+            # It may spell a value of the right type that breaks a bound ("-1" for a count): taken as
+            # that value, so the strict pass names the bound rather than the type.
+            with contextlib.suppress(ValidationError):
+                clean[key] = TypeAdapter(model.model_fields[key].annotation or Any).validate_python(
+                    clean[key]
+                )
 
 
 #: Pydantic's strict-type errors for a number or a boolean given as a TOML string.
@@ -746,7 +797,8 @@ def _literal_choices(model: type[_Section], field: str) -> list[str]:
     return found
 
 
-def _suggest(name: str, choices: list[str]) -> str:
+def did_you_mean(name: str, choices: list[str]) -> str:
+    """`` (did you mean 'x'?)`` for the choice closest to ``name``, or '' when none is close."""
     close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -772,7 +824,7 @@ def build_config(
             problems.append(f"{name}: a key outside any section (keys go under a [section] header){where}")
             continue
         if name not in SECTIONS:
-            problems.append(f"[{name}]: unknown section{_suggest(name, list(SECTIONS))}")
+            problems.append(f"[{name}]: unknown section{did_you_mean(name, list(SECTIONS))}")
             continue
         if not isinstance(body, dict):
             problems.append(f"[{name}]: must be a table, got {type(body).__name__}")
@@ -782,7 +834,7 @@ def build_config(
         clean: dict[str, Any] = {}
         for key, value in body.items():
             if key not in known:
-                problems.append(f"[{name}] {key}: unknown key{_suggest(key, known)}")
+                problems.append(f"[{name}] {key}: unknown key{did_you_mean(key, known)}")
                 continue
             said = len(problems)
             expanded = _expand(value, f"[{name}] {key}", problems, environ)
@@ -808,7 +860,7 @@ def build_config(
                 shown = "" if "key" in loc or f"got {got}" in err["msg"] else f" (got {got})"
                 msg = err["msg"].removeprefix("Value error, ")
                 if err["type"] == "literal_error" and isinstance(err.get("input"), str):
-                    msg += _suggest(err["input"], _literal_choices(model, str(err["loc"][0])))
+                    msg += did_you_mean(err["input"], _literal_choices(model, str(err["loc"][0])))
                 quoted = err["type"] in _QUOTED_SCALAR and isinstance(err.get("input"), str)
                 if quoted and not (err["loc"] and str(err["loc"][0]) in from_env):
                     # strict types: "8" is not 8, "yes" not true (TOML writes both without quotes)
@@ -996,6 +1048,28 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
         warnings.append(
             f"[training] batch_size = {tr.batch_size} is not a multiple of mini_batch_size = "
             f"{tr.mini_batch_size}; the last optimiser step gets fewer samples"
+        )
+    if tr.asymmetric_clip and tr.clip_ratio_high < tr.clip_ratio:
+        default = "" if "clip_ratio_high" in tr.model_fields_set else " (its default)"
+        errors.append(
+            f"[training] clip_ratio_high = {tr.clip_ratio_high}{default} is below clip_ratio = "
+            f"{tr.clip_ratio} with asymmetric_clip = true: the upper clip would be tighter than the lower; "
+            f"set clip_ratio_high to at least {tr.clip_ratio}, or asymmetric_clip = false"
+        )
+    if tr.opd_enabled and prm.teacher == "api" and not cfg.api.base_url:
+        errors.append(
+            '[api] base_url: required because [prm_service] teacher = "api" reads the OPD teacher\'s '
+            "log-probs through the API channel"
+        )
+    if tr.num_processes > 1 and tr.backend != "fsdp":
+        warnings.append(
+            f'[training] num_processes = {tr.num_processes} is read by backend = "fsdp" only; '
+            f'backend = "{tr.backend}" trains in one process'
+        )
+    if pol.engine_url and pol.backend not in ("sglang", "vllm"):
+        warnings.append(
+            f'[policy_service] engine_url is read by backend = "sglang" or "vllm" only; backend = '
+            f'"{pol.backend}" does not use it'
         )
     if (prm.uses_api or pol.backend == "api") and not cfg.api.base_url:
         errors.append(

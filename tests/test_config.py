@@ -348,3 +348,86 @@ def test_a_full_finetuning_rate_on_a_lora_adapter_is_warned_about():
     full = build_config({"training": {"lr": 1e-6, "lora": False}}, environ={})
     assert not any("lr =" in w for w in full.warnings)
     assert not any("lr =" in w for w in build_config({"training": {"lr": 1e-4}}, environ={}).warnings)
+
+
+def test_a_variable_that_spells_a_number_out_of_range_is_named_by_its_range():
+    with pytest.raises(ConfigError) as exc:
+        build_config(
+            {"env_service": {"num_envs": "${N}"}, "policy_service": {"port": "${P}"}},
+            environ={"N": "-1", "P": "99999"},
+        )
+    text = str(exc.value)
+    assert "[env_service] num_envs: Input should be greater than or equal to 0" in text
+    assert "[policy_service] port: Input should be less than or equal to 65535" in text
+    assert "valid integer" not in text
+
+
+def test_a_doubled_dollar_keeps_a_variable_reference_as_text():
+    cfg = build_config({"api": {"api_key": "ab$${NOT_EXPANDED}cd"}}, environ={"NOT_EXPANDED": "x"})
+    assert cfg.api.api_key.get_secret_value() == "ab${NOT_EXPANDED}cd"
+
+
+@pytest.mark.parametrize(
+    ("host", "says"),
+    [
+        ("", "is empty"),
+        ("http://127.0.0.1", "is a URL"),
+        ("localhost:31712", "carries a port"),
+        ("[::1]:8000", "carries a port"),
+        ("127.0.0.1 ", "holds white space"),
+    ],
+)
+def test_a_host_that_is_no_host_is_named(host, says):
+    with pytest.raises(ConfigError, match=rf"\[policy_service\] host: {says}"):
+        build_config({"policy_service": {"host": host}})
+
+
+def test_hosts_and_devices_that_are_fine_load():
+    for host in ("0.0.0.0", "::", "::1", "localhost", "my-box.lan"):
+        assert build_config({"policy_service": {"host": host}}).policy_service.host == host
+    for device in ("cpu", "cuda", "cuda:3", "mps"):
+        assert build_config({"training": {"device": device}}).training.device == device
+
+
+def test_a_device_torch_does_not_know_is_refused_in_both_sections():
+    with pytest.raises(ConfigError) as exc:
+        build_config({"policy_service": {"device": "tpu"}, "training": {"device": "gpu"}})
+    text = str(exc.value)
+    assert "[policy_service] device: not a device" in text and "[training] device: not a device" in text
+
+
+def test_an_upper_clip_below_the_lower_one_is_refused():
+    with pytest.raises(
+        ConfigError, match=r"clip_ratio_high = 0.28 \(its default\) is below clip_ratio = 0.3"
+    ):
+        build_config({"training": {"clip_ratio": 0.3}})
+    with pytest.raises(ConfigError, match="clip_ratio_high = 0.1 is below"):
+        build_config({"training": {"clip_ratio_high": 0.1}})
+    # without asymmetric clipping clip_ratio_high is not read
+    build_config({"training": {"clip_ratio": 0.3, "asymmetric_clip": False}})
+
+
+def test_an_api_teacher_needs_the_api_channel():
+    with pytest.raises(
+        ConfigError, match=r'\[api\] base_url: required because \[prm_service\] teacher = "api"'
+    ):
+        build_config({"prm_service": {"teacher": "api"}})
+    build_config({"prm_service": {"teacher": "api"}, "training": {"opd_enabled": False}})
+
+
+def test_keys_the_chosen_backend_does_not_read_are_warned_about():
+    warned = build_config({"training": {"num_processes": 4}, "policy_service": {"engine_url": "http://e:1"}})
+    text = " ".join(warned.warnings)
+    assert 'num_processes = 4 is read by backend = "fsdp" only' in text
+    assert 'engine_url is read by backend = "sglang" or "vllm" only' in text
+
+
+def test_a_missing_data_file_lists_each_place_looked_once(tmp_path, monkeypatch):
+    from openclaw_rl.config import DataPathError, resolve_data_path
+
+    config = tmp_path / "c.toml"
+    config.write_text("")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataPathError) as exc:
+        resolve_data_path("mine.json", str(config))
+    assert str(exc.value).count(str(tmp_path / "mine.json")) == 1

