@@ -428,6 +428,8 @@ def run_cluster(
         print(f"[cluster] error: {exc}", flush=True)
         return 1
     children = build_children(cfg, config_path, keep_fds)  # the policy service holds the folder too
+    run = RunDir.of(cfg)
+    started_with = run.store_identity()
     server = children["policy_service"]
     url = policy_url(cfg)
     stop = threading.Event()
@@ -486,7 +488,7 @@ def run_cluster(
             if not server.alive():
                 print("[cluster] policy service exited; stopping the run", flush=True)
                 break
-            gone = engine_gone(cfg, engine)
+            gone = engine_gone(cfg, engine) or run.store_gone(started_with)
             if gone is not None:
                 print(f"[cluster] {gone}", flush=True)
                 break

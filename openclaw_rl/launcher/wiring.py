@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,8 +32,9 @@ import httpx
 from openclaw_rl.config import CHILD_ENV, Config
 from openclaw_rl.launcher.eval_loop import learned_line, live_eval_problem, pending_evaluation
 from openclaw_rl.launcher.status import run_progress_line
+from openclaw_rl.runtime.loop_main import DISK_FULL_EXIT
 from openclaw_rl.runtime.metrics import plot_metrics
-from openclaw_rl.runtime.rundir import RunDir
+from openclaw_rl.runtime.rundir import MIN_FREE_BYTES, RunDir
 from openclaw_rl.runtime.store import Store
 
 MAX_RESTARTS = 3
@@ -80,6 +82,7 @@ class Child:
     finished: bool = field(default=False)
     threads: int | None = None  # torch's intra-op threads (OMP_NUM_THREADS), see thread_shares
     keep_fds: tuple[int, ...] = ()  # open files the child inherits (the run's folder lock)
+    waiting_for_room: bool = False  # stopped on a full disk, restarted once there is room
 
     def start(self) -> None:
         # A new process group per child: Ctrl-C in the terminal reaches the launcher alone, which
@@ -189,14 +192,18 @@ def build_children(cfg: Config, config_path: str, keep_fds: tuple[int, ...] = ()
     return children
 
 
-def supervise(children: dict[str, Child]) -> int | None:
+def supervise(children: dict[str, Child], log_dir: Path | None = None) -> int | None:
     """Restart each child that exited (up to :data:`MAX_RESTARTS` times). Returns the run's exit code
     when a required child exhausted its restarts, else None; an optional one (the evaluator) is then
-    given up on with one line, and the run goes on without it."""
+    given up on with one line, and the run goes on without it. A child that stopped on a full disk
+    (under ``log_dir``) waits for room instead, and is restarted then without counting a crash."""
     for child in children.values():
         if child.alive() or child.finished:
             continue
         code = child.proc.returncode if child.proc is not None else None
+        if code == DISK_FULL_EXIT and log_dir is not None:
+            _restart_when_there_is_room(child, log_dir)
+            continue
         if child.restarts >= MAX_RESTARTS and child.name in OPTIONAL_CHILDREN:
             child.finished = True  # given up on: never restarted, nothing left to stop
             print(
@@ -220,6 +227,31 @@ def supervise(children: dict[str, Child]) -> int | None:
         )
         child.start()
     return None
+
+
+def _restart_when_there_is_room(child: Child, log_dir: Path) -> None:
+    """``child`` stopped because the disk under ``log_dir`` is full: say so once, and start it again
+    (it resumes from the store) once :data:`MIN_FREE_BYTES` are free; the other loops go on."""
+    try:
+        free = shutil.disk_usage(log_dir).free
+    except OSError:
+        free = 0
+    if free < MIN_FREE_BYTES:
+        if not child.waiting_for_room:
+            child.waiting_for_room = True
+            print(
+                f"[launch] {child.name} stopped: the disk under {log_dir} is full ({free // 2**20} MiB "
+                f"free); the rest of the run goes on, and {child.name} restarts once "
+                f"{MIN_FREE_BYTES // 2**20} MiB are free",
+                flush=True,
+            )
+        return
+    child.waiting_for_room = False
+    print(
+        f"[launch] {child.name}: room on the disk again; restarting it — it resumes from the store",
+        flush=True,
+    )
+    child.start()
 
 
 def start_serving(
@@ -269,20 +301,31 @@ def engine_gone(cfg: Config, engine: Any) -> str | None:
 def run_all(cfg: Config, config_path: str, keep_fds: tuple[int, ...] = ()) -> int:
     """Start the loops, watch them, restart a crashed one, stop all on max_steps or Ctrl-C.
     ``keep_fds``: files every loop inherits (the run's folder lock, :meth:`RunDir.hold`)."""
-    store = Store(RunDir.of(cfg).store)
+    run = RunDir.of(cfg)
+    store = Store(run.store)
+    started_with = run.store_identity()
     children = build_children(cfg, config_path, keep_fds)
     url = policy_url(cfg)
     stopping = False
 
     def on_signal(*_: object) -> None:
         nonlocal stopping
-        if not stopping:  # at once: the loops may take a minute to finish what they are doing
+        if stopping:  # asked again while the loops finish: the user wants it over now
             print(
-                "[launch] stopping: the trainer ends or abandons its update and publishes what it "
-                "trained; the server finishes the replies in flight (each within request_timeout_sec "
-                f"= {cfg.policy_service.request_timeout_sec:g} s) and records them",
+                "[launch] asked again: killing the loops still stopping (replies in flight are lost)",
                 flush=True,
             )
+            for child in children.values():
+                if child.alive():
+                    child.proc.kill()  # type: ignore[union-attr]
+            return
+        # at once: the loops may take a minute to finish what they are doing
+        print(
+            "[launch] stopping: the trainer ends or abandons its update and publishes what it "
+            "trained; the server finishes the replies in flight (each within request_timeout_sec "
+            f"= {cfg.policy_service.request_timeout_sec:g} s) and records them; Ctrl-C again to stop at once",
+            flush=True,
+        )
         stopping = True
 
     signal.signal(signal.SIGINT, on_signal)
@@ -316,7 +359,12 @@ def run_all(cfg: Config, config_path: str, keep_fds: tuple[int, ...] = ()) -> in
                 print("[launch] training reached max_steps; stopping the run", flush=True)
                 reached_max_steps = True
                 break
-            failed = supervise(children)
+            gone = run.store_gone(started_with)  # before any restart, which would make a new one
+            if gone is not None:
+                print(f"[launch] {gone}", flush=True)
+                stopping, rc = True, 1
+                break
+            failed = supervise(children, run.root)
             if failed is not None:
                 stopping, rc = True, failed
                 break

@@ -160,9 +160,16 @@ def max_body_bytes(max_model_len: int) -> int:
     return max_model_len * BODY_BYTES_PER_TOKEN + BODY_SLACK_BYTES
 
 
+#: A request body that stops arriving for this long is answered 408: a client that sends part of a
+#: body and stalls (a dead network, or on purpose) would otherwise hold its place, and the server's
+#: stop, for as long as it likes.
+BODY_STALL_S = 30.0
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, or a 413 as soon as it is known to exceed ``limit`` bytes (by its
-    Content-Length, or while it streams in without one)."""
+    Content-Length, or while it streams in without one), or a 408 when it stops arriving for
+    :data:`BODY_STALL_S` seconds."""
 
     def too_large(size: str) -> APIError:
         return APIError(
@@ -176,7 +183,19 @@ async def read_body(request: Request, limit: int) -> bytes:
     if declared.isdigit() and int(declared) > limit:
         raise too_large(declared)
     chunks, size = [], 0
-    async for chunk in request.stream():
+    stream = request.stream()
+    while True:
+        try:
+            async with asyncio.timeout(BODY_STALL_S):
+                chunk = await anext(stream)
+        except StopAsyncIteration:
+            break
+        except TimeoutError:
+            raise APIError(
+                408,
+                f"the request body stopped arriving: nothing for {BODY_STALL_S:g} s after {size} bytes",
+                code="request_timeout",
+            ) from None
         size += len(chunk)
         if size > limit:
             raise too_large(f"more than {limit}")

@@ -185,8 +185,8 @@ class PolicyService:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             print(
-                f"[policy_service] stopped after {served} request(s); in-flight requests were drained "
-                "and recorded",
+                f"[policy_service] stopped after {served} request(s); the replies in flight were finished "
+                "and recorded (but for any whose client had gone away)",
                 flush=True,
             )
 

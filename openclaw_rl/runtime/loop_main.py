@@ -8,6 +8,7 @@ the reason; the full traceback goes to the ``openclaw_rl`` logger at debug level
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 import time
@@ -18,6 +19,23 @@ from pathlib import Path
 from openclaw_rl.config import Config, ConfigError, load_config, print_warnings
 
 log = logging.getLogger("openclaw_rl")
+
+#: A loop's exit status when the disk under its run is full (``EX_TEMPFAIL``): the launcher restarts
+#: it once there is room again, without counting it as a crash.
+DISK_FULL_EXIT = 75
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is the disk running out of space. Some writers say so
+    only in their message (safetensors' ``I/O error: No space left on device (os error 28)``)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            return True
+        if "No space left on device" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def loop_config(path: str) -> Config:
@@ -39,6 +57,14 @@ def run_loop_body(name: str, body: Callable[[], int], log_dir: Path | None = Non
     except KeyboardInterrupt:
         return 0
     except Exception as exc:  # the loop's last resort: report once, keep the traceback on disk
+        if disk_full(exc):
+            print(
+                f"[{name}] stopped: the disk is full ({exc}); free space under "
+                f"{log_dir or 'the run folder'} and it goes on from the store",
+                file=sys.stderr,
+                flush=True,
+            )
+            return DISK_FULL_EXIT
         trace = traceback.format_exc()
         log.debug("[%s] traceback:\n%s", name, trace)
         where = ""

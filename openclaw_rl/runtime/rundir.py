@@ -265,6 +265,29 @@ class RunDir:
         """The durable store (SQLite, WAL) every loop shares."""
         return self.root / "store.sqlite"
 
+    def store_identity(self) -> tuple[int, int] | None:
+        """The store file's (device, inode), or None when there is none: what :meth:`store_gone`
+        compares against."""
+        try:
+            st = self.store.stat()
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def store_gone(self, identity: tuple[int, int] | None) -> str | None:
+        """Why the run cannot go on, when the store it started with (``identity``) was removed or
+        replaced under it (``rm -rf`` of the run's folder): its loops would keep writing to a deleted
+        file, and a restarted loop would start an empty store beside them. None while it is there."""
+        now = self.store_identity()
+        if identity is None or now == identity:
+            return None
+        what = "removed" if now is None else "replaced by another file"
+        return (
+            f"the run's store {self.store} was {what} while the run was going (was {self.root} deleted?); "
+            "its loops were writing to a file no one can read any more, so the run stops; what they "
+            "recorded since went with it"
+        )
+
     @property
     def checkpoints(self) -> Path:
         """Trainer checkpoints (weights, optimizer, step), one folder per step."""

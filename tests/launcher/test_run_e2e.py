@@ -202,3 +202,45 @@ mode = "per_user"
         "SELECT step, COUNT(DISTINCT user) FROM samples WHERE status='trained' GROUP BY step"
     )
     assert all(n == 1 for _, n in rows.fetchall())
+
+
+def test_a_run_whose_folder_is_removed_stops_loudly_and_leaves_no_fresh_store(tiny_model_dir, tmp_path):
+    """``rm -rf`` of a running run's log_dir: the loops would go on writing to a deleted store and a
+    restarted one would start an empty store beside them; the launcher stops the run and says why."""
+    import shutil
+
+    port = free_port()
+    log_dir = tmp_path / "logs"
+    conf = tmp_path / "run.toml"
+    conf.write_text(f"""
+[global]
+log_dir = "{log_dir}"
+[policy_service]
+model = "{tiny_model_dir}"
+port = {port}
+[env_service]
+num_envs = 0
+[prm_service]
+backend = "minilm"
+""")
+    launcher = start_module("openclaw_rl.launcher", conf)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert time.monotonic() < deadline and launcher.poll() is None, "the run did not start"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        shutil.rmtree(log_dir)
+        out, _ = launcher.communicate(timeout=240)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 1, out[-3000:]
+    assert f"the run's store {log_dir}/store.sqlite was removed while the run was going" in out, out[-3000:]
+    assert not (log_dir / "store.sqlite").exists()
+    with pytest.raises(httpx.HTTPError):  # every loop it started is gone, the server included
+        httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)

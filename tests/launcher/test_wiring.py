@@ -219,3 +219,50 @@ def test_a_published_version_gone_by_hand_falls_back_to_the_newest_that_loads(
     out = capsys.readouterr().out
     assert "could not load policy version=2" in out
     assert "serving policy version=1, the newest that loads (the published version 2 does not)" in out
+
+
+def test_a_loop_stopped_by_a_full_disk_waits_for_room_and_is_not_counted_as_a_crash(
+    tmp_path, monkeypatch, capsys
+):
+    """A full disk is not a crash to retry three times and then stop the run (serving with it): the
+    loop that hit it waits for room, the others go on, and it restarts once there is room."""
+    import shutil
+    from collections import namedtuple
+
+    from openclaw_rl.launcher import wiring
+    from openclaw_rl.runtime.loop_main import DISK_FULL_EXIT
+
+    usage = namedtuple("usage", "total used free")
+    free = {"bytes": 10 * 2**20}
+    monkeypatch.setattr(wiring.shutil, "disk_usage", lambda _: usage(1, 1, free["bytes"]))
+    full = [sys.executable, "-c", f"raise SystemExit({DISK_FULL_EXIT})"]
+    trainer = wiring.Child("training", full, restarts=wiring.MAX_RESTARTS)  # no crashes left to spend
+    trainer.start()
+    trainer.proc.wait(timeout=60)
+    for _ in range(3):
+        assert wiring.supervise({"training": trainer}, tmp_path) is None  # the run goes on
+    assert not trainer.alive() and trainer.waiting_for_room
+    out = capsys.readouterr().out
+    assert out.count(f"[launch] training stopped: the disk under {tmp_path} is full (10 MiB free)") == 1
+    free["bytes"] = shutil.disk_usage(tmp_path).free + wiring.MIN_FREE_BYTES
+    assert wiring.supervise({"training": trainer}, tmp_path) is None
+    assert "room on the disk again; restarting it" in capsys.readouterr().out
+    trainer.proc.wait(timeout=60)
+    assert trainer.restarts == wiring.MAX_RESTARTS and not trainer.waiting_for_room
+
+
+def test_a_loop_that_fills_the_disk_says_so_and_exits_for_a_restart_later(tmp_path, capsys):
+    from openclaw_rl.runtime.loop_main import DISK_FULL_EXIT, run_loop_body
+
+    def writes_a_checkpoint() -> int:
+        try:
+            raise OSError(28, "No space left on device")
+        except OSError as exc:  # as safetensors reports it: its own error, the OS's words inside
+            raise RuntimeError(
+                "Error while serializing: I/O error: No space left on device (os error 28)"
+            ) from exc
+
+    assert run_loop_body("training", writes_a_checkpoint, tmp_path) == DISK_FULL_EXIT
+    err = capsys.readouterr().err
+    assert "[training] stopped: the disk is full" in err and f"free space under {tmp_path}" in err
+    assert run_loop_body("training", lambda: 1 // 0, tmp_path) == 1  # any other error is a crash

@@ -869,3 +869,32 @@ def test_a_client_that_hangs_up_stops_its_generation_and_only_its_next_state_is_
     assert _turns(svc, "timeout") == []
     ok = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 3})
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 3  # still serving
+
+
+def test_a_body_that_stops_arriving_is_answered_408_and_others_are_served(
+    start_service, tiny_model_dir, monkeypatch
+):
+    """A client that sends part of its body and stalls does not keep its place (nor the server's
+    stop) for as long as it likes."""
+    import socket
+
+    from openclaw_rl.policy import api_router
+
+    monkeypatch.setattr(api_router, "BODY_STALL_S", 1.0)
+    svc, url = start_service(tiny_model_dir, "stall")
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 500\r\n\r\n{"model": "m", "messages": ['
+        )
+        answer = sock.recv(65536).decode()
+    assert answer.startswith("HTTP/1.1 408"), answer[:300]
+    assert "request_timeout" in answer and "stopped arriving" in answer
+    assert svc.store.counters().turns == 0
+    ok = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        timeout=60,
+    )
+    assert ok.status_code == 200
