@@ -888,7 +888,13 @@ def test_a_body_that_stops_arriving_is_answered_408_and_others_are_served(
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b'Content-Length: 500\r\n\r\n{"model": "m", "messages": ['
         )
-        answer = sock.recv(65536).decode()
+        with sock.makefile("rb") as reply:  # the head, then as many body bytes as it announces
+            lines = []
+            while (line := reply.readline()) not in (b"\r\n", b""):
+                lines.append(line)
+            head = b"".join(lines).decode()
+            length = int(re.search(r"content-length: (\d+)", head, re.IGNORECASE).group(1))
+            answer = head + reply.read(length).decode()
     assert answer.startswith("HTTP/1.1 408"), answer[:300]
     assert "request_timeout" in answer and "stopped arriving" in answer
     assert svc.store.counters().turns == 0
