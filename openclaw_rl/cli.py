@@ -29,11 +29,13 @@ from pathlib import Path
 from openclaw_rl.config import Config, ConfigError, load_config, print_warnings
 
 
-def _config(path: str, log_dir: str | None = None) -> Config:
-    """The validated config (its warnings printed); ``log_dir``: a verb's ``--log-dir``, which reads
-    or writes that folder instead of ``[global] log_dir``."""
+def _config(path: str, log_dir: str | None = None, reads_only: bool = False) -> Config:
+    """The validated config; ``log_dir``: a verb's ``--log-dir``, which reads or writes that folder
+    instead of ``[global] log_dir``. Its warnings (how a run would train or serve) are printed for
+    the verbs that run something, not for those that only read a run (``reads_only``)."""
     cfg = load_config(path)
-    print_warnings(cfg)
+    if not reads_only:
+        print_warnings(cfg)
     return cfg if log_dir is None else cfg.with_log_dir(log_dir)
 
 
@@ -88,33 +90,33 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     from openclaw_rl.launcher.status import status_command
 
-    return status_command(_config(args.config, args.log_dir))
+    return status_command(_config(args.config, args.log_dir, reads_only=True))
 
 
 def _cmd_samples(args: argparse.Namespace) -> int:
     from openclaw_rl.launcher.status import samples_command
 
-    return samples_command(_config(args.config, args.log_dir), args.out, args.status)
+    return samples_command(_config(args.config, args.log_dir, reads_only=True), args.out, args.status)
 
 
 def _cmd_turns(args: argparse.Namespace) -> int:
     from openclaw_rl.launcher.status import turns_command
 
-    return turns_command(_config(args.config, args.log_dir), args.last, args.user)
+    return turns_command(_config(args.config, args.log_dir, reads_only=True), args.last, args.user)
 
 
 def _cmd_openclaw_config(args: argparse.Namespace) -> int:
     from openclaw_rl.launcher.openclaw_config import openclaw_config_command
 
     return openclaw_config_command(
-        _config(args.config, args.log_dir), args.api, args.host, args.api_key_env, args.port
+        _config(args.config, args.log_dir, reads_only=True), args.api, args.host, args.api_key_env, args.port
     )
 
 
 def _cmd_users(args: argparse.Namespace) -> int:
     from openclaw_rl.launcher.users import users_add, users_delete, users_export, users_list
 
-    cfg = _config(args.config)
+    cfg = _config(args.config, reads_only=True)  # users' keys and data, not how the run trains
     if args.users_command == "add":
         return users_add(cfg, args.name, args.new_key)
     if args.users_command == "delete":

@@ -33,6 +33,17 @@ REPLIES = [
 ]
 
 
+def _head(log_dir: Path, model: Path, port: int, global_keys: str = "") -> str:
+    """The start of a run's config: its folder (and ``global_keys``), the tiny model on ``port``."""
+    return f"""
+[global]
+log_dir = "{log_dir}"
+{global_keys}
+[policy_service]
+model = "{model}"
+port = {port}"""
+
+
 def _drive(url: str, stop: threading.Event, seen: dict) -> None:
     """Three-turn sessions, each user reply being the next state of the turn before it."""
     s = 0
@@ -71,14 +82,8 @@ def test_main_job_trains_swaps_and_keeps_serving(
     port = free_port()
     log_dir = tmp_path / "logs"
     conf = tmp_path / "run.toml"
-    conf.write_text(f"""
-[global]
-log_dir = "{log_dir}"
-seed = 0
-async_mode = {str(async_mode).lower()}
-[policy_service]
-model = "{tiny_model_dir}"
-port = {port}
+    head = _head(log_dir, tiny_model_dir, port, f"seed = 0\nasync_mode = {str(async_mode).lower()}")
+    conf.write_text(f"""{head}
 weight_sync_interval = 2
 max_tokens_default = 48
 [env_service]
@@ -212,12 +217,7 @@ def test_a_run_whose_folder_is_removed_stops_loudly_and_leaves_no_fresh_store(ti
     port = free_port()
     log_dir = tmp_path / "logs"
     conf = tmp_path / "run.toml"
-    conf.write_text(f"""
-[global]
-log_dir = "{log_dir}"
-[policy_service]
-model = "{tiny_model_dir}"
-port = {port}
+    conf.write_text(f"""{_head(log_dir, tiny_model_dir, port)}
 [env_service]
 num_envs = 0
 [prm_service]

@@ -100,6 +100,18 @@ def test_status_without_a_run_names_the_folder_a_relative_log_dir_was_read_from(
     assert not (tmp_path / "runs").exists()  # a read-only command creates nothing
 
 
+def test_commands_that_only_read_a_run_do_not_repeat_the_configs_training_warnings(tmp_path, capsys):
+    from openclaw_rl.cli import main
+
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[global]\nlog_dir = "{tmp_path}/logs"\n[prm_service]\nvote_count = 1\n')
+    for verb in (["status"], ["turns"], ["samples", "--out", str(tmp_path / "s.jsonl")], ["users", "list"]):
+        main([*verb, "--config", str(conf)])
+        assert "vote_count = 1" not in capsys.readouterr().err, verb
+    main(["judge", "--config", str(conf), "--next-state", "thanks, perfect"])  # runs the judge: warned
+    assert "warning: [prm_service] vote_count = 1" in capsys.readouterr().err
+
+
 def test_a_runs_samples_are_written_as_the_file_train_replays(tmp_path, capsys):
     from openclaw_rl.cli import main
     from openclaw_rl.trainer.sample_file import load_samples

@@ -739,6 +739,16 @@ def test_a_prompt_that_cannot_fit_gets_openais_overflow_error(start_service, tin
     assert re.fullmatch(r"prompt is too long: \d+ tokens > 32 maximum", said["message"]), said
 
 
+def _still_serves(url: str) -> None:
+    """A plain request to the service at ``url`` is answered 200."""
+    ok = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        timeout=60,
+    )
+    assert ok.status_code == 200, ok.text[:300]
+
+
 def test_a_body_far_beyond_the_window_is_refused_unread_and_others_are_served(start_service, tiny_model_dir):
     """413 on every model route, with or without a Content-Length, before it is parsed or tokenised."""
     from openclaw_rl.policy.api_router import max_body_bytes
@@ -760,12 +770,7 @@ def test_a_body_far_beyond_the_window_is_refused_unread_and_others_are_served(st
     r = httpx.post(f"{url}/v1/chat/completions", content=chunked(), timeout=60)
     assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
     assert svc.store.counters().turns == 0
-    ok = httpx.post(
-        f"{url}/v1/chat/completions",
-        json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
-        timeout=60,
-    )
-    assert ok.status_code == 200
+    _still_serves(url)
 
 
 def test_episode_group_and_outcome_headers_are_kept_on_the_session(tiny_service, client):
@@ -898,9 +903,4 @@ def test_a_body_that_stops_arriving_is_answered_408_and_others_are_served(
     assert answer.startswith("HTTP/1.1 408"), answer[:300]
     assert "request_timeout" in answer and "stopped arriving" in answer
     assert svc.store.counters().turns == 0
-    ok = httpx.post(
-        f"{url}/v1/chat/completions",
-        json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
-        timeout=60,
-    )
-    assert ok.status_code == 200
+    _still_serves(url)
