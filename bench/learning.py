@@ -465,12 +465,24 @@ def report(rows: list[Row], args: argparse.Namespace) -> None:
             f"{arm:<30}{len(changes):>6}{statistics.fmean(changes):>+13.3f}{spread:>8.3f}{min(changes):>+8.3f}"
             f"{per_hour:>10.0f}"
         )
+    any_default = any(r.arm.startswith(DEFAULT) for r in rows)
+    # default runs train the shipped config's size, not --updates / --batch: said only for the others
+    size = (
+        []
+        if all(r.arm.startswith(DEFAULT) for r in rows)
+        else [
+            f"up to {args.updates} updates of batch {args.batch} per run"
+            + (f" (not the {DEFAULT} runs)" if any_default else "")
+        ]
+    )
+    parts = [
+        *size,
+        *([f"training capped at {args.max_minutes:g} min"] if args.max_minutes else []),
+        *(f"{sec}.{key} = {value}" for sec, key, value in args.set),
+    ]
+    said = ", ".join(parts) + (default_note() if any_default else "")
     print(
-        f"\n(up to {args.updates} updates of batch {args.batch} per run"
-        + (f", training capped at {args.max_minutes:g} min" if args.max_minutes else "")
-        + "".join(f", {sec}.{key} = {value}" for sec, key, value in args.set)
-        + (default_note() if any(r.arm.startswith(DEFAULT) for r in rows) else "")
-        + f"; n={args.chat_n} held-out problems, one "
+        f"\n({said.removeprefix('; ')}" + f"; n={args.chat_n} held-out problems, one "
         f"problem moves a score by {1 / args.chat_n:.3f} at most; spread = sample standard deviation "
         f"over seeds; loop = share of the trained policy's held-out replies that loop, which score 0; agree = mean "
         f"judge-persona agreement per update; live evaluations of {args.live_n} "

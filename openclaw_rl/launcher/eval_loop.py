@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from openclaw_rl.config import Config, Persona
 from openclaw_rl.runtime.metrics import MetricsWriter, read_metrics
-from openclaw_rl.runtime.rundir import PublishedPolicy, RunDir
+from openclaw_rl.runtime.rundir import POLICY_META, PublishedPolicy, RunDir
 
 if TYPE_CHECKING:  # the evaluation code (httpx, the environments) loads only in the evaluator itself
     from openclaw_rl.launcher.evaluate import EvalSizes
@@ -167,7 +167,7 @@ def policy_step(cfg: Config, published: PublishedPolicy) -> int:
     if published.step is not None:
         return published.step
     try:
-        meta = json.loads((published.path / "openclaw_policy.json").read_text(encoding="utf-8"))
+        meta = json.loads((published.path / POLICY_META).read_text(encoding="utf-8"))
         return int(meta["step"])
     except (OSError, ValueError, KeyError, TypeError):
         return published.version * cfg.policy_service.weight_sync_interval

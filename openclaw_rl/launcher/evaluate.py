@@ -35,6 +35,7 @@ from openclaw_rl.envs.base import make
 from openclaw_rl.envs.chat import looping, report_score
 from openclaw_rl.envs.loop import PolicyClient, PolicyRequestError, env_kwargs_for
 from openclaw_rl.envs.terminal import EVAL_TASKS
+from openclaw_rl.runtime.rundir import POLICY_META
 
 log = logging.getLogger("openclaw_rl.eval")
 
@@ -47,6 +48,18 @@ class EvalSizes:
     terminal: int = 3  # of the len(EVAL_TASKS) held-out tasks
     tool_call: int = 2  # one GSM8K problem, one lookup
     max_tokens: int = 128
+
+
+def exported_version(folder: Path) -> int:
+    """The policy version an exported folder says it is (its :data:`POLICY_META`, else a
+    ``v000006`` name), so an evaluation is labelled with it; 1 for weights from elsewhere."""
+    try:
+        meta = json.loads((folder / POLICY_META).read_text(encoding="utf-8"))
+        return int(meta["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    name = folder.name
+    return int(name[1:]) if name.startswith("v") and name[1:].isdigit() and int(name[1:]) > 0 else 1
 
 
 def _client(url: str, cfg: Config, stop: threading.Event) -> PolicyClient:
@@ -254,7 +267,7 @@ def eval_command(
         url = service.start()
         version = 0
         if checkpoint is not None:
-            version = service.swap_weights(checkpoint, 1)
+            version = service.swap_weights(checkpoint, exported_version(Path(checkpoint)))
         types = cfg.env_service.interaction_types
         asked_for = {"chat": sizes.chat, "terminal": sizes.terminal, "tool_call": sizes.tool_call}
         print(

@@ -41,6 +41,8 @@ from openclaw_rl.runtime.store import folder_problem, store_problem
 
 #: The file naming the newest published policy version, inside :attr:`RunDir.policies`.
 POLICY_POINTER = "latest.json"
+#: What each exported policy folder says of itself: version, step, base model, run (the trainers write it).
+POLICY_META = "openclaw_policy.json"
 MIN_FREE_BYTES = 200 * 2**20  # below this, the next checkpoint may not fit
 #: The file a running run holds an exclusive ``flock`` on (and names its launcher's PID in).
 RUN_LOCK = "run.lock"

@@ -55,7 +55,7 @@ from torch import Tensor
 from openclaw_rl.config import Config
 from openclaw_rl.runtime.logprobs import batch_token_stats
 from openclaw_rl.runtime.metrics import REPEAT_WINDOW, repeated_items
-from openclaw_rl.runtime.rundir import RunDir
+from openclaw_rl.runtime.rundir import POLICY_META, RunDir
 from openclaw_rl.trainer.checkpoint import (
     POINTER_FILE,
     STATE_FILE,
@@ -98,7 +98,6 @@ log = logging.getLogger("openclaw_rl.trainer")
 # POINTER_FILE and STATE_FILE (imported above) belong to the publication helper; they stay importable here.
 OPTIMIZER_FILE = "optimizer.pt"
 POLICY_SUBDIR = "policy"
-POLICY_META = "openclaw_policy.json"
 KEEP_CHECKPOINTS = 3
 
 

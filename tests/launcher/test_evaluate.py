@@ -150,3 +150,19 @@ def test_eval_says_which_asked_parts_the_run_does_not_have(tmp_path, tiny_model_
         "[eval] note: terminal, tool_call not evaluated: not in [env_service] interaction_types (chat)"
         in printed
     )
+
+
+def test_an_evaluation_is_labelled_with_the_version_the_folder_holds(tmp_path):
+    import json
+
+    from openclaw_rl.launcher.evaluate import exported_version
+    from openclaw_rl.runtime.rundir import POLICY_META
+
+    published = tmp_path / "policy" / "v000006"
+    published.mkdir(parents=True)
+    (published / POLICY_META).write_text(json.dumps({"version": 6, "step": 12}))
+    assert exported_version(published) == 6
+    renamed = tmp_path / "v000004"  # a copy without its meta file: the folder's name
+    renamed.mkdir()
+    assert exported_version(renamed) == 4
+    assert exported_version(tmp_path) == 1  # weights from elsewhere
