@@ -889,10 +889,15 @@ RAY_MISSING = (
 )
 
 
+def launched_by_launcher() -> bool:
+    """Whether this process is a loop the launcher started (which made the run's store first)."""
+    return bool(os.environ.get(CHILD_ENV))
+
+
 def print_warnings(cfg: Config) -> None:
     """Print the config's soft warnings once per run: the launcher's children (which set
     ``OPENCLAW_RL_CHILD``) stay quiet because the launcher already printed them."""
-    if os.environ.get(CHILD_ENV):
+    if launched_by_launcher():
         return
     for warning in cfg.warnings:
         print(f"warning: {warning}", file=sys.stderr)

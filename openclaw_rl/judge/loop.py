@@ -38,7 +38,7 @@ import signal
 import sqlite3
 import threading
 
-from openclaw_rl.config import Config
+from openclaw_rl.config import Config, launched_by_launcher
 from openclaw_rl.judge import make_judge
 from openclaw_rl.judge.base import Judge
 from openclaw_rl.judge.sample_rules import (
@@ -347,7 +347,7 @@ def main(config_path: str, worker_id: str = "judge-0") -> int:
     cfg = loop_config(config_path)
 
     def body() -> int:
-        store = Store(RunDir.of(cfg).store)
+        store = Store(RunDir.of(cfg).store, create=not launched_by_launcher())
         loop = JudgeLoop(cfg, store, worker_id=worker_id)
         # Ctrl-C / SIGTERM end the loop after its current round, like the other loops: a
         # KeyboardInterrupt raised mid-round would cancel it while store calls run on threads.

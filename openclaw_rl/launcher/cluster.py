@@ -429,7 +429,6 @@ def run_cluster(
         return 1
     children = build_children(cfg, config_path, keep_fds)  # the policy service holds the folder too
     run = RunDir.of(cfg)
-    started_with = run.store_identity()
     server = children["policy_service"]
     url = policy_url(cfg)
     stop = threading.Event()
@@ -439,6 +438,7 @@ def run_cluster(
     ok, engine = start_serving(cfg, server, stop.is_set)
     if not ok:
         return 0 if stop.is_set() else 1
+    started_with = run.store_identity()  # start_serving made it
     runner: ClusterEnvRunner | None = None
     judges: list[Any] = []
     trainer = None

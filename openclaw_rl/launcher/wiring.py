@@ -264,6 +264,7 @@ def start_serving(
     Used by both the local and the cluster launcher."""
     url = policy_url(cfg)
     engine = None
+    Store(RunDir.of(cfg).store).close()  # made here, first: the loops open it and never make one
     if cfg.policy_service.launch:
         from openclaw_rl.launcher.external import EngineError, ExternalEngine
 
@@ -315,9 +316,7 @@ def run_all(cfg: Config, config_path: str, keep_fds: tuple[int, ...] = ()) -> in
                 "[launch] asked again: killing the loops still stopping (replies in flight are lost)",
                 flush=True,
             )
-            for child in children.values():
-                if child.alive():
-                    child.proc.kill()  # type: ignore[union-attr]
+            _kill_all(children)
             return
         # at once: the loops may take a minute to finish what they are doing
         print(
@@ -362,6 +361,9 @@ def run_all(cfg: Config, config_path: str, keep_fds: tuple[int, ...] = ()) -> in
             gone = run.store_gone(started_with)  # before any restart, which would make a new one
             if gone is not None:
                 print(f"[launch] {gone}", flush=True)
+                # killed, not asked: a trainer's final checkpoint would put the deleted folder back,
+                # and a later run there would resume those weights against an empty store
+                _kill_all(children)
                 stopping, rc = True, 1
                 break
             failed = supervise(children, run.root)
@@ -397,6 +399,13 @@ def run_all(cfg: Config, config_path: str, keep_fds: tuple[int, ...] = ()) -> in
         if plot is not None:
             print(f"[launch] training curves: {plot}", flush=True)
     return rc
+
+
+def _kill_all(children: dict[str, Child]) -> None:
+    """SIGKILL every child still running: for a stop that must not let them finish anything."""
+    for child in children.values():
+        if child.proc is not None and child.proc.poll() is None:
+            child.proc.kill()
 
 
 def _await_final_eval(cfg: Config, evaluator: Child | None, interrupted: Callable[[], bool]) -> None:

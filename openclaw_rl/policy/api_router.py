@@ -164,12 +164,15 @@ def max_body_bytes(max_model_len: int) -> int:
 #: body and stalls (a dead network, or on purpose) would otherwise hold its place, and the server's
 #: stop, for as long as it likes.
 BODY_STALL_S = 30.0
+#: ... and one that trickles in (a byte every few seconds) is answered 408 once it has taken this long
+#: in all: the largest body the window allows arrives in seconds on any working link.
+BODY_DEADLINE_S = 60.0
 
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, or a 413 as soon as it is known to exceed ``limit`` bytes (by its
     Content-Length, or while it streams in without one), or a 408 when it stops arriving for
-    :data:`BODY_STALL_S` seconds."""
+    :data:`BODY_STALL_S` seconds or is not whole after :data:`BODY_DEADLINE_S`."""
 
     def too_large(size: str) -> APIError:
         return APIError(
@@ -184,18 +187,21 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise too_large(declared)
     chunks, size = [], 0
     stream = request.stream()
+    deadline = asyncio.get_running_loop().time() + BODY_DEADLINE_S
     while True:
+        left = deadline - asyncio.get_running_loop().time()
         try:
-            async with asyncio.timeout(BODY_STALL_S):
+            async with asyncio.timeout(min(BODY_STALL_S, max(left, 0.0))):
                 chunk = await anext(stream)
         except StopAsyncIteration:
             break
         except TimeoutError:
-            raise APIError(
-                408,
-                f"the request body stopped arriving: nothing for {BODY_STALL_S:g} s after {size} bytes",
-                code="request_timeout",
-            ) from None
+            said = (
+                f"stopped arriving: nothing for {BODY_STALL_S:g} s after {size} bytes"
+                if left > BODY_STALL_S
+                else f"came too slowly: {size} bytes in {BODY_DEADLINE_S:g} s"
+            )
+            raise APIError(408, f"the request body {said}", code="request_timeout") from None
         size += len(chunk)
         if size > limit:
             raise too_large(f"more than {limit}")

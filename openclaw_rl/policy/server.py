@@ -21,7 +21,7 @@ from pathlib import Path
 
 import uvicorn
 
-from openclaw_rl.config import Config, generates_client_key
+from openclaw_rl.config import Config, generates_client_key, launched_by_launcher
 from openclaw_rl.policy.api_router import build_app
 from openclaw_rl.policy.engine import Engine
 from openclaw_rl.policy.forward import ForwardEngine
@@ -48,11 +48,17 @@ def build_engine(cfg: Config) -> Engine:
 class PolicyService:
     """Serve ``cfg.policy_service`` and record into ``store`` (default ``<log_dir>/store.sqlite``)."""
 
-    def __init__(self, cfg: Config, store: Store | None = None, engine: Engine | None = None):
+    def __init__(
+        self,
+        cfg: Config,
+        store: Store | None = None,
+        engine: Engine | None = None,
+        create_store: bool = True,
+    ):
         self.cfg = cfg
         self.pcfg = cfg.policy_service
         self._own_store = store is None
-        self.store = store if store is not None else Store(RunDir.of(cfg).store)
+        self.store = store if store is not None else Store(RunDir.of(cfg).store, create=create_store)
         self.engine = engine if engine is not None else build_engine(cfg)
         self.serving: Serving | None = None
         self._server: uvicorn.Server | None = None
@@ -225,7 +231,8 @@ def serve_command(cfg: Config, host: str | None, port: int | None) -> int:
 
     def body() -> int:
         try:
-            PolicyService(cfg).run()
+            # the launcher's server made no store of its own: one missing now was removed under the run
+            PolicyService(cfg, create_store=not launched_by_launcher()).run()
         except ModelNotFoundError as exc:
             print(f"[policy_service] error: {exc}", file=sys.stderr)
             return 2

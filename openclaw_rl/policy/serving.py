@@ -54,6 +54,7 @@ from openclaw_rl.policy.protocol import (
 )
 from openclaw_rl.policy.sessions import Assignment, SessionManager, client_session_id, scoped_session_id
 from openclaw_rl.policy.tools import OPEN, call_markup_start, parse_tool_calls, without_unfinished_call
+from openclaw_rl.runtime.loop_main import disk_full
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.runtime.users import Feedback, adapter_meta
 from openclaw_rl.types import DEFAULT_USER, EpisodeTag, Turn
@@ -599,17 +600,26 @@ class Serving:
                 escape_for_log(job.assign.session_id, 80),
                 job.assign.turn_index,
             )
-            await asyncio.to_thread(self._record_state_only, job)
+            await self._record_state_if_possible(job)
             raise
         except APIError as exc:
-            await asyncio.to_thread(self._record_state_only, job)
+            await self._record_state_if_possible(job)
             await job.events.put(exc)
-        except Exception as exc:  # reported to this client as a 500; the service keeps serving
-            log.exception("generation failed")
-            await asyncio.to_thread(self._record_state_only, job)
-            await job.events.put(
-                APIError(500, f"generation failed: {type(exc).__name__}", type_="server_error")
-            )
+        except Exception as exc:  # reported to this client; the service keeps serving
+            if disk_full(exc):  # recording failed, not the model: say what the operator must do
+                log.error("[policy_service] a reply could not be recorded: the disk is full (%s)", exc)
+                error = APIError(
+                    503,
+                    "the reply could not be recorded: the disk under the run's folder is full; "
+                    "the service answers again once there is room",
+                    type_="server_error",
+                    code="disk_full",
+                )
+            else:
+                log.exception("generation failed")
+                error = APIError(500, f"generation failed: {type(exc).__name__}", type_="server_error")
+            await self._record_state_if_possible(job)
+            await job.events.put(error)  # always: a client left without an end would wait for ever
         finally:
             self._release(job.user)
             self.served += 1
@@ -671,6 +681,14 @@ class Serving:
             last.role,
             said,
         )
+
+    async def _record_state_if_possible(self, job: Job) -> None:
+        """:meth:`_record_state_only` after a failed reply; a store that cannot take it either (a
+        full disk) is logged in one line: the client's answer must not wait on it."""
+        try:
+            await asyncio.to_thread(self._record_state_only, job)
+        except Exception as exc:
+            log.warning("[policy_service] the next state of a failed reply was not recorded: %s", exc)
 
     def _record_state_only(self, job: Job) -> None:
         a = job.assign

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import shutil
 import sys
 import time
 import traceback
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from openclaw_rl.config import Config, ConfigError, load_config, print_warnings
+from openclaw_rl.runtime.rundir import MIN_FREE_BYTES
 
 log = logging.getLogger("openclaw_rl")
 
@@ -25,17 +27,28 @@ log = logging.getLogger("openclaw_rl")
 DISK_FULL_EXIT = 75
 
 
-def disk_full(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what caused it) is the disk running out of space. Some writers say so
-    only in their message (safetensors' ``I/O error: No space left on device (os error 28)``)."""
+#: How writers say the disk is full when they do not raise ENOSPC: safetensors ("I/O error: No space
+#: left on device (os error 28)"), SQLite's SQLITE_FULL.
+_FULL_WORDS = ("No space left on device", "database or disk is full")
+
+
+def disk_full(exc: BaseException, folder: Path | None = None) -> bool:
+    """Whether ``exc`` (or what caused it) is the disk running out of space; with ``folder``, also
+    any error while the disk under it has less than :data:`MIN_FREE_BYTES` free (torch's writer then
+    says only ``unexpected pos 64 vs 0``)."""
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
             return True
-        if "No space left on device" in str(seen):
+        if any(words in str(seen) for words in _FULL_WORDS):
             return True
         seen = seen.__cause__ or seen.__context__
-    return False
+    if folder is None:
+        return False
+    try:
+        return shutil.disk_usage(folder).free < MIN_FREE_BYTES
+    except OSError:
+        return False
 
 
 def loop_config(path: str) -> Config:
@@ -57,7 +70,7 @@ def run_loop_body(name: str, body: Callable[[], int], log_dir: Path | None = Non
     except KeyboardInterrupt:
         return 0
     except Exception as exc:  # the loop's last resort: report once, keep the traceback on disk
-        if disk_full(exc):
+        if disk_full(exc, log_dir):
             print(
                 f"[{name}] stopped: the disk is full ({exc}); free space under "
                 f"{log_dir or 'the run folder'} and it goes on from the store",

@@ -302,8 +302,15 @@ def store_problem(path: Path) -> str | None:
 class Store:
     """Thread-safe handle on the store file; one per process is enough."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, create: bool = True):
+        """Open the store at ``path``; ``create=False``: a missing one is an error, not a new empty
+        store (a loop the launcher started: the launcher made it, so a missing one was removed)."""
         path = Path(path)
+        if not create and not path.exists():
+            raise StoreError(
+                f"the run's store {path} is gone (was its folder removed while the run was going?); "
+                "not starting an empty one beside the run"
+            )
         try:
             # the run's folder and its store hold people's words: the owner's alone (0700 / 0600) when
             # made here; SQLite gives the -wal / -shm files the store file's own mode

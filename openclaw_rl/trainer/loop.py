@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 
 import torch
 
-from openclaw_rl.config import Config, is_loopback
+from openclaw_rl.config import Config, is_loopback, launched_by_launcher
 from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
 from openclaw_rl.runtime.metrics import REPEAT_WINDOW, MetricsWriter, drop_user_rows, repeat_share
 from openclaw_rl.runtime.policy_admin import SWAP_TIMEOUT_S, request_pause, request_swap, serving_generating
@@ -197,7 +197,7 @@ class TrainingLoop:
         self.cfg = cfg
         self.policy_url = policy_url
         self.run_dir = RunDir.of(cfg)
-        self.store = store or Store(self.run_dir.store)
+        self.store = store or Store(self.run_dir.store, create=not launched_by_launcher())
         self.metrics = MetricsWriter(cfg.log_dir, run_name=cfg.global_.run_name)
         self.trainer: Trainer | None = trainer
         self.version = 0

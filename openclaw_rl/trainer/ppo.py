@@ -40,6 +40,7 @@ import json
 import logging
 import math
 import pickle
+import shutil
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -865,8 +866,12 @@ class Trainer:
         """Save weights (adapter or full), optimizer state, step and version; returns the directory."""
         pub = Publication(self.checkpoint_root, checkpoint_name(self.step))
         tmp = pub.begin()
-        self._write_policy(tmp / POLICY_SUBDIR, self.policy_version)
-        torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        try:
+            self._write_policy(tmp / POLICY_SUBDIR, self.policy_version)
+            torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        except BaseException:  # a full disk, a kill: the half-written copy must not take more room
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         final = self._publish_checkpoint(pub)
         print(f"[train] checkpoint saved: {final}", flush=True)
         return final

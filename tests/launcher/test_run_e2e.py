@@ -241,6 +241,6 @@ backend = "minilm"
             launcher.kill()
     assert launcher.returncode == 1, out[-3000:]
     assert f"the run's store {log_dir}/store.sqlite was removed while the run was going" in out, out[-3000:]
-    assert not (log_dir / "store.sqlite").exists()
+    assert not (log_dir / "store.sqlite").exists() and not (log_dir / "checkpoints").exists()
     with pytest.raises(httpx.HTTPError):  # every loop it started is gone, the server included
         httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)

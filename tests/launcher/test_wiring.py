@@ -266,3 +266,20 @@ def test_a_loop_that_fills_the_disk_says_so_and_exits_for_a_restart_later(tmp_pa
     err = capsys.readouterr().err
     assert "[training] stopped: the disk is full" in err and f"free space under {tmp_path}" in err
     assert run_loop_body("training", lambda: 1 // 0, tmp_path) == 1  # any other error is a crash
+
+
+def test_an_opaque_write_error_on_a_full_disk_counts_as_the_full_disk(tmp_path, monkeypatch):
+    """torch's writer says only 'unexpected pos 64 vs 0' when the disk fills under it: with the run's
+    folder nearly out of room, that is the full disk, not a crash to retry."""
+    from collections import namedtuple
+
+    from openclaw_rl.runtime import loop_main
+
+    opaque = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(loop_main.shutil, "disk_usage", lambda _: usage(1, 1, 5 * 2**20))
+    assert loop_main.disk_full(opaque, tmp_path)
+    assert not loop_main.disk_full(opaque)  # without a folder to look at: a crash
+    monkeypatch.setattr(loop_main.shutil, "disk_usage", lambda _: usage(1, 1, 50 * 2**30))
+    assert not loop_main.disk_full(opaque, tmp_path)
+    assert loop_main.disk_full(RuntimeError("database or disk is full"))

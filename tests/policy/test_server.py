@@ -904,3 +904,53 @@ def test_a_body_that_stops_arriving_is_answered_408_and_others_are_served(
     assert "request_timeout" in answer and "stopped arriving" in answer
     assert svc.store.counters().turns == 0
     _still_serves(url)
+
+
+def test_a_body_that_trickles_in_is_answered_408_once_its_time_is_up(
+    start_service, tiny_model_dir, monkeypatch
+):
+    import socket
+
+    from openclaw_rl.policy import api_router
+
+    monkeypatch.setattr(api_router, "BODY_STALL_S", 1.0)
+    monkeypatch.setattr(api_router, "BODY_DEADLINE_S", 2.0)
+    svc, url = start_service(tiny_model_dir, "trickle")
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
+        sock.settimeout(0.4)
+        answer = b""
+        for _ in range(40):  # a byte every 0.4 s: never 1 s without one, never done
+            try:
+                sock.sendall(b" ")
+                answer += sock.recv(65536)
+            except (TimeoutError, BrokenPipeError, ConnectionResetError):
+                pass
+            if b"came too slowly" in answer:
+                break
+    assert answer.startswith(b"HTTP/1.1 408") and b"came too slowly" in answer, answer[:300]
+    assert svc.store.counters().turns == 0
+
+
+def test_a_full_disk_ends_every_reply_with_a_reason_and_the_service_recovers(start_service, tiny_model_dir):
+    """When the store cannot take a turn (SQLite: database or disk is full) a client still gets an
+    end: a 503 naming the full disk, or an error at the end of its stream, never a reply that hangs."""
+    import sqlite3
+
+    svc, url = start_service(tiny_model_dir, "full")
+    real = svc.store.record_turn, svc.store.attach_next_state
+
+    def full(*_a, **_k):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    svc.store.record_turn = svc.store.attach_next_state = full  # type: ignore[method-assign]
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 503 and r.json()["error"]["code"] == "disk_full", r.text
+    assert "disk under the run's folder is full" in r.json()["error"]["message"]
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json={**body, "stream": True}, timeout=60) as s:
+        streamed = "".join(s.iter_text())
+    assert "disk_full" in streamed, streamed[-500:]
+    svc.store.record_turn, svc.store.attach_next_state = real  # type: ignore[method-assign]
+    _still_serves(url)

@@ -536,3 +536,14 @@ def test_a_new_run_folder_and_its_store_are_the_owners_alone(tmp_path):
         store.close()
     finally:
         os.umask(old)
+
+
+def test_a_loop_the_launcher_started_does_not_make_a_new_store_where_the_run_s_was_removed(tmp_path):
+    from openclaw_rl.runtime.store import Store, StoreError
+
+    path = tmp_path / "logs" / "store.sqlite"
+    with pytest.raises(StoreError, match="is gone .*not starting an empty one"):
+        Store(path, create=False)
+    assert not path.exists() and not path.parent.exists()
+    Store(path).close()  # made by whoever starts the run
+    Store(path, create=False).close()
