@@ -12,7 +12,7 @@ import pytest
 from openclaw_rl.config import Config, build_config
 from openclaw_rl.policy.server import PolicyService
 
-KEY = "test-key-3f9a"
+KEY = "not-a-real-client-key"
 
 
 def make_config(log_dir: Path, model: str | Path, api: dict[str, Any] | None = None, **policy: Any) -> Config:
