@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from openclaw_rl.launcher.eval_loop import learned_line, live_eval_problem, pend
 from openclaw_rl.launcher.status import run_progress_line
 from openclaw_rl.runtime.loop_main import DISK_FULL_EXIT
 from openclaw_rl.runtime.metrics import plot_metrics
-from openclaw_rl.runtime.rundir import MIN_FREE_BYTES, RunDir
+from openclaw_rl.runtime.rundir import MIN_FREE_BYTES, RunDir, free_bytes
 from openclaw_rl.runtime.store import Store
 
 MAX_RESTARTS = 3
@@ -105,6 +104,11 @@ class Child:
         """Ask the child to stop (SIGTERM) and wait for it; killed after ``timeout`` seconds."""
         self.ask_to_stop()
         self.wait_stopped(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL, if it is still running."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
 
     def ask_to_stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:  # started and still running
@@ -232,10 +236,7 @@ def supervise(children: dict[str, Child], log_dir: Path | None = None) -> int | 
 def _restart_when_there_is_room(child: Child, log_dir: Path) -> None:
     """``child`` stopped because the disk under ``log_dir`` is full: say so once, and start it again
     (it resumes from the store) once :data:`MIN_FREE_BYTES` are free; the other loops go on."""
-    try:
-        free = shutil.disk_usage(log_dir).free
-    except OSError:
-        free = 0
+    free = free_bytes(log_dir)
     if free < MIN_FREE_BYTES:
         if not child.waiting_for_room:
             child.waiting_for_room = True
@@ -404,8 +405,7 @@ def run_all(cfg: Config, config_path: str, keep_fds: tuple[int, ...] = ()) -> in
 def _kill_all(children: dict[str, Child]) -> None:
     """SIGKILL every child still running: for a stop that must not let them finish anything."""
     for child in children.values():
-        if child.proc is not None and child.proc.poll() is None:
-            child.proc.kill()
+        child.kill()
 
 
 def _await_final_eval(cfg: Config, evaluator: Child | None, interrupted: Callable[[], bool]) -> None:

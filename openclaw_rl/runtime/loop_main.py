@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import shutil
 import sys
 import time
 import traceback
@@ -18,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from openclaw_rl.config import Config, ConfigError, load_config, print_warnings
-from openclaw_rl.runtime.rundir import MIN_FREE_BYTES
+from openclaw_rl.runtime.rundir import MIN_FREE_BYTES, free_bytes
 
 log = logging.getLogger("openclaw_rl")
 
@@ -43,12 +42,7 @@ def disk_full(exc: BaseException, folder: Path | None = None) -> bool:
         if any(words in str(seen) for words in _FULL_WORDS):
             return True
         seen = seen.__cause__ or seen.__context__
-    if folder is None:
-        return False
-    try:
-        return shutil.disk_usage(folder).free < MIN_FREE_BYTES
-    except OSError:
-        return False
+    return folder is not None and free_bytes(folder) < MIN_FREE_BYTES
 
 
 def loop_config(path: str) -> Config:

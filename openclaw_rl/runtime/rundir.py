@@ -44,6 +44,16 @@ POLICY_POINTER = "latest.json"
 #: What each exported policy folder says of itself: version, step, base model, run (the trainers write it).
 POLICY_META = "openclaw_policy.json"
 MIN_FREE_BYTES = 200 * 2**20  # below this, the next checkpoint may not fit
+
+
+def free_bytes(folder: Path) -> int:
+    """Bytes free on the disk under ``folder`` (0 when it cannot be read: no room to count on)."""
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return 0
+
+
 #: The file a running run holds an exclusive ``flock`` on (and names its launcher's PID in).
 RUN_LOCK = "run.lock"
 
@@ -186,7 +196,7 @@ class RunDir:
             probe.unlink()
         except OSError as exc:
             return f"[global] log_dir = {str(self.root)!r} is not writable: {exc.strerror or exc}"
-        free = shutil.disk_usage(self.root).free
+        free = free_bytes(self.root)
         if free < MIN_FREE_BYTES:
             return (
                 f"[global] log_dir = {str(self.root)!r}: only {free // 2**20} MiB free; checkpoints need more"

@@ -230,11 +230,12 @@ def test_a_loop_stopped_by_a_full_disk_waits_for_room_and_is_not_counted_as_a_cr
     from collections import namedtuple
 
     from openclaw_rl.launcher import wiring
+    from openclaw_rl.runtime import rundir
     from openclaw_rl.runtime.loop_main import DISK_FULL_EXIT
 
     usage = namedtuple("usage", "total used free")
     free = {"bytes": 10 * 2**20}
-    monkeypatch.setattr(wiring.shutil, "disk_usage", lambda _: usage(1, 1, free["bytes"]))
+    monkeypatch.setattr(rundir.shutil, "disk_usage", lambda _: usage(1, 1, free["bytes"]))
     full = [sys.executable, "-c", f"raise SystemExit({DISK_FULL_EXIT})"]
     trainer = wiring.Child("training", full, restarts=wiring.MAX_RESTARTS)  # no crashes left to spend
     trainer.start()
@@ -273,13 +274,13 @@ def test_an_opaque_write_error_on_a_full_disk_counts_as_the_full_disk(tmp_path, 
     folder nearly out of room, that is the full disk, not a crash to retry."""
     from collections import namedtuple
 
-    from openclaw_rl.runtime import loop_main
+    from openclaw_rl.runtime import loop_main, rundir
 
     opaque = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(loop_main.shutil, "disk_usage", lambda _: usage(1, 1, 5 * 2**20))
+    monkeypatch.setattr(rundir.shutil, "disk_usage", lambda _: usage(1, 1, 5 * 2**20))
     assert loop_main.disk_full(opaque, tmp_path)
     assert not loop_main.disk_full(opaque)  # without a folder to look at: a crash
-    monkeypatch.setattr(loop_main.shutil, "disk_usage", lambda _: usage(1, 1, 50 * 2**30))
+    monkeypatch.setattr(rundir.shutil, "disk_usage", lambda _: usage(1, 1, 50 * 2**30))
     assert not loop_main.disk_full(opaque, tmp_path)
     assert loop_main.disk_full(RuntimeError("database or disk is full"))
