@@ -541,6 +541,14 @@ class TrainingConfig(_Section):
     max_grad_norm: float = Field(1.0, gt=0)
     max_steps: int | None = Field(None, ge=1)
     checkpoint_interval: int = Field(10, ge=1)
+    keep_policies: int = Field(
+        10,
+        ge=0,
+        description="published policy versions kept on disk (per user in per_user mode): each new "
+        "publish removes the older ones, so a run left to learn does not fill its disk (a LoRA "
+        "version of the embedded model is about 19 MB); 0 = keep every version, 1 is refused "
+        '(serving may still be loading the version before the newest; docs/training.md "Policy versions")',
+    )
     max_staleness: int | None = Field(None, ge=0, description="versions; older samples are dropped")
     off_policy_correction: Literal["decoupled", "none"] = Field(
         "decoupled",
@@ -1053,6 +1061,11 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
         warnings.append(
             f"[training] batch_size = {tr.batch_size} is not a multiple of mini_batch_size = "
             f"{tr.mini_batch_size}; the last optimiser step gets fewer samples"
+        )
+    if tr.keep_policies == 1:
+        errors.append(
+            "[training] keep_policies = 1: serving may still be loading the version before the newest "
+            "when a new one is published; keep at least 2, or 0 to keep every version"
         )
     if tr.asymmetric_clip and tr.clip_ratio_high < tr.clip_ratio:
         default = "" if "clip_ratio_high" in tr.model_fields_set else " (its default)"

@@ -407,6 +407,14 @@ def test_an_upper_clip_below_the_lower_one_is_refused():
     build_config({"training": {"clip_ratio": 0.3, "asymmetric_clip": False}})
 
 
+def test_keeping_one_policy_version_is_refused_and_negative_counts_named():
+    with pytest.raises(ConfigError, match=r"keep_policies = 1: serving may still be loading"):
+        build_config({"training": {"keep_policies": 1}})
+    with pytest.raises(ConfigError, match=r"\[training\] keep_policies"):
+        build_config({"training": {"keep_policies": -1}})
+    assert build_config({"training": {"keep_policies": 0}}).training.keep_policies == 0
+
+
 def test_an_api_teacher_needs_the_api_channel():
     with pytest.raises(
         ConfigError, match=r'\[api\] base_url: required because \[prm_service\] teacher = "api"'

@@ -323,6 +323,22 @@ class RunDir:
         found = [(int(p.name[1:]), p) for p in folder.glob("v*") if p.is_dir() and p.name[1:].isdigit()]
         return sorted(found, reverse=True)
 
+    def prune_policies(self, keep: int, user: str | None = None) -> list[Path]:
+        """Remove all but the newest ``keep`` exported versions of the shared policy (``user``: of
+        that user's adapter); the version the pointer names is always kept. ``keep = 0`` keeps
+        every version. Returns the folders removed."""
+        if keep <= 0:
+            return []
+        published = self.read_published_policy(user)
+        named = published.path.resolve() if published is not None else None
+        removed = []
+        for _, folder in self.published_versions(user)[keep:]:
+            if folder.resolve() == named:
+                continue
+            shutil.rmtree(folder, ignore_errors=True)  # a folder half removed is removed next time
+            removed.append(folder)
+        return removed
+
     def user_folders(self, user: str) -> list[Path]:
         """The folders that hold only ``user``'s files (per_user mode): their published adapters and
         their adapter / optimiser checkpoints."""
@@ -354,11 +370,12 @@ class RunDir:
         return PublishedPolicy(int(data["version"]), path, None if step is None else int(step))
 
     def publish_policy(
-        self, version: int, path: Path, step: int | None = None, user: str | None = None
+        self, version: int, path: Path, step: int | None = None, user: str | None = None, keep: int = 0
     ) -> None:
         """Point :data:`POLICY_POINTER` at ``path`` (atomic: serving never reads half a pointer);
         ``step``: the training step the policy was exported at (the live evaluator spaces its
-        evaluations by it); ``user``: publish that user's adapter instead of the shared policy."""
+        evaluations by it); ``user``: publish that user's adapter instead of the shared policy;
+        ``keep``: then keep only the newest ``keep`` versions (``[training] keep_policies``; 0 = all)."""
         folder = self.policy_dir(user)
         folder.mkdir(parents=True, exist_ok=True)
         # Relative to the pointer's own folder: the run reads the same weights from whatever folder it
@@ -369,6 +386,7 @@ class RunDir:
         if step is not None:
             data["step"] = step
         atomic_write_text(folder / POLICY_POINTER, json.dumps(data))
+        self.prune_policies(keep, user)
 
     @property
     def admin_key_file(self) -> Path:

@@ -116,7 +116,7 @@ def _replay(
     published = run.read_published_policy()
     version = (published.version if published else 0) + 1
     out = trainer.export_policy(run.policies, version)
-    run.publish_policy(version, out, step=trainer.step)
+    run.publish_policy(version, out, step=trainer.step, keep=cfg.training.keep_policies)
     print(
         f"[training] done: step={trainer.step}, exported and published version {version}: {out}", flush=True
     )

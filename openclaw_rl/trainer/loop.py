@@ -438,7 +438,8 @@ class TrainingLoop:
         self._unpublished.discard(user)
         self.version += 1
         path = trainer.export_policy(self.run_dir.policy_dir(user), self.version)
-        self.run_dir.publish_policy(self.version, path, step=trainer.step, user=user)
+        keep = self.cfg.training.keep_policies
+        self.run_dir.publish_policy(self.version, path, step=trainer.step, user=user, keep=keep)
         who = f" user={user}" if user is not None else ""
         print(f"[async] published policy{who} version={self.version} at step={trainer.step}", flush=True)
         return path, self.version

@@ -44,6 +44,25 @@ def test_a_copied_run_serves_its_own_copy(tmp_path):
     assert published is not None and (published.path / "weights").read_text() == "copy"
 
 
+def test_a_long_run_keeps_only_its_newest_policy_versions(tmp_path):
+    """[training] keep_policies: each publish removes all but the newest versions, per user; the
+    other users' and the shared policy's versions are left alone; 0 keeps every version."""
+    run = RunDir(tmp_path / "run")
+    for n in range(1, 6):
+        run.publish_policy(n, _version(run, n), keep=3)
+        run.publish_policy(n, _version(run, n, "alice"), user="alice", keep=2)
+    assert [v for v, _ in run.published_versions()] == [5, 4, 3]
+    assert [v for v, _ in run.published_versions("alice")] == [5, 4]
+    published = run.read_published_policy()
+    assert published is not None and (published.path / "weights").read_text() == "v5"
+    run.publish_policy(6, _version(run, 6, "bob"), user="bob", keep=0)
+    run.publish_policy(7, _version(run, 7, "bob"), user="bob", keep=0)
+    assert [v for v, _ in run.published_versions("bob")] == [7, 6]
+    # a pointer moved back to an old version by hand: that version is never removed
+    run.publish_policy(3, run.policy_dir() / "v000003", keep=1)
+    assert [v for v, _ in run.published_versions()] == [5, 3]
+
+
 def test_pointers_written_by_older_versions_still_read(tmp_path, monkeypatch):
     """Older pointers held a path relative to the launch folder, or an absolute one."""
     run = RunDir(tmp_path / "runA")

@@ -62,6 +62,20 @@ def test_loop_trains_publishes_and_checkpoints(make_cfg):
     assert any((cfg.log_dir / "tensorboard").iterdir())
 
 
+def test_a_run_keeps_only_its_newest_policy_versions_on_disk(make_cfg):
+    cfg = make_cfg(max_steps=3, keep_policies=2)
+    cfg.policy_service.weight_sync_interval = 1
+    store = Store(cfg.log_dir / "store.sqlite")
+    store.add_samples(_samples(6))
+    loop = TrainingLoop(cfg, policy_url=None, store=store)
+    loop.start()
+    assert loop.run() == 0
+    run = RunDir.of(cfg)
+    assert [v for v, _ in run.published_versions()] == [3, 2]  # v1 removed when v3 was published
+    version, path = run.read_policy_pointer()
+    assert version == 3 and (path / "adapter_config.json").is_file()
+
+
 def test_resuming_from_an_older_checkpoint_trains_its_later_samples_again(make_cfg, tmp_path, capsys):
     """The newest checkpoint was damaged and moved aside, as the error says to: the samples its
     update trained are in no surviving weights, so they go back to the queue (not lost), and the
