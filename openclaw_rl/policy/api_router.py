@@ -60,7 +60,13 @@ from starlette.requests import ClientDisconnect
 
 from openclaw_rl.config import ENV_VAR
 from openclaw_rl.policy.identity import Caller, is_loopback
-from openclaw_rl.policy.messages_api import CountTokensRequest, MessagesCall, conversation_body, error_body
+from openclaw_rl.policy.messages_api import (
+    CountTokensRequest,
+    MessagesCall,
+    chat_fields,
+    conversation_body,
+    error_body,
+)
 from openclaw_rl.policy.protocol import (
     APIError,
     CloseSessionRequest,
@@ -182,6 +188,15 @@ async def read_body(request: Request, limit: int) -> bytes:
             code="request_too_large",
         )
 
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):  # read as JSON it would be "not valid JSON ... column 1"
+        raise APIError(
+            415,
+            f"Content-Encoding {escape_for_log(encoding, 40)!r}: this service reads request bodies "
+            "uncompressed; send the body without Content-Encoding",
+            param="Content-Encoding",
+            code="unsupported_content_encoding",
+        )
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise too_large(declared)
@@ -471,9 +486,13 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
     async def count_tokens(request: Request) -> dict[str, Any]:
         # Anthropic's token count: the prompt the model would read, tools included; nothing recorded
         req: CountTokensRequest = await _parse(request, CountTokensRequest)
-        body = json.dumps(conversation_body(req)).encode()
+        origins: list[str] = []
+        body = json.dumps(conversation_body(req, origins)).encode()
         headers = _headers(request)
-        return {"input_tokens": await run_in_threadpool(serving.count_tokens, body, headers)}
+        try:
+            return {"input_tokens": await run_in_threadpool(serving.count_tokens, body, headers)}
+        except APIError as exc:  # checked as a chat request: named as the caller named the fields
+            raise exc.renamed(chat_fields(origins)) from None
 
     @app.post("/v1/feedback")
     async def feedback(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:

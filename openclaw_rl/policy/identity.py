@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from openclaw_rl.config import is_loopback as config_is_loopback
 from openclaw_rl.policy.protocol import APIError
-from openclaw_rl.runtime.users import UserError, check_user_name
+from openclaw_rl.runtime.users import UserError, check_user_name, name_for_user_field
 from openclaw_rl.types import DEFAULT_USER
 
 
@@ -30,8 +30,10 @@ class Caller:
         """The request's user, given the name it carries (body field or header) or None."""
         if self.key_user is not None:
             return self.key_user
-        if not self.trusted or named is None:
+        if not self.trusted or named is None or named == "":
             return DEFAULT_USER
+        if where == "user":  # OpenAI's field is any string: it names a user of its own (docs/users.md)
+            named = name_for_user_field(named)
         try:
             return check_user_name(named, where)
         except UserError as exc:

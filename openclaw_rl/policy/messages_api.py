@@ -40,6 +40,7 @@ ERROR_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    408: "timeout_error",
     413: "request_too_large",
     429: "rate_limit_error",
     500: "api_error",
@@ -56,7 +57,9 @@ def error_body(exc: APIError) -> dict[str, Any]:
         message = f"prompt is too long: {exc.prompt_tokens} tokens > {exc.limit} maximum"
     elif exc.code == "context_length_exceeded" and exc.param != "max_tokens":  # an engine's refusal
         message = f"prompt is too long: {message}"
-    return {"type": "error", "error": {"type": ERROR_TYPES.get(exc.status, "api_error"), "message": message}}
+    # any other client error (405, 409, 415, 422) is the request's fault, any other 5xx the server's
+    kind = ERROR_TYPES.get(exc.status, "invalid_request_error" if exc.status < 500 else "api_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
 
 
 class ToolSpec(LenientModel):
@@ -68,6 +71,7 @@ class ToolSpec(LenientModel):
 class ToolChoice(LenientModel):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
+    disable_parallel_tool_use: bool = False  # true: at most one tool_use block
 
 
 class MessageParam(LenientModel):
@@ -122,24 +126,43 @@ class MessagesRequest(CountTokensRequest):
         return v
 
 
-def _blocks_text(blocks: list[dict[str, Any]], where: str) -> str:
+def _blocks_text(blocks: Any, where: str) -> str:
+    """The text of a list of text blocks (``system``, a ``tool_result``'s ``content``)."""
+    if not isinstance(blocks, list):
+        raise APIError(400, f"{where}: expected a string or a list of text blocks", param=where)
     out = []
     for j, b in enumerate(blocks):
-        if b.get("type") == "text":
-            out.append(str(b.get("text", "")))
-        else:
+        if not isinstance(b, dict):
+            raise APIError(400, f"{where}[{j}]: expected a content block (an object)", param=f"{where}[{j}]")
+        if b.get("type") != "text":
             raise APIError(
                 400, f"{where}[{j}].type {b.get('type')!r}: only text is supported here", param=where
             )
+        out.append(_text(b, f"{where}[{j}]"))
     return "".join(out)
 
 
-def to_messages(req: CountTokensRequest) -> list[dict[str, Any]]:
-    """``system`` + ``messages`` as chat messages (see the module docstring)."""
+def _text(block: dict[str, Any], where: str) -> str:
+    text = block.get("text")
+    if not isinstance(text, str):
+        raise APIError(400, f"{where}.text: expected a string", param=f"{where}.text")
+    return text
+
+
+def to_messages(req: CountTokensRequest, origins: list[str] | None = None) -> list[dict[str, Any]]:
+    """``system`` + ``messages`` as chat messages (see the module docstring). ``origins``, when
+    given, gets the request field each chat message came from (``messages[2].content[1]``), so an
+    error found in the chat request names the caller's field."""
     out: list[dict[str, Any]] = []
+    came_from: list[str] = []
+
+    def add(msg: dict[str, Any], where: str) -> None:
+        out.append(msg)
+        came_from.append(where)
+
     if req.system:
         system = req.system if isinstance(req.system, str) else _blocks_text(req.system, "system")
-        out.append({"role": "system", "content": system})
+        add({"role": "system", "content": system}, "system")
     for i, m in enumerate(req.messages):
         where = f"messages[{i}].content"
         if not m.content and m.role == "user":
@@ -148,22 +171,27 @@ def to_messages(req: CountTokensRequest) -> list[dict[str, Any]]:
             # message passes: this service can itself reply with no text, and clients send it back.
             raise APIError(400, f"{where} is empty; a user message needs content", param=where)
         if isinstance(m.content, str):
-            out.append({"role": m.role, "content": m.content})
+            add({"role": m.role, "content": m.content}, f"messages[{i}]")
             continue
         text: list[str] = []
         calls: list[dict[str, Any]] = []
         for j, block in enumerate(m.content):
             kind = block.get("type")
             if kind == "text":
-                text.append(str(block.get("text", "")))
+                text.append(_text(block, f"{where}[{j}]"))
             elif kind == "tool_use" and m.role == "assistant":
+                args = block.get("input", {})
+                if not isinstance(args, dict):
+                    raise APIError(
+                        400, f"{where}[{j}].input: expected an object", param=f"{where}[{j}].input"
+                    )
                 calls.append(
                     {
                         "id": str(block.get("id") or f"toolu_{uuid.uuid4().hex[:24]}"),
                         "type": "function",
                         "function": {
                             "name": str(block.get("name", "")),
-                            "arguments": json.dumps(block.get("input") or {}, ensure_ascii=False),
+                            "arguments": json.dumps(args, ensure_ascii=False),
                         },
                     }
                 )
@@ -174,8 +202,9 @@ def to_messages(req: CountTokensRequest) -> list[dict[str, Any]]:
                 )
                 if block.get("is_error"):
                     result = f"Error: {result}"
-                out.append(
-                    {"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")), "content": result}
+                add(
+                    {"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")), "content": result},
+                    f"{where}[{j}]",
                 )
             elif kind in ("thinking", "redacted_thinking"):
                 continue
@@ -189,15 +218,17 @@ def to_messages(req: CountTokensRequest) -> list[dict[str, Any]]:
             msg: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
             if calls:
                 msg["tool_calls"] = calls
-            out.append(msg)
+            add(msg, f"messages[{i}]")
         elif text:
-            out.append({"role": "user", "content": "".join(text)})
+            add({"role": "user", "content": "".join(text)}, f"messages[{i}]")
+    if origins is not None:
+        origins.extend(came_from)
     return out
 
 
-def chat_body(req: MessagesRequest) -> dict[str, Any]:
-    """The chat-completions request that serves ``req``."""
-    body = conversation_body(req)
+def chat_body(req: MessagesRequest, origins: list[str] | None = None) -> dict[str, Any]:
+    """The chat-completions request that serves ``req``; ``origins``: as for :func:`to_messages`."""
+    body = conversation_body(req, origins)
     body.update(max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p, stream=req.stream)
     if req.stop_sequences:
         body["stop"] = req.stop_sequences
@@ -223,9 +254,10 @@ def chat_body(req: MessagesRequest) -> dict[str, Any]:
 _PER_SESSION_ID = re.compile(r"^user_[0-9a-f]{64}_account_")
 
 
-def conversation_body(req: CountTokensRequest) -> dict[str, Any]:
-    """The chat-completions request's model, messages and tools for ``req`` (what its prompt is)."""
-    messages = to_messages(req)
+def conversation_body(req: CountTokensRequest, origins: list[str] | None = None) -> dict[str, Any]:
+    """The chat-completions request's model, messages and tools for ``req`` (what its prompt is);
+    ``origins``: as for :func:`to_messages`."""
+    messages = to_messages(req, origins)
     body: dict[str, Any] = {"model": req.model, "messages": messages}
     last = messages[-1] if messages else None
     if last is not None and last["role"] == "assistant" and not last.get("tool_calls") and last["content"]:
@@ -244,6 +276,8 @@ def conversation_body(req: CountTokensRequest) -> dict[str, Any]:
             "type": "function",
             "function": {"name": choice.name},
         }
+        if choice.disable_parallel_tool_use:
+            body["parallel_tool_calls"] = False
     return body
 
 
@@ -255,6 +289,11 @@ CHAT_TO_MESSAGES = {
     "tools[*].function.parameters.": "tools[*].input_schema.",
     "tools[*].function.": "tools[*].",
 }
+
+
+def chat_fields(origins: list[str]) -> dict[str, str]:
+    """:data:`CHAT_TO_MESSAGES` with each chat message's index named as the request named it."""
+    return {**{f"messages[{k}].": f"{where}." for k, where in enumerate(origins)}, **CHAT_TO_MESSAGES}
 
 
 def _tool_block(call: dict[str, Any]) -> dict[str, Any]:
@@ -282,11 +321,12 @@ class MessagesCall:
         self.id = f"msg_{uuid.uuid4().hex[:24]}"
 
     async def start(self) -> Job:
-        body = json.dumps(chat_body(self.req)).encode()
+        origins: list[str] = []
+        body = json.dumps(chat_body(self.req, origins)).encode()
         try:
             self.job = await self.serving.start_job(body, self.headers, self.caller, response_id=self.id)
         except APIError as exc:  # checked as a chat request: named as the caller named the fields
-            raise exc.renamed(CHAT_TO_MESSAGES) from None
+            raise exc.renamed(chat_fields(origins)) from None
         return self.job
 
     def _message(

@@ -20,6 +20,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from openclaw_rl.config import USER_NAME
+
 Role = Literal["system", "developer", "user", "assistant", "tool", "environment"]
 ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool", "environment")
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -239,6 +241,8 @@ class ChatCompletionRequest(_Lenient):
     user: str | None = Field(None, min_length=1, max_length=128)
     # vLLM's: the last (assistant) message is the start of the reply, which the model continues
     continue_final_message: bool = False
+    # false: at most one tool call per reply (the first the model wrote)
+    parallel_tool_calls: bool = True
     # OpenAI's older function calling, served as tools / tool_choice (see _legacy_functions); a
     # request that used it gets its call back as ``message.function_call``
     functions: list[FunctionDef] | None = None
@@ -332,7 +336,7 @@ class ChatCompletionRequest(_Lenient):
     @classmethod
     def _biases(cls, v: dict[str, float] | None) -> dict[str, float] | None:
         for key, bias in (v or {}).items():
-            if not key.isdigit():
+            if not (key.isascii() and key.isdigit()):  # "²".isdigit() is True, and int("²") fails
                 raise ValueError(f"logit_bias key {key!r} must be a token id (a non-negative integer)")
             if not -100 <= bias <= 100:
                 raise ValueError(f"logit_bias[{key}] = {bias} must be between -100 and 100")
@@ -407,6 +411,12 @@ class ChatCompletionRequest(_Lenient):
         return bool(self.tools) and self.tool_choice != "none"
 
     @property
+    def shows_call_markup(self) -> bool:
+        """The prompt holds call markup (the tools block, or earlier calls rendered back), which
+        the model may write again even when no call is wanted."""
+        return bool(self.tools) or any(m.tool_calls for m in self.messages)
+
+    @property
     def forces_tool_call(self) -> bool:
         """``tool_choice`` is ``required`` or names a function: the reply must be a tool call."""
         return self.tool_choice == "required" or isinstance(self.tool_choice, NamedToolChoice)
@@ -453,7 +463,7 @@ class ForgetUserRequest(BaseModel):
     """``POST /v1/admin/forget_user``: drop a deleted user's adapter from the running service."""
 
     model_config = ConfigDict(extra="forbid")
-    user: str = Field(min_length=1, max_length=128)
+    user: str = Field(pattern=USER_NAME.pattern)  # what `users add` takes: no path, no control character
 
 
 class PauseRequest(BaseModel):
@@ -555,7 +565,7 @@ def validation_message(exc: ValidationError) -> tuple[str, str | None]:
         named = _NAMED_FIELD.match(msg)
         # a check across fields names the one at fault ("tool_choice: ..."), a field's own check
         # may name a part of it ("text.format.schema: ..." for text)
-        if named and (not loc or named.group(1).startswith(loc + ".")):
+        if named and (not loc or named.group(1).startswith((loc + ".", loc + "["))):
             loc, msg = named.group(1), msg[named.end() :]
         found.append((loc or "body", msg, "str" in err["loc"] and err["type"] == "string_type"))
     # "content: Input should be a valid string" says nothing when the parts branch said what is wrong

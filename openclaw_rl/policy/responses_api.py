@@ -35,6 +35,7 @@ from pydantic import Field, field_validator
 from openclaw_rl.policy.chat_events import chat_events, token_counts
 from openclaw_rl.policy.protocol import APIError, LenientModel, parse_body
 from openclaw_rl.policy.sessions import client_session_id
+from openclaw_rl.types import DEFAULT_USER
 
 if TYPE_CHECKING:
     from openclaw_rl.policy.identity import Caller
@@ -108,7 +109,10 @@ def _text_of(content: Any, where: str) -> str:
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in ("input_text", "output_text", "text"):
-            out.append(str(part.get("text", "")))
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise APIError(400, f"{where}[{j}].text: expected a string", param=f"{where}[{j}].text")
+            out.append(text)
         else:
             raise APIError(
                 400, f"{where}[{j}].type {kind!r}: only text parts are supported by this model", param=where
@@ -116,14 +120,17 @@ def _text_of(content: Any, where: str) -> str:
     return "".join(out)
 
 
-def to_messages(req: ResponsesRequest) -> list[dict[str, Any]]:
-    """``instructions`` + ``input`` as chat messages (see the module docstring)."""
+def to_messages(req: ResponsesRequest, origins: list[str] | None = None) -> list[dict[str, Any]]:
+    """``instructions`` + ``input`` as chat messages (see the module docstring). ``origins``, when
+    given, gets the request field each chat message came from (``input[3]``), so an error found in
+    the chat request names the caller's field."""
     items: list[dict[str, Any]] = (
         [{"role": "user", "content": req.input}] if isinstance(req.input, str) else req.input
     )
     messages: list[dict[str, Any]] = []
+    came_from: list[str] = []
     for i, item in enumerate(items):
-        where = f"input[{i}]"
+        where = "input" if isinstance(req.input, str) else f"input[{i}]"
         if not isinstance(item, dict):
             raise APIError(400, f"{where}: each input item must be an object", param="input")
         kind = item.get("type", "message")
@@ -135,13 +142,18 @@ def to_messages(req: ResponsesRequest) -> list[dict[str, Any]]:
                 )
             messages.append({"role": role, "content": _text_of(item.get("content", ""), f"{where}.content")})
         elif kind == "function_call":
+            for field in ("name", "arguments"):  # both required strings, as OpenAI has them
+                if not isinstance(item.get(field), str):
+                    raise APIError(
+                        400,
+                        f"{where}.{field}: expected a string"
+                        + (" (the arguments as JSON text)" if field == "arguments" else ""),
+                        param=f"{where}.{field}",
+                    )
             call = {
                 "id": str(item.get("call_id") or item.get("id") or f"call_{uuid.uuid4().hex[:24]}"),
                 "type": "function",
-                "function": {
-                    "name": str(item.get("name", "")),
-                    "arguments": str(item.get("arguments", "{}")),
-                },
+                "function": {"name": item["name"], "arguments": item["arguments"]},
             }
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant":  # text, then its calls: one chat message
@@ -156,8 +168,12 @@ def to_messages(req: ResponsesRequest) -> list[dict[str, Any]]:
             continue  # this model does not reason in items; nothing to carry over
         else:
             raise APIError(400, f"{where}.type {kind!r} is not supported here", param="input")
+        came_from += [where] * (len(messages) - len(came_from))
     if req.instructions:
         messages.insert(0, {"role": "system", "content": req.instructions})
+        came_from.insert(0, "instructions")
+    if origins is not None:
+        origins.extend(came_from)
     return messages
 
 
@@ -317,12 +333,20 @@ def _tool_choice(choice: Any) -> Any:
 
 #: chat-completions field -> the Responses field it came from (for errors, :meth:`APIError.renamed`)
 CHAT_TO_RESPONSES = {
-    "response_format.json_schema.schema": "text.format.schema",
+    "response_format.json_schema.": "text.format.",  # Responses has the schema's fields in format
     "response_format.": "text.format.",
-    "messages": "input",
     "max_tokens": "max_output_tokens",
     "tools[*].function.": "tools[*].",
 }
+
+
+def chat_fields(origins: list[str]) -> dict[str, str]:
+    """:data:`CHAT_TO_RESPONSES` with each chat message named by the request field it came from."""
+    return {
+        **{f"messages[{k}].": f"{where}." for k, where in enumerate(origins)},
+        "messages": "input",
+        **CHAT_TO_RESPONSES,
+    }
 
 
 def chat_body(req: ResponsesRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -353,6 +377,8 @@ def chat_body(req: ResponsesRequest, messages: list[dict[str, Any]]) -> dict[str
         ]
     if req.tool_choice is not None:  # forcing a call without tools is the chat check's 400
         body["tool_choice"] = _tool_choice(req.tool_choice)
+    if not req.parallel_tool_calls:
+        body["parallel_tool_calls"] = False
     if req.response_format is not None:
         body["response_format"] = req.response_format
     return body
@@ -373,23 +399,32 @@ class ResponsesCall:
     async def start(self) -> Job:
         req = self.req
         user = self.serving.user_of(self.caller, req.user, self.headers)
-        new = to_messages(req)
-        if req.previous_response_id is not None:
-            chain = self.serving.store.chain(req.previous_response_id)
+        origins: list[str] = []
+        new = list(zip(to_messages(req, origins), origins, strict=True))
+        previous = req.previous_response_id
+        if previous is not None:
+            chain = self.serving.store.chain(previous)
+            header = self.serving.cfg.users.header
+            names_one = req.user is not None or (header is not None and header.lower() in self.headers)
+            gateway = self.caller.trusted and self.caller.key_user is None
+            if chain is not None and gateway and not names_one and chain.user != DEFAULT_USER:
+                # as reading it back: a gateway acts for all of its users, so a continuation that
+                # names none goes on as the user whose response it continues
+                req = self.req = req.model_copy(update={"user": chain.user})
+                user = chain.user
             if chain is None or chain.user != user:
-                raise _not_found(req.previous_response_id, "previous_response_id")
+                raise _not_found(previous, "previous_response_id")
             self.headers.setdefault("x-session-id", client_session_id(user, chain.session_id))
             # as OpenAI does: the previous response's instructions are not carried over, this one's apply
-            kept = [m for m in chain.messages if m["role"] != "system"]
-            system = [m for m in new if m["role"] == "system"]
-            self.messages = [*system, *kept, *[m for m in new if m["role"] != "system"]]
-        else:
-            self.messages = new
+            kept = [(m, "previous_response_id") for m in chain.messages if m["role"] != "system"]
+            system = [(m, o) for m, o in new if m["role"] == "system"]
+            new = [*system, *kept, *[(m, o) for m, o in new if m["role"] != "system"]]
+        self.messages = [m for m, _ in new]
         body = json.dumps(chat_body(req, self.messages)).encode()
         try:
             self.job = await self.serving.start_job(body, self.headers, self.caller, response_id=self.id)
         except APIError as exc:  # checked as a chat request: named as the caller named the fields
-            raise exc.renamed(CHAT_TO_RESPONSES) from None
+            raise exc.renamed(chat_fields([o for _, o in new])) from None
         return self.job
 
     # ------------------------------------------------------------------ rendering

@@ -53,7 +53,13 @@ from openclaw_rl.policy.protocol import (
     validation_message,
 )
 from openclaw_rl.policy.sessions import Assignment, SessionManager, client_session_id, scoped_session_id
-from openclaw_rl.policy.tools import OPEN, call_markup_start, parse_tool_calls, without_unfinished_call
+from openclaw_rl.policy.tools import (
+    OPEN,
+    call_markup_start,
+    parse_tool_calls,
+    without_call_markup,
+    without_unfinished_call,
+)
 from openclaw_rl.runtime.loop_main import disk_full
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.runtime.users import Feedback, adapter_meta
@@ -109,6 +115,14 @@ def _episode_headers(headers: dict[str, str]) -> EpisodeTag | None:
                 400, f"header {name} needs X-Episode-Group (the group the episode belongs to)", param=name
             )
         return None
+    if not all(
+        c.isprintable() or c == " " for c in group
+    ):  # as X-Session-Id: it goes back in headers and logs
+        raise APIError(
+            400,
+            "header X-Episode-Group must not hold control characters (line breaks, tabs, NUL, escapes)",
+            param="X-Episode-Group",
+        )
     fields: dict[str, Any] = {"group_id": group.strip()}
     for name, raw, key, kind in (
         ("X-Episode-Group-Size", size, "group_size", int),
@@ -583,8 +597,12 @@ class Serving:
                             )
                             if job.gen.tools and not calls and event.finish_reason == "length":
                                 content = without_unfinished_call(content)
-                            if job.req.legacy_functions and calls:  # that form has one call: what
-                                calls = calls[:1]  # the client sees is what is recorded and stitched
+                            elif job.gen.tools is None and job.req.shows_call_markup:
+                                content = without_call_markup(content)
+                            if calls and (job.req.legacy_functions or not job.req.parallel_tool_calls):
+                                # one call asked for (or the older form, which has one): what the
+                                # client sees is what is recorded and stitched
+                                calls = calls[:1]
                             job.content, job.tool_calls = content, calls
                             await asyncio.to_thread(self._record, job, event)
                         else:
@@ -846,7 +864,7 @@ class Serving:
         if want_ids and job.gen.prompt_ids is not None:
             first["prompt_token_ids"] = job.gen.prompt_ids
         yield chunk({"role": "assistant", "content": ""}, extra=first)
-        tools = job.gen.tools is not None
+        tools = job.gen.tools is not None or job.req.shows_call_markup  # markup is never content
         text = ""  # everything the engine produced so far
         sent = 0  # characters of it sent as content
         held = False  # a tool call started: the rest is not content

@@ -69,8 +69,12 @@ class Assignment:
 def scoped_session_id(user: str, session_id: str) -> str:
     """The stored id of ``user``'s session ``session_id``. Session ids are chosen by clients, so two
     users may both call theirs "work": a named user's ids are kept as ``user/id`` (a user name holds
-    no "/"), the ``default`` user's as sent. Idempotent: an id already under the user stays."""
-    if user == DEFAULT_USER or session_id.startswith(f"{user}/"):
+    no "/"; an id already under the user stays). The ``default`` user's ids are kept as sent, but
+    for one with a "/" in it, which is kept as ``default/id``: sent as ``alice/work`` it would
+    otherwise be alice's session ``work``, taken before she could open it."""
+    if user == DEFAULT_USER:
+        return f"{user}/{session_id}" if "/" in session_id else session_id
+    if session_id.startswith(f"{user}/"):
         return session_id
     return f"{user}/{session_id}"
 
@@ -79,7 +83,7 @@ def client_session_id(user: str, session_id: str) -> str:
     """The inverse of :func:`scoped_session_id`: what the answer's ``X-Session-Id`` says, so a client
     that sends it back continues the same session."""
     prefix = f"{user}/"
-    return session_id[len(prefix) :] if user != DEFAULT_USER and session_id.startswith(prefix) else session_id
+    return session_id.removeprefix(prefix)
 
 
 def _canon_calls(calls: list[Any] | None) -> list[tuple[str, str]]:

@@ -78,3 +78,12 @@ def without_unfinished_call(content: str | None) -> str | None:
         return content
     at = call_markup_start(content)
     return content if at is None else (content[:at].rstrip() or None)
+
+
+def without_call_markup(content: str | None) -> str | None:
+    """``content`` less every call block in it, whole or begun: for a reply with tools switched
+    off (``tool_choice = "none"``, or no tools sent) whose prompt shows earlier calls as markup,
+    which a small model copies; a client asked for no call and must not read our markup as text."""
+    if not content or OPEN[:2] not in content:
+        return content
+    return without_unfinished_call(_CALL.sub("", content).strip())

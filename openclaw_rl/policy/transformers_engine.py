@@ -701,6 +701,7 @@ class TransformersEngine(Engine):
         piece = token_piece(self.tokenizer, tok)  # its log-prob entry's text; "bytes:..." mid-character
         if tok in self.eos_ids:
             row.finish = "stop"
+            cut_before = True  # the end token is no text of the reply: no log-prob entry, as OpenAI
         else:
             row.text = self.tokenizer.decode(
                 [t for t in row.ids if t not in self.eos_ids],

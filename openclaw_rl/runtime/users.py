@@ -41,6 +41,17 @@ def check_user_name(name: str, where: str = "user") -> str:
     return name
 
 
+def name_for_user_field(value: str) -> str:
+    """The user an OpenAI ``user`` field names. OpenAI's field is opaque (``auth0|5f7c...``,
+    ``user:42``): a value that is a user name is that user; any other is one of its own, named by
+    its allowed characters (the rest as ``_``) and the first 8 hex digits of its SHA-256, so two
+    different values never share a user and the same value is always the same one."""
+    if USER_NAME.match(value):
+        return value
+    head = re.sub(r"[^A-Za-z0-9._@+-]", "_", value).lstrip("._@+-")[:100] or "user"
+    return f"{head}-{hashlib.sha256(value.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+
+
 def adapter_meta(user: str) -> str:
     """The store meta key holding the version of ``user``'s served adapter (``users list`` reads it)."""
     return f"adapter_version:{user}"

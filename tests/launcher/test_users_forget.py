@@ -160,6 +160,7 @@ def test_export_then_delete_leaves_nothing_that_names_them(live, tmp_path, tiny_
     assert svc.engine._adapters is not None and NAME in svc.engine._adapters.slot_of  # was resident
     assert forget_user(load_config(config), url, NAME) is None
     assert NAME not in svc.engine._adapters.slot_of and NAME not in svc.engine._adapters.sources
+    assert forget_user(load_config(config), url, "../../x") is not None  # no user is named so: a 400
     # a gateway naming the same name again gets a new user: the base, not the deleted adapter
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "user": NAME}
     r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)  # loopback without a key: trusted

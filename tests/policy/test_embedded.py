@@ -25,7 +25,10 @@ def test_openai_client_chat_and_stream_on_the_embedded_model(start_service, embe
     )
     text = resp.choices[0].message.content or ""
     assert "Paris" in text
-    assert len(resp.choices[0].logprobs.content) == resp.usage.completion_tokens
+    # an entry per token of the text; the end token that stopped it is counted but no text (OpenAI's)
+    entries = resp.choices[0].logprobs.content
+    assert resp.choices[0].finish_reason == "stop" and len(entries) == resp.usage.completion_tokens - 1
+    assert "".join(e.token for e in entries) == text
     stream = client.chat.completions.create(
         model="smollm2-135m-instruct",
         messages=messages,

@@ -640,3 +640,200 @@ def test_a_tool_result_that_answers_no_call_is_refused_on_every_route(tiny_servi
         ],
     )
     assert out.id.startswith("resp_")
+
+
+def test_malformed_blocks_and_items_are_a_400_naming_the_callers_field(tiny_service):
+    """Shapes the SDKs' types forbid but a hand-written client sends: each is a 400 naming the field
+    as the caller wrote it (not a 500, not a Python repr recorded as a tool call's arguments), and
+    an error the chat check finds names the Responses / Messages position, not the chat message's."""
+    svc, url = tiny_service
+    before = svc.store.counters().turns
+    call = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get", "input": {}}]}
+    with httpx.Client(base_url=url, headers={"x-api-key": KEY}, timeout=30) as c:
+        for bad in (None, 5, {"type": "text", "text": "x"}, ["a"], [1]):
+            result = {"type": "tool_result", "tool_use_id": "t1", "content": bad}
+            body = {"model": "m", "max_tokens": 2, "messages": [call, {"role": "user", "content": [result]}]}
+            for route in ("/v1/messages", "/v1/messages/count_tokens"):
+                r = c.post(route, json=body)
+                assert r.status_code == 400, (route, bad, r.text)
+                assert r.json()["error"]["type"] == "invalid_request_error"
+                assert "messages[1].content[0].content" in r.json()["error"]["message"], r.text
+        bad_input = {**call["content"][0], "input": "not an object"}
+        r = c.post(
+            "/v1/messages",
+            json={"model": "m", "max_tokens": 2, "messages": [{"role": "assistant", "content": [bad_input]}]},
+        )
+        assert r.status_code == 400 and "messages[0].content[0].input" in r.json()["error"]["message"]
+        # a system prompt and two results in one message: the stale id is named where the client put it
+        two = [
+            {"role": "assistant", "content": [{**call["content"][0], "id": f"t{k}"} for k in (1, 2)]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": t, "content": "ok"} for t in ("t1", "t9")],
+            },
+        ]
+        r = c.post("/v1/messages", json={"model": "m", "max_tokens": 2, "system": "s", "messages": two})
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith("messages[1].content[1]:"), (
+            r.text
+        )
+        assert c.get("/v1/messages").json()["error"]["type"] == "invalid_request_error"  # a 405
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=30) as c:
+        fc = {"type": "function_call", "call_id": "c1", "name": "get", "arguments": {"x": 1}}
+        out = {"type": "function_call_output", "call_id": "c1", "output": "r"}
+        r = c.post("/v1/responses", json={"input": [fc, out], "max_output_tokens": 3})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "input[0].arguments", r.text
+        part = {"role": "user", "content": [{"type": "input_text", "text": {"a": 1}}]}
+        r = c.post("/v1/responses", json={"input": [part], "max_output_tokens": 3})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "input[0].content[0].text", r.text
+        stale = {"type": "function_call_output", "call_id": "c9", "output": "x"}
+        r = c.post(
+            "/v1/responses",
+            json={
+                "instructions": "be",
+                "input": [{"role": "user", "content": "q"}, stale],
+                "max_output_tokens": 3,
+            },
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "input[1]", r.text
+        assert r.json()["error"]["message"].startswith("input[1]:")
+        r = c.post("/v1/responses", json={"input": "hi", "tools": [{"type": "function", "name": 5}]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0].name", r.text
+        r = c.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "logit_bias": {"²": 1}},
+        )
+        assert r.status_code == 400 and "logit_bias" in r.json()["error"]["message"], r.text
+        r = c.post(
+            "/v1/chat/completions",
+            content=b"\x1f\x8b\x08\x00",
+            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+        )
+        assert r.status_code == 415 and "Content-Encoding" in r.json()["error"]["message"]
+        r = c.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+            headers={"X-Episode-Group": "g\x01"},
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "X-Episode-Group"
+    assert svc.store.counters().turns == before
+
+
+def _engine_writes(monkeypatch, svc, pieces: list[str]) -> None:
+    """Make the engine's reply text ``pieces`` (the tiny model cannot be made to write a given
+    text): the real generation runs, for its prompt ids and recording; only its text is replaced."""
+    import dataclasses
+
+    from openclaw_rl.policy.engine import Delta, Final
+
+    engine = svc.serving.engine
+    real = engine.generate
+
+    async def writes(gen):
+        async for event in real(gen):
+            if isinstance(event, Final):
+                for p in pieces:
+                    yield Delta(p, [1], [-0.1], [p])
+                yield dataclasses.replace(event, finish_reason="stop", text="".join(pieces), stop_string=None)
+
+    monkeypatch.setattr(engine, "generate", writes)
+
+
+def test_call_markup_copied_from_history_is_never_reply_text_when_tools_are_off(tiny_service, monkeypatch):
+    """A small model copies the call markup its prompt shows (earlier calls rendered back): with
+    tool_choice none, or no tools sent, that markup must not reach the client as text, on any
+    route, streamed or not. The engine's text is scripted here (the tiny model cannot be made to
+    write it); everything after it — the chat path, the three protocols, the SDKs — is real."""
+    svc, url = tiny_service
+    _engine_writes(
+        monkeypatch,
+        svc,
+        [
+            "It rains.<tool",
+            '_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>',
+            " Bye",
+        ],
+    )
+    tool = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}
+    history = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "rainy"},
+    ]
+    client = _openai(url)
+    for extra in ({"tools": [tool], "tool_choice": "none"}, {}):
+        reply = client.chat.completions.create(model="m", messages=history, max_tokens=4, **extra)
+        assert reply.choices[0].message.content == "It rains. Bye" and not reply.choices[0].message.tool_calls
+        streamed = client.chat.completions.create(
+            model="m", messages=history, max_tokens=4, stream=True, **extra
+        )
+        assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == "It rains. Bye"
+    items = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {
+            "type": "function_call",
+            "call_id": "call_1",
+            "name": "get_weather",
+            "arguments": '{"city": "Oslo"}',
+        },
+        {"type": "function_call_output", "call_id": "call_1", "output": "rainy"},
+    ]
+    out = client.responses.create(
+        model="m", input=items, tools=[WEATHER], tool_choice="none", max_output_tokens=4
+    )
+    assert out.output_text == "It rains. Bye"
+    messages = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "get_weather", "input": {}}],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "rainy"}]},
+    ]
+    tools = [{"name": "get_weather", "input_schema": {"type": "object", "properties": {}}}]
+    msg = _anthropic(url).messages.create(
+        model="m", max_tokens=4, messages=messages, tools=tools, tool_choice={"type": "none"}
+    )
+    assert [b.text for b in msg.content if b.type == "text"] == ["It rains. Bye"]
+    with _anthropic(url).messages.stream(model="m", max_tokens=4, messages=messages) as stream:
+        assert stream.get_final_text() == "It rains. Bye"
+
+
+def test_parallel_tool_calls_false_gets_one_call_on_every_route(tiny_service, monkeypatch):
+    svc, url = tiny_service
+    call = '<tool_call>{{"name": "get_weather", "arguments": {{"city": "{}"}}}}</tool_call>'
+    _engine_writes(monkeypatch, svc, [call.format("Oslo"), call.format("Rome")])
+    tool = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}
+    ask = [{"role": "user", "content": "Weather in Oslo and Rome?"}]
+    client = _openai(url)
+    both = client.chat.completions.create(model="m", messages=ask, tools=[tool], max_tokens=4)
+    assert [c.function.arguments for c in both.choices[0].message.tool_calls] == [
+        '{"city": "Oslo"}',
+        '{"city": "Rome"}',
+    ]
+    one = client.chat.completions.create(
+        model="m", messages=ask, tools=[tool], max_tokens=4, parallel_tool_calls=False
+    )
+    assert [c.function.arguments for c in one.choices[0].message.tool_calls] == ['{"city": "Oslo"}']
+    assert len(_turn(svc, one.id).tool_calls) == 1  # recorded as the client got it
+    out = client.responses.create(
+        model="m", input="Weather?", tools=[WEATHER], parallel_tool_calls=False, max_output_tokens=4
+    )
+    assert [o.type for o in out.output] == ["function_call"]
+    msg = _anthropic(url).messages.create(
+        model="m",
+        max_tokens=4,
+        messages=ask,
+        tools=[{"name": "get_weather", "input_schema": {"type": "object", "properties": {}}}],
+        tool_choice={"type": "auto", "disable_parallel_tool_use": True},
+    )
+    assert [b.type for b in msg.content] == ["tool_use"]

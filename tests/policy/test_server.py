@@ -470,6 +470,31 @@ def test_logprobs_spell_the_reply_the_client_got_stop_string_left_out(client):
         assert len(entries) == cut
 
 
+def test_a_reply_that_ends_on_its_end_token_shows_no_log_prob_for_it(tiny_service, client):
+    """The end token is the policy's sample (recorded) but no text of the reply: OpenAI's
+    logprobs.content holds entries for the returned text only, streamed or not."""
+    svc, _ = tiny_service
+    eos = sorted(svc.serving.engine.eos_ids)[0]
+    ask = {"messages": USER, "max_tokens": 8, "logprobs": True, "logit_bias": {str(eos): 100}}
+    for stream in (False, True):
+        r = client.post("/v1/chat/completions", json={**ask, "stream": stream})
+        if stream:
+            chunks = [json.loads(ln[6:]) for ln in r.text.splitlines() if ln.startswith("data: {")]
+            finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1]
+            entries = [
+                e
+                for c in chunks
+                if c["choices"]
+                for e in (c["choices"][0].get("logprobs") or {}).get("content", [])
+            ]
+        else:
+            finish = r.json()["choices"][0]["finish_reason"]
+            entries = r.json()["choices"][0]["logprobs"]["content"]
+            turn = svc.store.turn_by_response(r.json()["id"])[0]
+            assert turn.response_ids == [eos]  # recorded all the same: it is what the policy sampled
+        assert finish == "stop" and entries == [], (stream, entries)
+
+
 def test_models_and_health(client):
     models = client.get("/v1/models").json()
     assert models["object"] == "list" and "policy_version" in models["data"][0]

@@ -125,9 +125,15 @@ def test_a_trusted_gateway_names_its_users_by_field_or_header(users_run):
     assert _owner(svc, by_header.id) == "dave"  # the configured header wins over the body
     anonymous = gateway.chat.completions.create(model="m", messages=HI, max_tokens=2)
     assert _owner(svc, anonymous.id) == "default"
+    # OpenAI's field is opaque: an identity provider's id is a user of its own, the same each time,
+    # never another's (an auth0 id and a name with spaces are no user names as they stand)
+    owners = {}
+    for value in ("auth0|5f7c8ec7aa01", "auth0|5f7c8ec7aa02", "John Doe", "auth0|5f7c8ec7aa01"):
+        reply = gateway.chat.completions.create(model="m", messages=HI, max_tokens=2, user=value)
+        owners.setdefault(value, set()).add(_owner(svc, reply.id))
+    assert all(len(o) == 1 for o in owners.values()) and len(set.union(*owners.values())) == 3
+    assert next(iter(owners["auth0|5f7c8ec7aa01"])).startswith("auth0_5f7c8ec7aa01-")
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as c:
-        r = c.post("/v1/chat/completions", json={"messages": HI, "user": "no spaces allowed"})
-        assert r.status_code == 400 and r.json()["error"]["param"] == "user"
         r = c.post("/v1/chat/completions", json={"messages": HI}, headers={HEADER: "../etc"})
         assert r.status_code == 400 and r.json()["error"]["param"] == f"header {HEADER}"
 
@@ -176,11 +182,22 @@ def test_two_users_never_share_a_session(users_run):
         assert raw.headers["X-Session-Id"] == named
         assert svc.store.turn_by_response(raw.parse().id)[0].session_id == f"bob/{named}"
     assert len(svc.store.session_turns(alice_sid)) == 2
-    # the gateway's own key (the user "default") cannot write into it either
+    # the gateway's own key (the user "default") cannot write into it either: an id with a "/" is
+    # one of its own, kept as default/...; nor take one of hers before she opens it
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as c:
-        r = c.post("/v1/chat/completions", json={"messages": HI}, headers={"X-Session-Id": alice_sid})
-    assert r.status_code == 403 and r.json()["error"]["code"] == "session_of_another_user"
+        for named in (alice_sid, "alice/later"):
+            r = c.post(
+                "/v1/chat/completions",
+                json={"messages": HI, "max_tokens": 2},
+                headers={"X-Session-Id": named},
+            )
+            assert r.status_code == 200 and r.headers["X-Session-Id"] == named, r.text
+            assert svc.store.turn_by_response(r.json()["id"])[0].session_id == f"default/{named}"
     assert len(svc.store.session_turns(alice_sid)) == 2
+    raw = alice.chat.completions.with_raw_response.create(
+        model="m", messages=HI, max_tokens=2, extra_headers={"X-Session-Id": "later"}
+    )
+    assert svc.store.turn_by_response(raw.parse().id)[0].session_id == "alice/later"
     # nor join her episode group (its rewards are compared with each other) with an outcome of his own
     group = {"X-Episode-Group": "grp-1", "X-Episode-Group-Size": "2"}
     with httpx.Client(base_url=url, timeout=60) as c:
@@ -321,3 +338,26 @@ def test_a_lost_key_is_replaced_and_the_old_one_stops_working(users_run):
     assert _owner(svc, first.id) == _owner(svc, second.id) == "carol"  # her earlier turn is still hers
     unknown = _cli(config, "add", "nobody", "--new-key")
     assert unknown.returncode != 0 and "no key to replace" in unknown.stderr
+
+
+def test_a_gateway_continues_a_users_response_without_naming_them_again(users_run):
+    """As reading it back: the gateway acts for all its users, so previous_response_id alone goes on
+    as the user whose response it continues (OpenAI's continuation never depends on ``user``); a
+    request naming another user, or another user's own key, gets a 404 and records nothing."""
+    import openai
+
+    svc, url, _, keys = users_run
+    gateway = _sdk(url, KEY)
+    first = gateway.responses.create(model="m", input="hi", user="carol", max_output_tokens=2)
+    more = gateway.responses.create(
+        model="m", input="more", previous_response_id=first.id, max_output_tokens=2
+    )
+    before = svc.store.counters().turns
+    turn, owner = svc.store.turn_by_response(more.id)
+    assert owner == "carol" and turn.session_id == svc.store.turn_by_response(first.id)[0].session_id
+    for client, extra in ((gateway, {"user": "dave"}), (_sdk(url, keys["alice"]), {})):
+        with pytest.raises(openai.NotFoundError):
+            client.responses.create(
+                model="m", input="x", previous_response_id=first.id, max_output_tokens=2, **extra
+            )
+    assert svc.store.counters().turns == before
