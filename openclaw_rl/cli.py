@@ -84,7 +84,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     sizes = EvalSizes(
         chat=args.chat_n, terminal=args.terminal_n, tool_call=args.tool_call_n, max_tokens=args.max_tokens
     )
-    return eval_command(_config(args.config), args.checkpoint, sizes=sizes, out=args.out)
+    return eval_command(_config(args.config, args.log_dir), args.checkpoint, sizes=sizes, out=args.out)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -116,7 +116,7 @@ def _cmd_openclaw_config(args: argparse.Namespace) -> int:
 def _cmd_users(args: argparse.Namespace) -> int:
     from openclaw_rl.launcher.users import users_add, users_delete, users_export, users_list
 
-    cfg = _config(args.config, reads_only=True)  # users' keys and data, not how the run trains
+    cfg = _config(args.config, args.log_dir, reads_only=True)  # users' keys and data, not how it trains
     if args.users_command == "add":
         return users_add(cfg, args.name, args.new_key)
     if args.users_command == "delete":
@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     def verb(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_)
         p.add_argument("--config", required=True, help="path to config.toml")
-        p.set_defaults(fn=fn)
+        p.set_defaults(fn=fn, verb_parser=p)  # a stray argument is told with this verb's usage
         return p
 
     def log_dir_flag(p: argparse.ArgumentParser, what: str) -> None:
@@ -164,8 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("run", _cmd_run, "run the four loops (serving, environments, judge, trainer)")
     p.add_argument("--dry-run", action="store_true", help="validate and check every service, then exit")
     p = verb("serve", _cmd_serve, "run the policy service alone")
-    p.add_argument("--host")
-    p.add_argument("--port", type=_port)
+    p.add_argument("--host", help="address to listen on (default: [policy_service] host)")
+    p.add_argument("--port", type=_port, help="port to listen on (default: [policy_service] port)")
     log_dir_flag(p, "serve from (and record into)")
     p = verb("judge", _cmd_judge, "judge one (response, next state) pair and print JSON")
     p.add_argument(
@@ -186,8 +186,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="who wrote the next state (default: %(default)s)",
     )
     p = verb("train", _cmd_train, "train offline on recorded samples (JSONL)")
-    p.add_argument("--samples", required=True)
-    p.add_argument("--steps", type=int)
+    p.add_argument("--samples", required=True, help="the JSONL file (openclaw-rl samples writes one)")
+    p.add_argument(
+        "--steps",
+        type=_positive,
+        help="the update count to reach, counting a resumed run's (default: [training] max_steps, else "
+        "one pass over the file)",
+    )
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     log_dir_flag(p, "train into (a replay that leaves the run alone)")
     p = verb("eval", _cmd_eval, "evaluate on the held-out set")
@@ -219,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="max tokens per reply (default %(default)s)",
     )
     p.add_argument("--out", help="where to write the JSON summary (default <log_dir>/eval/)")
+    log_dir_flag(p, "write the summary under")
     log_dir_flag(verb("status", _cmd_status, "print the run's counters"), "read")
     from openclaw_rl.runtime.store import SAMPLE_STATUSES
 
@@ -263,33 +269,41 @@ def build_parser() -> argparse.ArgumentParser:
     users = sub.add_parser(
         "users", help="per-user identity: add, list, delete or export a user"
     ).add_subparsers(dest="users_command", required=True)
-    p = users.add_parser("add", help="add a user and print their key once")
-    p.add_argument("name", help="the user's name (letters, digits, . _ @ + -)")
+
+    def user_verb(name: str, help_: str, named: str | None) -> argparse.ArgumentParser:
+        p = users.add_parser(name, help=help_)
+        if named is not None:
+            p.add_argument("name", help=named)
+        p.add_argument("--config", required=True, help="path to config.toml")
+        log_dir_flag(p, "use the run in")
+        p.set_defaults(fn=_cmd_users, verb_parser=p)
+        return p
+
+    p = user_verb(
+        "add", "add a user and print their key once", "the user's name (letters, digits, . _ @ + -)"
+    )
     p.add_argument(
         "--new-key",
         action="store_true",
         help="give an existing user a new key (lost or leaked); the old one stops working, their data stays",
     )
-    p.add_argument("--config", required=True, help="path to config.toml")
-    p.set_defaults(fn=_cmd_users)
-    p = users.add_parser("list", help="per user: turns, judged, samples, updates, adapter, feedback")
-    p.add_argument("--config", required=True, help="path to config.toml")
-    p.set_defaults(fn=_cmd_users)
-    p = users.add_parser("delete", help="remove a user's key, turns, samples, adapters and feedback")
-    p.add_argument("name")
+    user_verb("list", "per user: turns, judged, samples, updates, adapter, feedback", None)
+    p = user_verb(
+        "delete", "remove a user's key, turns, samples, adapters and feedback", "the user to delete"
+    )
     p.add_argument("--yes", action="store_true", help="needed to delete 'default' (every anonymous turn)")
-    p.add_argument("--config", required=True, help="path to config.toml")
-    p.set_defaults(fn=_cmd_users)
-    p = users.add_parser("export", help="write a user's adapter (PEFT) and turns (JSONL) to a folder")
-    p.add_argument("name")
+    p = user_verb(
+        "export", "write a user's adapter (PEFT) and turns (JSONL) to a folder", "the user to export"
+    )
     p.add_argument("--out", required=True, help="folder to write into")
-    p.add_argument("--config", required=True, help="path to config.toml")
-    p.set_defaults(fn=_cmd_users)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # told with the verb's own usage, not the top-level one
+        getattr(args, "verb_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     from openclaw_rl.runtime.store import StoreError
 
     try:

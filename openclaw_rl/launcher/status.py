@@ -97,8 +97,20 @@ def status_command(cfg: Config) -> int:
         return 1
     try:
         print(run_progress_line(cfg, store))
+        served = store.counters().policy_version
     finally:
         store.close()
+    try:
+        published = RunDir.of(cfg).read_published_policy()
+    except (OSError, ValueError, KeyError, TypeError):
+        published = None  # a damaged pointer: the progress line's served version is what there is
+    if published is not None and published.version > served:
+        # the trainer published after serving stopped (a launcher killed, a swap refused): the
+        # version the line shows is the one served last, this one the next start serves
+        print(
+            f"[status] published policy version {published.version} (step {published.step}) is newer "
+            f"than the served version {served}; a run started on this log_dir serves it"
+        )
     last = [r for r in read_metrics(cfg.log_dir) if r.get("kind") == "train"][-1:]
     if last:
         r = last[0]

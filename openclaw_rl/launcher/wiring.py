@@ -300,6 +300,10 @@ def engine_gone(cfg: Config, engine: Any) -> str | None:
     )
 
 
+#: The launcher's exit status after a second Ctrl-C killed the loops (a shell's 128 + SIGINT).
+KILLED_EXIT = 130
+
+
 def run_all(cfg: Config, config_path: str, keep_fds: tuple[int, ...] = ()) -> int:
     """Start the loops, watch them, restart a crashed one, stop all on max_steps or Ctrl-C.
     ``keep_fds``: files every loop inherits (the run's folder lock, :meth:`RunDir.hold`)."""
@@ -308,16 +312,17 @@ def run_all(cfg: Config, config_path: str, keep_fds: tuple[int, ...] = ()) -> in
     started_with = run.store_identity()
     children = build_children(cfg, config_path, keep_fds)
     url = policy_url(cfg)
-    stopping = False
+    stopping = killed = False
 
     def on_signal(*_: object) -> None:
-        nonlocal stopping
+        nonlocal stopping, killed
         if stopping:  # asked again while the loops finish: the user wants it over now
             print(
                 "[launch] asked again: killing the loops still stopping (replies in flight are lost)",
                 flush=True,
             )
             _kill_all(children)
+            killed = True
             return
         # at once: the loops may take a minute to finish what they are doing
         print(
@@ -399,7 +404,8 @@ def run_all(cfg: Config, config_path: str, keep_fds: tuple[int, ...] = ()) -> in
         plot = plot_metrics(cfg.log_dir)
         if plot is not None:
             print(f"[launch] training curves: {plot}", flush=True)
-    return rc
+    # a stop the loops could not finish (a second Ctrl-C) is told apart from a clean one: 128 + SIGINT
+    return KILLED_EXIT if killed else rc
 
 
 def _kill_all(children: dict[str, Child]) -> None:

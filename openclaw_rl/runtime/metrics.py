@@ -177,6 +177,7 @@ def plot_metrics(log_dir: Path) -> Path | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     panels = [
         ("reward_mean", "reward (batch mean, else its groups')"),
@@ -193,11 +194,17 @@ def plot_metrics(log_dir: Path) -> Path | None:
             # an update whose groups all scored alike carries no RL reward: its groups' mean stands in
             keys = (key, "group_reward_mean") if key == "reward_mean" else (key,)
             found = ((r["step"], next((r[k] for k in keys if _number(r.get(k))), None)) for r in train)
-            pts = [(step, value) for step, value in found if value is not None]
+            found_all = list(found)
+            pts = [(step, value) for step, value in found_all if value is not None]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3)
+            missing = [step for step, value in found_all if value is None]
+            if missing and key == "reward_mean":  # updates that trained on no reward (OPD part only)
+                ax.plot(missing, [0.0] * len(missing), "x", color="grey", label="no RL reward")
+                ax.legend(fontsize=7, loc="best")
         ax.set_title(title)
         ax.set_xlabel("training step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole updates
         ax.grid(alpha=0.3)
     fig.tight_layout()
     out = Path(log_dir) / PLOT_FILE

@@ -794,7 +794,9 @@ class Trainer:
         metrics["num_samples"] = float(len(samples))
         self.step += 1
         metrics["step"] = float(self.step)
-        metrics["policy_version"] = float(self.policy_version)
+        # updates that changed the weights: not the published policy_version that serving, eval rows
+        # and status name (a version is published every weight_sync_interval updates)
+        metrics["weight_version"] = float(self.policy_version)
         metrics["skipped_steps"] = float(skipped)
         metrics["num_processes"] = float(self.world)
         metrics["rl_scale"] = self.rl_scale

@@ -56,8 +56,9 @@ def load_samples(path: str | os.PathLike[str]) -> list[Sample]:
 
 
 def write_samples(path: str | os.PathLike[str], samples: Iterable[Sample]) -> Path:
-    """Write samples as JSONL atomically (temp file, then rename); returns the path."""
+    """Write samples as JSONL atomically (temp file, then rename); returns the path. Readable by
+    the owner only: the token ids are the users' words and the replies to them."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(p, "".join(s.model_dump_json() + "\n" for s in samples))
+    atomic_write_text(p, "".join(s.model_dump_json() + "\n" for s in samples), mode=0o600)
     return p

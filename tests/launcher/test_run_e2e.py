@@ -244,3 +244,40 @@ backend = "minilm"
     assert not (log_dir / "store.sqlite").exists() and not (log_dir / "checkpoints").exists()
     with pytest.raises(httpx.HTTPError):  # every loop it started is gone, the server included
         httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+
+
+def test_a_second_ctrl_c_kills_every_loop_and_says_so_in_the_exit_status(tiny_model_dir, tmp_path):
+    """One Ctrl-C asks the loops to finish (exit 0 once they have); a second kills them: nothing is
+    left running, and the exit status (130) tells a script the stop was not a clean one."""
+    import signal
+
+    port = free_port()
+    conf = tmp_path / "run.toml"
+    conf.write_text(f"""{_head(tmp_path / "logs", tiny_model_dir, port)}
+[env_service]
+num_envs = 0
+[prm_service]
+backend = "minilm"
+""")
+    launcher = start_module("openclaw_rl.launcher", conf)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert time.monotonic() < deadline and launcher.poll() is None, "the run did not start"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        launcher.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        launcher.send_signal(signal.SIGINT)
+        out, _ = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 130, out[-3000:]
+    assert "[launch] asked again: killing the loops" in out
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)

@@ -58,6 +58,23 @@ def test_status_prints_the_same_line_as_the_launcher(tmp_path, capsys):
     assert out[1].startswith("[train] last update step=1 loss=0.5")
 
 
+def test_status_names_a_published_version_serving_never_loaded(tmp_path, capsys):
+    """A launcher killed mid-run: the trainer's last publish lands after serving stopped, so the
+    store's served version lags the pointer; status says which version the next start serves."""
+    cfg = _cfg(tmp_path)
+    run = RunDir.of(cfg)
+    store = Store(run.store)
+    store.set_meta("policy_version", 3)  # what serving wrote when it loaded v3
+    store.close()
+    for v in (3, 4):
+        (run.policies / f"v{v:06d}").mkdir(parents=True)
+        run.publish_policy(v, run.policies / f"v{v:06d}", step=2 * v)
+    assert status_command(cfg) == 0
+    out = capsys.readouterr().out
+    assert " version=3 " in out.splitlines()[0]
+    assert "published policy version 4 (step 8) is newer than the served version 3" in out
+
+
 def test_the_launcher_waits_for_the_final_evaluation(tmp_path, capsys):
     """At max_steps the launcher lets a running evaluator score what is still due, then goes on."""
     import sys
@@ -144,6 +161,26 @@ def test_a_runs_samples_are_written_as_the_file_train_replays(tmp_path, capsys):
     assert main(["samples", "--config", str(config), "--out", str(trained), "--status", "trained"]) == 0
     assert load_samples(every) == made and [s.sample_id for s in load_samples(trained)] == ["s0"]
     assert "3 sample(s) written to" in capsys.readouterr().out
+    assert every.stat().st_mode & 0o777 == 0o600  # the users' words, as users export writes them
+    # the same run read through another config's --log-dir, by status, samples and users list alike
+    other = tmp_path / "other.toml"
+    other.write_text(f'[global]\nlog_dir = "{tmp_path / "elsewhere"}"\n')
+    assert main(["samples", "--config", str(other), "--log-dir", str(log_dir), "--out", str(every)]) == 0
+    assert main(["users", "list", "--config", str(other), "--log-dir", str(log_dir)]) == 0
+    assert "no run found" not in capsys.readouterr().out
+
+
+def test_a_stray_argument_is_told_with_the_verbs_own_usage(tmp_path, capsys):
+    import pytest
+
+    from openclaw_rl.cli import main
+
+    for argv in (["status", "--config", "c.toml", "--bogus"], ["users", "list", "--config", "c.toml", "-x"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and f"usage: openclaw-rl {' '.join(argv[:-3])} " in err, err
+        assert f"unrecognized arguments: {argv[-1]}" in err
 
 
 def test_turns_lists_the_newest_turns_with_the_ids_feedback_rates(tmp_path, capsys):

@@ -59,6 +59,8 @@ def test_loop_trains_publishes_and_checkpoints(make_cfg):
     assert version == 2 and (path / "adapter_config.json").is_file()
     rows = (cfg.log_dir / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 2 and '"reward_mean"' in rows[0]
+    # a train row counts weight changes apart from the published policy_version (eval rows, status)
+    assert '"weight_version"' in rows[1] and '"policy_version"' not in rows[1]
     assert any((cfg.log_dir / "tensorboard").iterdir())
 
 
