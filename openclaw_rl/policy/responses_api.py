@@ -56,7 +56,7 @@ class ResponsesRequest(LenientModel):
     store: bool = True
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0, le=2)
-    top_p: float = Field(1.0, gt=0, le=1)
+    top_p: float = Field(1.0, ge=0, le=1)  # 0 as on chat: only the likeliest token
     user: str | None = Field(None, min_length=1, max_length=128)
     parallel_tool_calls: bool = True
     metadata: dict[str, Any] | None = None
