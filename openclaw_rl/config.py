@@ -544,8 +544,8 @@ class TrainingConfig(_Section):
     keep_policies: int = Field(
         10,
         ge=0,
-        description="published policy versions kept on disk (per user in per_user mode): each new "
-        "publish removes the older ones, so a run left to learn does not fill its disk (a LoRA "
+        description="published policy versions kept on disk (per user in per_user mode): once serving "
+        "has loaded a new one, the older ones go, so a run left to learn does not fill its disk (a LoRA "
         "version of the embedded model is about 19 MB); 0 = keep every version, 1 is refused "
         '(serving may still be loading the version before the newest; docs/training.md "Policy versions")',
     )

@@ -348,7 +348,7 @@ def run_all(cfg: Config, config_path: str, keep_fds: tuple[int, ...] = ()) -> in
     ok, engine = start_serving(cfg, children["policy_service"], lambda: stopping)
     if not ok:
         store.close()
-        return 0 if stopping else 1
+        return KILLED_EXIT if killed else 0 if stopping else 1
     for name in ("prm_service", "training", "env_service", "evaluator"):
         if name in children:
             children[name].start()

@@ -61,9 +61,9 @@ from starlette.requests import ClientDisconnect
 from openclaw_rl.config import ENV_VAR
 from openclaw_rl.policy.identity import Caller, is_loopback
 from openclaw_rl.policy.messages_api import (
+    CHAT_TO_MESSAGES,
     CountTokensRequest,
     MessagesCall,
-    chat_fields,
     conversation_body,
     error_body,
 )
@@ -74,6 +74,7 @@ from openclaw_rl.policy.protocol import (
     ForgetUserRequest,
     LoadWeightsRequest,
     PauseRequest,
+    fields_by_origin,
     parse_body,
 )
 from openclaw_rl.policy.responses_api import (
@@ -492,7 +493,7 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
         try:
             return {"input_tokens": await run_in_threadpool(serving.count_tokens, body, headers)}
         except APIError as exc:  # checked as a chat request: named as the caller named the fields
-            raise exc.renamed(chat_fields(origins)) from None
+            raise exc.renamed(fields_by_origin(origins, CHAT_TO_MESSAGES)) from None
 
     @app.post("/v1/feedback")
     async def feedback(request: Request, who: Caller = Depends(caller)) -> dict[str, Any]:

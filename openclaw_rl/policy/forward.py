@@ -243,6 +243,17 @@ class ForwardEngine(Engine):
                                 entries = ((choice.get("logprobs") or {}).get("content")) or []
                                 new_lp = [float(e.get("logprob", 0.0)) for e in entries]
                                 new_ids = choice.get("token_ids")
+                                # this service as the engine: tokens beyond the reply (the end token, a
+                                # stop string's) have no entry, but their ids and log-probs are sent
+                                own = choice.get("token_logprobs")
+                                beyond = (
+                                    not entries
+                                    and isinstance(new_ids, list)
+                                    and isinstance(own, list)
+                                    and len(own) == len(new_ids) > 0
+                                )
+                                if beyond:
+                                    new_lp = [float(x) for x in own]
                                 if new_ids is None:
                                     parsed = [_token_id(e) for e in entries]
                                     new_ids = parsed if all(i is not None for i in parsed) else None
@@ -256,7 +267,16 @@ class ForwardEngine(Engine):
                                 text.append(piece)
                                 if forced:  # the call's JSON is not content: it becomes tool_calls at the end
                                     piece = ""
-                                if piece or entries:
+                                if beyond:
+                                    yield Delta(
+                                        piece,
+                                        [int(i) for i in new_ids],
+                                        new_lp,
+                                        [""] * len(new_lp),
+                                        None,
+                                        beyond_reply=True,
+                                    )
+                                elif piece or entries:
                                     top = None
                                     if req.params.top_logprobs:
                                         top = [

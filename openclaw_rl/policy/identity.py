@@ -30,9 +30,11 @@ class Caller:
         """The request's user, given the name it carries (body field or header) or None."""
         if self.key_user is not None:
             return self.key_user
-        if not self.trusted or named is None or named == "":
+        if not self.trusted or named is None:
             return DEFAULT_USER
         if where == "user":  # OpenAI's field is any string: it names a user of its own (docs/users.md)
+            if not named:
+                return DEFAULT_USER  # "" names nobody; an empty header is still a 400 below
             named = name_for_user_field(named)
         try:
             return check_user_name(named, where)

@@ -28,7 +28,14 @@ from pydantic import Field, field_validator
 
 from openclaw_rl.config import USER_NAME
 from openclaw_rl.policy.chat_events import chat_events, token_counts
-from openclaw_rl.policy.protocol import MAX_STOP, APIError, ContextLengthExceeded, LenientModel, parse_body
+from openclaw_rl.policy.protocol import (
+    MAX_STOP,
+    APIError,
+    ContextLengthExceeded,
+    LenientModel,
+    fields_by_origin,
+    parse_body,
+)
 
 if TYPE_CHECKING:
     from openclaw_rl.policy.identity import Caller
@@ -241,7 +248,7 @@ def chat_body(req: MessagesRequest, origins: list[str] | None = None) -> dict[st
             "json_schema": {"name": "output", "schema": fmt["schema"]},
         }
     user = (req.metadata or {}).get("user_id")
-    if isinstance(user, str) and USER_NAME.match(user) and not _PER_SESSION_ID.match(user):
+    if isinstance(user, str) and USER_NAME.fullmatch(user) and not _PER_SESSION_ID.match(user):
         # Anthropic's user_id is opaque: Claude Code sends a JSON string or an id with the session in
         # it. Only a value that can be a user name names one, and a per-session id is none (each
         # session would be a user of its own); anything else is not an error, just no name.
@@ -291,11 +298,6 @@ CHAT_TO_MESSAGES = {
 }
 
 
-def chat_fields(origins: list[str]) -> dict[str, str]:
-    """:data:`CHAT_TO_MESSAGES` with each chat message's index named as the request named it."""
-    return {**{f"messages[{k}].": f"{where}." for k, where in enumerate(origins)}, **CHAT_TO_MESSAGES}
-
-
 def _tool_block(call: dict[str, Any]) -> dict[str, Any]:
     fn = call["function"]
     try:
@@ -326,7 +328,7 @@ class MessagesCall:
         try:
             self.job = await self.serving.start_job(body, self.headers, self.caller, response_id=self.id)
         except APIError as exc:  # checked as a chat request: named as the caller named the fields
-            raise exc.renamed(chat_fields(origins)) from None
+            raise exc.renamed(fields_by_origin(origins, CHAT_TO_MESSAGES)) from None
         return self.job
 
     def _message(

@@ -241,8 +241,9 @@ class ChatCompletionRequest(_Lenient):
     user: str | None = Field(None, min_length=1, max_length=128)
     # vLLM's: the last (assistant) message is the start of the reply, which the model continues
     continue_final_message: bool = False
-    # false: at most one tool call per reply (the first the model wrote)
-    parallel_tool_calls: bool = True
+    # false: at most one tool call per reply (the first the model wrote); null, as some proxies send
+    # it, is the default
+    parallel_tool_calls: bool | None = None
     # OpenAI's older function calling, served as tools / tool_choice (see _legacy_functions); a
     # request that used it gets its call back as ``message.function_call``
     functions: list[FunctionDef] | None = None
@@ -523,6 +524,13 @@ class APIError(Exception):
         Exception.__init__(out, message)
         out.message, out.param = message, rename(self.param) if self.param else None
         return out
+
+
+def fields_by_origin(origins: list[str], fields: dict[str, str]) -> dict[str, str]:
+    """``fields`` (for :meth:`APIError.renamed`) with each chat message named by the request field it
+    was translated from: ``origins[k]`` for ``messages[k]`` (a Responses ``input[3]``, a Messages
+    ``messages[1].content[2]``), so an error found in the chat request names the caller's field."""
+    return {**{f"messages[{k}].": f"{where}." for k, where in enumerate(origins)}, **fields}
 
 
 class ContextLengthExceeded(APIError):

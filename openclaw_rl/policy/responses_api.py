@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, field_validator
 
 from openclaw_rl.policy.chat_events import chat_events, token_counts
-from openclaw_rl.policy.protocol import APIError, LenientModel, parse_body
+from openclaw_rl.policy.protocol import APIError, LenientModel, fields_by_origin, parse_body
 from openclaw_rl.policy.sessions import client_session_id
 from openclaw_rl.types import DEFAULT_USER
 
@@ -187,15 +187,20 @@ def _not_found(response_id: str, param: str) -> APIError:
     )
 
 
+def _acts_for_all(serving: Serving, caller: Caller, headers: dict[str, str], named: str | None) -> bool:
+    """A trusted gateway acts for all of its users, unless the request names the one it acts for
+    (``named``: the body's ``user``; or the ``[users] header``)."""
+    header = serving.cfg.users.header
+    names_one = named is not None or (header is not None and header.lower() in headers)
+    return caller.trusted and caller.key_user is None and not names_one
+
+
 def stored_response(
     serving: Serving, response_id: str, caller: Caller, headers: dict[str, str]
 ) -> StoredResponse:
     """The stored response ``response_id`` if the caller may see it (module docstring), else 404."""
     chain = serving.store.chain(response_id)
-    header = serving.cfg.users.header
-    names_one = header is not None and header.lower() in headers
-    # a gateway acts for all of its users, unless the request names the one it acts for
-    gateway = caller.trusted and caller.key_user is None and not names_one
+    gateway = _acts_for_all(serving, caller, headers, None)
     if chain is None or not (gateway or chain.user == serving.user_of(caller, None, headers)):
         raise _not_found(response_id, "response_id")
     return chain
@@ -335,18 +340,10 @@ def _tool_choice(choice: Any) -> Any:
 CHAT_TO_RESPONSES = {
     "response_format.json_schema.": "text.format.",  # Responses has the schema's fields in format
     "response_format.": "text.format.",
+    "messages": "input",
     "max_tokens": "max_output_tokens",
     "tools[*].function.": "tools[*].",
 }
-
-
-def chat_fields(origins: list[str]) -> dict[str, str]:
-    """:data:`CHAT_TO_RESPONSES` with each chat message named by the request field it came from."""
-    return {
-        **{f"messages[{k}].": f"{where}." for k, where in enumerate(origins)},
-        "messages": "input",
-        **CHAT_TO_RESPONSES,
-    }
 
 
 def chat_body(req: ResponsesRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -404,12 +401,10 @@ class ResponsesCall:
         previous = req.previous_response_id
         if previous is not None:
             chain = self.serving.store.chain(previous)
-            header = self.serving.cfg.users.header
-            names_one = req.user is not None or (header is not None and header.lower() in self.headers)
-            gateway = self.caller.trusted and self.caller.key_user is None
-            if chain is not None and gateway and not names_one and chain.user != DEFAULT_USER:
-                # as reading it back: a gateway acts for all of its users, so a continuation that
-                # names none goes on as the user whose response it continues
+            gateway = _acts_for_all(self.serving, self.caller, self.headers, req.user)
+            if chain is not None and gateway and chain.user != DEFAULT_USER:
+                # as reading it back: a continuation that names no user goes on as the user whose
+                # response it continues
                 req = self.req = req.model_copy(update={"user": chain.user})
                 user = chain.user
             if chain is None or chain.user != user:
@@ -424,7 +419,7 @@ class ResponsesCall:
         try:
             self.job = await self.serving.start_job(body, self.headers, self.caller, response_id=self.id)
         except APIError as exc:  # checked as a chat request: named as the caller named the fields
-            raise exc.renamed(chat_fields([o for _, o in new])) from None
+            raise exc.renamed(fields_by_origin([o for _, o in new], CHAT_TO_RESPONSES)) from None
         return self.job
 
     # ------------------------------------------------------------------ rendering
@@ -498,7 +493,7 @@ class ResponsesCall:
             "text": {"format": (req.text or {}).get("format") or {"type": "text"}},
             "truncation": "disabled",
             "policy_version": self.job.final.policy_version if self.job.final is not None else None,
-            "session_id": self.job.assign.session_id,
+            "session_id": self.job.assign.client_session_id,
             "turn_index": self.job.assign.turn_index,
         }
 

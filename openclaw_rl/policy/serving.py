@@ -103,6 +103,16 @@ def _bool_header(value: str | None, name: str) -> bool | None:
     )
 
 
+def _refuse_control_characters(value: str, what: str, param: str) -> None:
+    """A 400 for an id with a control character in it: a line break or NUL cannot go back in an
+    answer's header, and an escape sequence would reach the operator's terminal (``openclaw-rl
+    turns``, the logs)."""
+    if not all(c.isprintable() or c == " " for c in value):
+        raise APIError(
+            400, f"{what} must not hold control characters (line breaks, tabs, NUL, escapes)", param=param
+        )
+
+
 def _episode_headers(headers: dict[str, str]) -> EpisodeTag | None:
     """``X-Episode-Group`` / ``X-Episode-Group-Size`` / ``X-Episode-Outcome``: an environment's word on
     which group of episodes this session belongs to and, on its closing request, how it ended."""
@@ -115,14 +125,7 @@ def _episode_headers(headers: dict[str, str]) -> EpisodeTag | None:
                 400, f"header {name} needs X-Episode-Group (the group the episode belongs to)", param=name
             )
         return None
-    if not all(
-        c.isprintable() or c == " " for c in group
-    ):  # as X-Session-Id: it goes back in headers and logs
-        raise APIError(
-            400,
-            "header X-Episode-Group must not hold control characters (line breaks, tabs, NUL, escapes)",
-            param="X-Episode-Group",
-        )
+    _refuse_control_characters(group, "header X-Episode-Group", "X-Episode-Group")
     fields: dict[str, Any] = {"group_id": group.strip()}
     for name, raw, key, kind in (
         ("X-Episode-Group-Size", size, "group_size", int),
@@ -501,15 +504,8 @@ class Serving:
             where = "X-Session-Id" if headers.get("x-session-id") else "session_id"  # as the client sent it
             if sid is not None and not (0 < len(sid) <= 256):
                 raise APIError(400, f"{where} must be 1-256 characters", param=where)
-            if sid is not None and not all(c.isprintable() or c == " " for c in sid):
-                # a line break or NUL cannot go back in the answer's X-Session-Id header, and an escape
-                # sequence would reach the operator's terminal in `openclaw-rl turns`
-                raise APIError(
-                    400,
-                    f"{where} must not hold control characters (line breaks, tabs, NUL, escapes)",
-                    param=where,
-                )
             if sid is not None:
+                _refuse_control_characters(sid, where, where)
                 sid = scoped_session_id(user, sid)
                 owner = await asyncio.to_thread(self.store.session_user, sid)
                 if owner is not None and owner != user:
@@ -599,7 +595,8 @@ class Serving:
                                 content = without_unfinished_call(content)
                             elif job.gen.tools is None and job.req.shows_call_markup:
                                 content = without_call_markup(content)
-                            if calls and (job.req.legacy_functions or not job.req.parallel_tool_calls):
+                            one = job.req.legacy_functions or job.req.parallel_tool_calls is False
+                            if calls and one:
                                 # one call asked for (or the older form, which has one): what the
                                 # client sees is what is recorded and stitched
                                 calls = calls[:1]
@@ -821,7 +818,7 @@ class Serving:
         }
         if job.req.return_token_ids:
             out["prompt_token_ids"] = final.prompt_ids
-            choice["token_ids"] = final.response_ids
+            choice["token_ids"], choice["token_logprobs"] = final.response_ids, final.logprobs
         return out
 
     @staticmethod
@@ -895,8 +892,8 @@ class Serving:
             shown = _logprob_entries(event) if job.req.logprobs else []
             if shown:
                 extra["logprobs"] = {"content": shown}
-            if want_ids:
-                extra["token_ids"] = event.token_ids
+            if want_ids:  # with their log-probs, those of tokens beyond the reply (an end token) too
+                extra["token_ids"], extra["token_logprobs"] = event.token_ids, event.logprobs
             if piece or extra or event.tool_calls:
                 yield chunk({"content": piece} if piece else {}, choice_extra=extra)
         final = job.final

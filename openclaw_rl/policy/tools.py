@@ -86,4 +86,7 @@ def without_call_markup(content: str | None) -> str | None:
     which a small model copies; a client asked for no call and must not read our markup as text."""
     if not content or OPEN[:2] not in content:
         return content
-    return without_unfinished_call(_CALL.sub("", content).strip())
+    # nothing before the first call is touched: a stream has sent it already, and what the client
+    # reads whole must be what it read streamed
+    kept = without_unfinished_call(_CALL.sub("", content).rstrip())
+    return kept if kept and kept.strip() else None

@@ -32,7 +32,7 @@ class UserError(ValueError):
 
 def check_user_name(name: str, where: str = "user") -> str:
     """``name`` if it is a valid user name, else :class:`UserError` naming ``where`` and the rule."""
-    if not isinstance(name, str) or not USER_NAME.match(name):
+    if not isinstance(name, str) or not USER_NAME.fullmatch(name):
         shown = repr(name[:70]) if isinstance(name, str) else type(name).__name__
         raise UserError(
             f"{where}: {shown} is not a user name: 1-128 ASCII letters (a-z, A-Z), digits or '.', '_', "
@@ -46,7 +46,7 @@ def name_for_user_field(value: str) -> str:
     ``user:42``): a value that is a user name is that user; any other is one of its own, named by
     its allowed characters (the rest as ``_``) and the first 8 hex digits of its SHA-256, so two
     different values never share a user and the same value is always the same one."""
-    if USER_NAME.match(value):
+    if USER_NAME.fullmatch(value):
         return value
     head = re.sub(r"[^A-Za-z0-9._@+-]", "_", value).lstrip("._@+-")[:100] or "user"
     return f"{head}-{hashlib.sha256(value.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"

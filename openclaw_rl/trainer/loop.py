@@ -438,7 +438,9 @@ class TrainingLoop:
         self._unpublished.discard(user)
         self.version += 1
         path = trainer.export_policy(self.run_dir.policy_dir(user), self.version)
-        keep = self.cfg.training.keep_policies
+        # with a service to swap into, old versions go once it has loaded this one (_swap): until
+        # then it may still read the one it serves (a LoRA reloaded into a restarted engine)
+        keep = 0 if self.policy_url else self.cfg.training.keep_policies
         self.run_dir.publish_policy(self.version, path, step=trainer.step, user=user, keep=keep)
         who = f" user={user}" if user is not None else ""
         print(f"[async] published policy{who} version={self.version} at step={trainer.step}", flush=True)
@@ -456,6 +458,8 @@ class TrainingLoop:
             err = request_swap(self.cfg, url, path, version, user=user)
             if err:
                 print(f"[async] weight swap to version={version} not applied: {err}", flush=True)
+            else:  # serving reads this version now: the older ones may go
+                self.run_dir.prune_policies(self.cfg.training.keep_policies, user)
 
         self._swap_thread = threading.Thread(target=swap, name="weight-swap", daemon=True)
         self._swap_thread.start()

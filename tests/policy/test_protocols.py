@@ -117,6 +117,12 @@ def test_previous_response_id_continues_the_session_without_headers(tiny_service
         client.responses.create(
             model="policy", input="hi", previous_response_id="resp_nope", max_output_tokens=2
         )
+    # a session named with a "/" is answered in the body as it was sent (its stored id is scoped)
+    named = client.responses.create(
+        model="policy", input="hi", max_output_tokens=2, extra_headers={"X-Session-Id": "team/chat-1"}
+    )
+    assert named.model_extra["session_id"] == "team/chat-1"
+    assert _turn(svc, named.id).session_id == "default/team/chat-1"
     unstored = client.responses.create(model="policy", input="x", store=False, max_output_tokens=2)
     with pytest.raises(NotFoundError):
         client.responses.create(
@@ -820,6 +826,13 @@ def test_parallel_tool_calls_false_gets_one_call_on_every_route(tiny_service, mo
         '{"city": "Oslo"}',
         '{"city": "Rome"}',
     ]
+    unset = httpx.post(  # null, as some proxies send it, is the default: both calls
+        f"{url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {KEY}"},
+        json={"messages": ask, "tools": [tool], "max_tokens": 4, "parallel_tool_calls": None},
+        timeout=60,
+    )
+    assert unset.status_code == 200 and len(unset.json()["choices"][0]["message"]["tool_calls"]) == 2
     one = client.chat.completions.create(
         model="m", messages=ask, tools=[tool], max_tokens=4, parallel_tool_calls=False
     )
@@ -837,3 +850,29 @@ def test_parallel_tool_calls_false_gets_one_call_on_every_route(tiny_service, mo
         tool_choice={"type": "auto", "disable_parallel_tool_use": True},
     )
     assert [b.type for b in msg.content] == ["tool_use"]
+
+
+def test_a_reply_starting_with_copied_markup_reads_the_same_streamed_and_whole(tiny_service, monkeypatch):
+    """The stream sends what comes before a call at once; what is left after the markup goes must
+    extend it, so the client reads the same text either way (and sends back what is recorded)."""
+    svc, url = tiny_service
+    markup = '_call>{"name": "get_weather", "arguments": {}}</tool_call>'
+    _engine_writes(monkeypatch, svc, ["\n\n<tool", markup, "\n\nThe answer is 4"])
+    history = [
+        {"role": "user", "content": "Weather?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "rainy"},
+    ]
+    client = _openai(url)
+    whole = (
+        client.chat.completions.create(model="m", messages=history, max_tokens=4).choices[0].message.content
+    )
+    streamed = client.chat.completions.create(model="m", messages=history, max_tokens=4, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == whole
+    assert "tool_call" not in whole and whole.endswith("The answer is 4")

@@ -133,7 +133,13 @@ def test_a_trusted_gateway_names_its_users_by_field_or_header(users_run):
         owners.setdefault(value, set()).add(_owner(svc, reply.id))
     assert all(len(o) == 1 for o in owners.values()) and len(set.union(*owners.values())) == 3
     assert next(iter(owners["auth0|5f7c8ec7aa01"])).startswith("auth0_5f7c8ec7aa01-")
+    trailing = gateway.chat.completions.create(
+        model="m", messages=HI, max_tokens=2, user="carol@example.org\n"
+    )
+    assert _owner(svc, trailing.id).startswith("carol@example.org_-")  # not carol with a line break
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as c:
+        r = c.post("/v1/chat/completions", json={"messages": HI}, headers={HEADER: ""})
+        assert r.status_code == 400 and r.json()["error"]["param"] == f"header {HEADER}"  # not default
         r = c.post("/v1/chat/completions", json={"messages": HI}, headers={HEADER: "../etc"})
         assert r.status_code == 400 and r.json()["error"]["param"] == f"header {HEADER}"
 

@@ -191,6 +191,17 @@ def test_forwarding_backends_record_the_engine_ids(start_service, tiny_model_dir
     (turn2,) = fwd.store.session_turns("fw2")
     assert turn2.response_text == text and len(turn2.response_ids) == 4
     assert turn2.response_ids == _all_turns(engine.store.path)[-1].response_ids
+    # a reply that ends on the end token: no log-prob entry shows it, yet it is recorded (the trainer
+    # learns to stop from it), streamed or not
+    eos = sorted(engine.engine.eos_ids)[0]
+    for i, stream in enumerate((False, True)):
+        body = {"messages": USER, "max_tokens": 5, "logit_bias": {str(eos): 100}, "stream": stream}
+        r = httpx.post(url + "/v1/chat/completions", timeout=60, json={**body, "session_id": f"fw-eos{i}"})
+        assert r.status_code == 200, r.text
+        (ended,) = fwd.store.session_turns(f"fw-eos{i}")
+        engine_turn = _all_turns(engine.store.path)[-1]
+        assert ended.response_ids == [eos] == engine_turn.response_ids
+        assert ended.response_logprobs == engine_turn.response_logprobs
     # bad input is answered by our layer before reaching the engine
     assert httpx.post(url + "/v1/chat/completions", json={"messages": []}).status_code == 400
     # weight sync: vLLM's LoRA route, then SGLang's disk route, both answered by the engine instance

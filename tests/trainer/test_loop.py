@@ -414,3 +414,32 @@ def test_serving_generating_counts_a_request_being_computed_but_not_one_held_by_
         assert serving_generating("http://127.0.0.1:9") is None  # nothing listens: cannot tell
     finally:
         svc.stop()
+
+
+def test_old_versions_go_only_once_serving_has_loaded_the_new_one(make_cfg):
+    """With a service to swap into, a version is pruned after serving loaded a newer one: a swap that
+    fails (the service gone) removes nothing, so the folder serving last read stays."""
+    from openclaw_rl.policy.server import PolicyService
+
+    cfg = make_cfg(max_steps=3, keep_policies=2, batch_size=1, mini_batch_size=1)
+    cfg.policy_service.weight_sync_interval = 1
+    svc_cfg = cfg.model_copy(deep=True)
+    svc_cfg.policy_service.port = 0
+    svc = PolicyService(svc_cfg)
+    url = svc.start()
+    run = RunDir.of(cfg)
+    try:
+        store = Store(cfg.log_dir / "store.sqlite")
+        store.add_samples(_samples(5))
+        loop = TrainingLoop(cfg, policy_url=url, store=store)
+        loop.start()
+        for _ in range(3):
+            loop.update_once()
+            loop._swap_thread.join()
+        assert svc.engine.policy_version == 3
+        assert [v for v, _ in run.published_versions()] == [3, 2]
+    finally:
+        svc.stop()
+    loop.update_once()  # v4 is published; its swap fails: nothing is pruned
+    loop._swap_thread.join()
+    assert [v for v, _ in run.published_versions()] == [4, 3, 2]
