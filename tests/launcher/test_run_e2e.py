@@ -44,6 +44,28 @@ model = "{model}"
 port = {port}"""
 
 
+def _serving_run(log_dir: Path, model: Path, port: int, conf: Path) -> subprocess.Popen[str]:
+    """A launched run with no environment workers (the judge on MiniLM), once it serves on ``port``."""
+    conf.write_text(f"""{_head(log_dir, model, port)}
+[env_service]
+num_envs = 0
+[prm_service]
+backend = "minilm"
+""")
+    launcher = start_module("openclaw_rl.launcher", conf)
+    deadline = time.monotonic() + 180
+    while True:
+        if time.monotonic() > deadline or launcher.poll() is not None:
+            launcher.kill()
+            raise AssertionError("the run did not start")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                return launcher
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+
+
 def _drive(url: str, stop: threading.Event, seen: dict) -> None:
     """Three-turn sessions, each user reply being the next state of the turn before it."""
     s = 0
@@ -216,24 +238,8 @@ def test_a_run_whose_folder_is_removed_stops_loudly_and_leaves_no_fresh_store(ti
 
     port = free_port()
     log_dir = tmp_path / "logs"
-    conf = tmp_path / "run.toml"
-    conf.write_text(f"""{_head(log_dir, tiny_model_dir, port)}
-[env_service]
-num_envs = 0
-[prm_service]
-backend = "minilm"
-""")
-    launcher = start_module("openclaw_rl.launcher", conf)
+    launcher = _serving_run(log_dir, tiny_model_dir, port, tmp_path / "run.toml")
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert time.monotonic() < deadline and launcher.poll() is None, "the run did not start"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
         shutil.rmtree(log_dir)
         out, _ = launcher.communicate(timeout=240)
     finally:
@@ -252,24 +258,8 @@ def test_a_second_ctrl_c_kills_every_loop_and_says_so_in_the_exit_status(tiny_mo
     import signal
 
     port = free_port()
-    conf = tmp_path / "run.toml"
-    conf.write_text(f"""{_head(tmp_path / "logs", tiny_model_dir, port)}
-[env_service]
-num_envs = 0
-[prm_service]
-backend = "minilm"
-""")
-    launcher = start_module("openclaw_rl.launcher", conf)
+    launcher = _serving_run(tmp_path / "logs", tiny_model_dir, port, tmp_path / "run.toml")
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert time.monotonic() < deadline and launcher.poll() is None, "the run did not start"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
         launcher.send_signal(signal.SIGINT)
         time.sleep(0.3)
         launcher.send_signal(signal.SIGINT)
