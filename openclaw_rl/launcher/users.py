@@ -149,7 +149,15 @@ def users_delete(cfg: Config, name: str, yes: bool = False) -> int:
             shutil.rmtree(folder)
     counts["metrics_rows"] = drop_user_rows(RunDir.of(cfg).root, name)
     counts["files"] = files
+    compacted = counts.pop("store_compacted")
     print(f"user {name} deleted: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
+    if not compacted:
+        print(
+            "warning: another process held the store open for 30 s, so its file was not compacted: "
+            f"{name}'s rows are gone, but their old bytes may stay in the file's free pages until "
+            "the next users delete (run it again once the run is stopped)",
+            file=sys.stderr,
+        )
     from openclaw_rl.runtime.policy_admin import forget_user
 
     # A service not reached still records nothing more of a keyed user: their key is gone from the

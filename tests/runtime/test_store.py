@@ -547,3 +547,38 @@ def test_a_loop_the_launcher_started_does_not_make_a_new_store_where_the_run_s_w
     assert not path.exists() and not path.parent.exists()
     Store(path).close()  # made by whoever starts the run
     Store(path, create=False).close()
+
+
+def test_a_deleted_users_words_leave_the_file_even_while_another_process_reads(tmp_path):
+    """users delete while the run goes on: serving, the judge and the trainer each hold short reads,
+    which a checkpoint waits out; afterwards no byte of their words is in the store's files, and the
+    delete says the file was compacted."""
+    import sqlite3
+    import threading
+
+    path = tmp_path / "store.sqlite"
+    store = Store(path)
+    secret = "ann-said-zq8w-private-words"
+    for i in range(40):
+        t = turn(f"ann-{i}", 0).model_copy(
+            update={"user": "ann", "messages": [{"role": "user", "content": f"{secret} {i}"}]}
+        )
+        store.record_turn(t)
+    store.record_turn(turn("bob-1", 0).model_copy(update={"user": "bob"}))
+    reader = sqlite3.connect(path, check_same_thread=False)
+    reader.execute("BEGIN")
+    reader.execute("SELECT COUNT(*) FROM turns").fetchone()  # a read in progress: its snapshot is held
+    timer = threading.Timer(1.0, reader.commit)
+    timer.start()
+    try:
+        counts = store.delete_user("ann")
+    finally:
+        timer.join()
+        reader.close()
+    assert counts["turns"] == 40 and counts["store_compacted"] == 1
+    assert len(store.session_turns("bob-1")) == 1
+    try:  # read while the store is still open, as the run keeps it (closing would checkpoint it anyway)
+        for p in tmp_path.iterdir():
+            assert secret.encode() not in p.read_bytes(), p.name
+    finally:
+        store.close()
