@@ -989,6 +989,14 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
             f"[training] opd_weight = {tr.opd_weight} is far above binary_rl_weight = "
             f"{tr.binary_rl_weight}: the token-level advantage will drown the scalar reward"
         )
+    if pol.backend == "sglang" and tr.lora:
+        default = "" if "lora" in tr.model_fields_set else " (its default)"
+        warnings.append(
+            f'[policy_service] backend = "sglang" with [training] lora = true{default}: SGLang\'s '
+            "/update_weights_from_disk loads a whole model, not a LoRA adapter, so every published "
+            "version would be refused and serving would keep the base weights; set [training] "
+            'lora = false, or use backend = "vllm" (it loads adapters)'
+        )
     if tr.lora and tr.lr < 1e-5 and "lr" in tr.model_fields_set:
         warnings.append(
             f"[training] lr = {tr.lr:g} with lora = true: a LoRA adapter barely moves at a full "

@@ -39,6 +39,16 @@ def test_local_default_loads_clean():
     assert cfg.warnings == []
 
 
+def test_sglang_with_a_lora_adapter_is_warned_before_its_first_publish_is_refused():
+    text = "\n".join(build_config({"policy_service": {"backend": "sglang"}}, environ={}).warnings)
+    assert 'backend = "sglang" with [training] lora = true (its default)' in text
+    assert "set [training] lora = false" in text
+    full = build_config({"policy_service": {"backend": "sglang"}, "training": {"lora": False}}, environ={})
+    assert not any("lora = true" in w for w in full.warnings)
+    vllm = build_config({"policy_service": {"backend": "vllm"}}, environ={})
+    assert not any("lora = true" in w for w in vllm.warnings)
+
+
 def test_unset_variable_is_named_and_value_never_shown():
     with pytest.raises(ConfigError) as exc:
         load_config(ROOT / "configs/example.toml", environ={})
