@@ -36,6 +36,7 @@ import asyncio
 import logging
 import signal
 import sqlite3
+import sys
 import threading
 
 from openclaw_rl.config import Config, launched_by_launcher
@@ -343,7 +344,9 @@ class JudgeLoop:
 
 def main(config_path: str, worker_id: str = "judge-0") -> int:
     """Run the judge service as its own process until interrupted."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(message)s", stream=sys.stdout
+    )  # one stream for every event line
     cfg = loop_config(config_path)
 
     def body() -> int:
