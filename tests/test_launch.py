@@ -19,6 +19,7 @@ import pytest
 
 from openclaw_rl.config import ConfigError, build_config
 from openclaw_rl.launch import main as launch_main
+from openclaw_rl.runtime.ports import free_port
 from openclaw_rl.trainer.sample_file import write_samples
 
 from .helpers import one_token_sample
@@ -192,7 +193,9 @@ def test_a_log_dir_that_is_a_file_or_holds_no_store_is_caught_by_the_dry_run_and
         ),
     ):
         config = tmp_path / f"{log_dir.parent.name}-{log_dir.name}.toml"
-        config.write_text(re.sub(r"(?m)^log_dir = .*$", f'log_dir = "{log_dir}"', local, count=1))
+        text = re.sub(r"(?m)^log_dir = .*$", f'log_dir = "{log_dir}"', local, count=1)
+        # a free port: a run on this machine (make run) may hold 30000, which is not what is tested
+        config.write_text(re.sub(r"(?m)^port = .*$", f"port = {free_port()}", text, count=1))
         dry = subprocess.run(
             [sys.executable, "-m", "openclaw_rl.launch", "--config", str(config), "--dry-run"],
             capture_output=True,

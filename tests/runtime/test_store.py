@@ -192,7 +192,9 @@ def _judge_process(path: str, worker: str, barrier, out) -> None:
         got = []
         while batch := s.claim_turns(worker, limit=3, lease_s=600):
             for t in batch:
-                time.sleep(0.002)  # judging takes a moment: the other process claims meanwhile
+                time.sleep(
+                    0.02
+                )  # judging takes a moment: the other process claims meanwhile (even on a busy machine)
                 result = JudgeResult(score=1)
                 if not s.save_judgement(t, result, build_samples(t, result, tc), worker=worker):
                     raise AssertionError(f"{worker}: save of its own claimed turn {t.key} was refused")
