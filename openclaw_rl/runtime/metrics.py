@@ -200,7 +200,15 @@ def plot_metrics(log_dir: Path) -> Path | None:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3)
             missing = [step for step, value in found_all if value is None]
             if missing and key == "reward_mean":  # updates that trained on no reward (OPD part only)
-                ax.plot(missing, [0.0] * len(missing), "x", color="grey", label="no RL reward")
+                for i, step in enumerate(missing):  # a line, not a point: they have no value to show
+                    ax.axvline(
+                        step,
+                        color="grey",
+                        alpha=0.6,
+                        linewidth=1,
+                        linestyle=":",
+                        label="no RL reward" if i == 0 else None,
+                    )
                 ax.legend(fontsize=7, loc="best")
         ax.set_title(title)
         ax.set_xlabel("training step")

@@ -44,3 +44,39 @@ def test_repeated_items_mark_the_second_saying_from_its_first_token_and_nothing_
     assert repeat_share(loop, 5) > 0
     prose = "each of these words comes once in this short line of prose".split()
     assert not any(repeated_items(prose, 3)) and repeated_items([], 3) == []
+
+
+def test_the_curves_mark_updates_that_had_no_rl_reward(tmp_path):
+    """An update whose groups all scored alike trains no RL part and logs no reward: the reward panel
+    marks it (a dotted line, "no RL reward") instead of leaving a silent gap; steps are whole."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from openclaw_rl.runtime.metrics import plot_metrics
+
+    rows = [
+        {"kind": "train", "step": i, "kl": 0.01, "clip_frac": 0.0, **({"reward_mean": -1.0} if i % 2 else {})}
+        for i in range(1, 7)
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    seen = {}
+    real_savefig = plt.Figure.savefig
+
+    def keep(fig, *args, **kwargs):  # read the axes as drawn, then save as usual
+        ax = fig.axes[0]
+        seen["marked"] = sorted(line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":")
+        seen["legend"] = [t.get_text() for t in ax.get_legend().get_texts()]
+        seen["ticks"] = [t for t in ax.get_xticks() if 1 <= t <= 6]
+        return real_savefig(fig, *args, **kwargs)
+
+    plt.Figure.savefig = keep
+    try:
+        assert plot_metrics(tmp_path).is_file()
+    finally:
+        plt.Figure.savefig = real_savefig
+    assert seen["marked"] == [2, 4, 6] and seen["legend"] == ["no RL reward"]
+    assert all(float(t).is_integer() for t in seen["ticks"])
