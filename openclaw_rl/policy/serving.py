@@ -713,7 +713,7 @@ class Serving:
         if a.episode is not None:
             self.store.tag_session(a.session_id, a.episode)
         if a.turn_type == "main" and a.next_state is not None:
-            self.store.attach_next_state(a.session_id, a.next_state)
+            self.store.attach_next_state(a.session_id, a.next_state, before=a.turn_index)
         if a.done:
             self.store.close_session(a.session_id)
 

@@ -393,7 +393,7 @@ class Store:
         key_owner: str | None = None,
     ) -> bool:
         """Store a served turn and, in the same commit, attach ``next_state_for_previous`` to the
-        session's newest open main turn (it becomes ``ready`` for the judge), remember
+        session's newest open main turn before it (which becomes ``ready`` for the judge), remember
         ``prefix_digest`` (the conversation so far, reply included) as leading to this session, and
         tag the session with its episode group / outcome.
 
@@ -415,7 +415,7 @@ class Store:
             if episode is not None:
                 self._tag(db, turn.session_id, episode)
             if next_state_for_previous is not None and turn.turn_type == "main":
-                self._attach(db, turn.session_id, next_state_for_previous, now)
+                self._attach(db, turn.session_id, next_state_for_previous, now, before=turn.turn_index)
             status = "open" if turn.turn_type == "main" else "side"
             db.execute(
                 "INSERT OR REPLACE INTO turns(session_id, turn_index, turn_type, status, data, updated_at, "
@@ -466,17 +466,23 @@ class Store:
         row = self._one("SELECT group_id FROM sessions WHERE session_id=?", (session_id,))
         return None if row is None else row[0]
 
-    def attach_next_state(self, session_id: str, next_state: NextState) -> bool:
-        """Attach a next state to the newest open main turn; False when there is none."""
+    def attach_next_state(self, session_id: str, next_state: NextState, before: int | None = None) -> bool:
+        """Attach a next state to the newest open main turn (``before``: of those before that turn
+        index); False when there is none."""
         with self._tx() as db:
-            return self._attach(db, session_id, next_state, time.time())
+            return self._attach(db, session_id, next_state, time.time(), before)
 
     @staticmethod
-    def _attach(db: sqlite3.Connection, session_id: str, state: NextState, now: float) -> bool:
+    def _attach(
+        db: sqlite3.Connection, session_id: str, state: NextState, now: float, before: int | None = None
+    ) -> bool:
+        # ``before``: the index of the turn whose request carried the state. Only an earlier turn can
+        # be answered by it: a later one (a second request of the session, sent at once, that finished
+        # first) never is, since its client had not read it when it wrote this message
         row = db.execute(
-            "SELECT turn_index, data FROM turns WHERE session_id=? AND status='open' "
+            "SELECT turn_index, data FROM turns WHERE session_id=? AND status='open' AND turn_index < ? "
             "ORDER BY turn_index DESC LIMIT 1",
-            (session_id,),
+            (session_id, before if before is not None else 2**62),
         ).fetchone()
         if row is None:
             return False

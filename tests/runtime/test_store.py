@@ -584,3 +584,16 @@ def test_a_deleted_users_words_leave_the_file_even_while_another_process_reads(t
             assert secret.encode() not in p.read_bytes(), p.name
     finally:
         store.close()
+
+
+def test_a_next_state_never_answers_a_later_turn_of_its_session(store):
+    """Two requests of one session sent at once, the later finishing first: the earlier one's own
+    message was written before the later reply existed, so it is no next state of it; the next
+    message answers the newest open turn before it."""
+    store.record_turn(turn("s", 1), next_state_for_previous=NextState(role="user", content="q1"))
+    store.record_turn(turn("s", 0), next_state_for_previous=NextState(role="user", content="q0"))
+    assert [store.turn_status("s", i) for i in (0, 1)] == ["open", "open"]  # q0 answered no reply
+    store.record_turn(turn("s", 2), next_state_for_previous=NextState(role="user", content="third"))
+    turns = {t.turn_index: t for t in store.session_turns("s")}
+    assert turns[1].next_state is not None and turns[1].next_state.content == "third"
+    assert turns[0].next_state is None and store.turn_status("s", 0) == "open"
