@@ -42,7 +42,7 @@ def check_user_name(name: str, where: str = "user") -> str:
 
 
 def name_for_user_field(value: str) -> str:
-    """The user an OpenAI ``user`` field names. OpenAI's field is opaque (``auth0|5f7c...``,
+    """The user an OpenAI ``user`` field names. OpenAI's field is opaque (``idp|example-user``,
     ``user:42``): a value that is a user name is that user; any other is one of its own, named by
     its allowed characters (the rest as ``_``) and the first 8 hex digits of its SHA-256, so two
     different values never share a user and the same value is always the same one."""

@@ -126,13 +126,13 @@ def test_a_trusted_gateway_names_its_users_by_field_or_header(users_run):
     anonymous = gateway.chat.completions.create(model="m", messages=HI, max_tokens=2)
     assert _owner(svc, anonymous.id) == "default"
     # OpenAI's field is opaque: an identity provider's id is a user of its own, the same each time,
-    # never another's (an auth0 id and a name with spaces are no user names as they stand)
+    # never another's (an identity provider's id and a name with spaces are no user names as they stand)
     owners = {}
-    for value in ("auth0|5f7c8ec7aa01", "auth0|5f7c8ec7aa02", "John Doe", "auth0|5f7c8ec7aa01"):
+    for value in ("idp|example-user-1", "idp|example-user-2", "John Doe", "idp|example-user-1"):
         reply = gateway.chat.completions.create(model="m", messages=HI, max_tokens=2, user=value)
         owners.setdefault(value, set()).add(_owner(svc, reply.id))
     assert all(len(o) == 1 for o in owners.values()) and len(set.union(*owners.values())) == 3
-    assert next(iter(owners["auth0|5f7c8ec7aa01"])).startswith("auth0_5f7c8ec7aa01-")
+    assert next(iter(owners["idp|example-user-1"])).startswith("idp_example-user-1-")
     trailing = gateway.chat.completions.create(
         model="m", messages=HI, max_tokens=2, user="carol@example.org\n"
     )

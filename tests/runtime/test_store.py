@@ -560,10 +560,10 @@ def test_a_deleted_users_words_leave_the_file_even_while_another_process_reads(t
 
     path = tmp_path / "store.sqlite"
     store = Store(path)
-    secret = "ann-said-zq8w-private-words"
+    words = "what ann said and took back"
     for i in range(40):
         t = turn(f"ann-{i}", 0).model_copy(
-            update={"user": "ann", "messages": [{"role": "user", "content": f"{secret} {i}"}]}
+            update={"user": "ann", "messages": [{"role": "user", "content": f"{words} {i}"}]}
         )
         store.record_turn(t)
     store.record_turn(turn("bob-1", 0).model_copy(update={"user": "bob"}))
@@ -581,7 +581,7 @@ def test_a_deleted_users_words_leave_the_file_even_while_another_process_reads(t
     assert len(store.session_turns("bob-1")) == 1
     try:  # read while the store is still open, as the run keeps it (closing would checkpoint it anyway)
         for p in tmp_path.iterdir():
-            assert secret.encode() not in p.read_bytes(), p.name
+            assert words.encode() not in p.read_bytes(), p.name
     finally:
         store.close()
 
