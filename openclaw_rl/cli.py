@@ -152,11 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def verb(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_)
+    def configured(
+        p: argparse.ArgumentParser, fn: Callable[[argparse.Namespace], int]
+    ) -> argparse.ArgumentParser:
         p.add_argument("--config", required=True, help="path to config.toml")
         p.set_defaults(fn=fn, verb_parser=p)  # a stray argument is told with this verb's usage
         return p
+
+    def verb(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
+        return configured(sub.add_parser(name, help=help_), fn)
 
     def log_dir_flag(p: argparse.ArgumentParser, what: str) -> None:
         p.add_argument("--log-dir", metavar="DIR", help=f"{what} this folder instead of [global] log_dir")
@@ -274,9 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = users.add_parser(name, help=help_)
         if named is not None:
             p.add_argument("name", help=named)
-        p.add_argument("--config", required=True, help="path to config.toml")
-        log_dir_flag(p, "use the run in")
-        p.set_defaults(fn=_cmd_users, verb_parser=p)
+        log_dir_flag(configured(p, _cmd_users), "use the run in")
         return p
 
     p = user_verb(

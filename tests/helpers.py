@@ -82,3 +82,25 @@ def start_module(module: str, config: Path) -> subprocess.Popen[str]:
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+
+
+def weather_round(
+    call_id: str = "call_1", result: str = "rainy", arguments: str = '{"city": "Oslo"}'
+) -> list[dict]:
+    """A chat history with one tool round: the user asks, the assistant calls get_weather, the tool
+    answers (what an agent sends back after a call)."""
+    return [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": arguments},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": call_id, "content": result},
+    ]

@@ -97,14 +97,14 @@ def status_command(cfg: Config) -> int:
         return 1
     try:
         print(run_progress_line(cfg, store))
-        served = store.counters().policy_version
+        served = store.get_meta("policy_version", 0)  # what serving wrote when it loaded a version
     finally:
         store.close()
     try:
         published = RunDir.of(cfg).read_published_policy()
     except (OSError, ValueError, KeyError, TypeError):
         published = None  # a damaged pointer: the progress line's served version is what there is
-    if published is not None and published.version > served:
+    if published is not None and isinstance(served, int) and published.version > served:
         # the trainer published after serving stopped (a launcher killed, a swap refused): the
         # version the line shows is the one served last, this one the next start serves
         print(

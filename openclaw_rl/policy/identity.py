@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from openclaw_rl.config import is_loopback as config_is_loopback
 from openclaw_rl.policy.protocol import APIError
-from openclaw_rl.runtime.users import UserError, check_user_name, name_for_user_field
+from openclaw_rl.runtime.users import UserError, check_user_name
 from openclaw_rl.types import DEFAULT_USER
 
 
@@ -32,10 +32,6 @@ class Caller:
             return self.key_user
         if not self.trusted or named is None:
             return DEFAULT_USER
-        if where == "user":  # OpenAI's field is any string: it names a user of its own (docs/users.md)
-            if not named:
-                return DEFAULT_USER  # "" names nobody; an empty header is still a 400 below
-            named = name_for_user_field(named)
         try:
             return check_user_name(named, where)
         except UserError as exc:

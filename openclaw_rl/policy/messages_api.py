@@ -158,10 +158,10 @@ def _text(block: dict[str, Any], where: str) -> str:
 
 def to_messages(req: CountTokensRequest, origins: list[str] | None = None) -> list[dict[str, Any]]:
     """``system`` + ``messages`` as chat messages (see the module docstring). ``origins``, when
-    given, gets the request field each chat message came from (``messages[2].content[1]``), so an
+    given (empty), gets the request field each chat message came from (``messages[2].content[1]``), so an
     error found in the chat request names the caller's field."""
     out: list[dict[str, Any]] = []
-    came_from: list[str] = []
+    came_from = origins if origins is not None else []
 
     def add(msg: dict[str, Any], where: str) -> None:
         out.append(msg)
@@ -228,8 +228,6 @@ def to_messages(req: CountTokensRequest, origins: list[str] | None = None) -> li
             add(msg, f"messages[{i}]")
         elif text:
             add({"role": "user", "content": "".join(text)}, f"messages[{i}]")
-    if origins is not None:
-        origins.extend(came_from)
     return out
 
 

@@ -122,13 +122,13 @@ def _text_of(content: Any, where: str) -> str:
 
 def to_messages(req: ResponsesRequest, origins: list[str] | None = None) -> list[dict[str, Any]]:
     """``instructions`` + ``input`` as chat messages (see the module docstring). ``origins``, when
-    given, gets the request field each chat message came from (``input[3]``), so an error found in
+    given (empty), gets the request field each chat message came from (``input[3]``), so an error found in
     the chat request names the caller's field."""
     items: list[dict[str, Any]] = (
         [{"role": "user", "content": req.input}] if isinstance(req.input, str) else req.input
     )
     messages: list[dict[str, Any]] = []
-    came_from: list[str] = []
+    came_from = origins if origins is not None else []  # one entry per message, in step with it
     for i, item in enumerate(items):
         where = "input" if isinstance(req.input, str) else f"input[{i}]"
         if not isinstance(item, dict):
@@ -172,8 +172,6 @@ def to_messages(req: ResponsesRequest, origins: list[str] | None = None) -> list
     if req.instructions:
         messages.insert(0, {"role": "system", "content": req.instructions})
         came_from.insert(0, "instructions")
-    if origins is not None:
-        origins.extend(came_from)
     return messages
 
 

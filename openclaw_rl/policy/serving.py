@@ -62,7 +62,7 @@ from openclaw_rl.policy.tools import (
 )
 from openclaw_rl.runtime.loop_main import disk_full
 from openclaw_rl.runtime.store import Store
-from openclaw_rl.runtime.users import Feedback, adapter_meta
+from openclaw_rl.runtime.users import Feedback, adapter_meta, name_for_user_field
 from openclaw_rl.types import DEFAULT_USER, EpisodeTag, Turn
 
 #: A request that came through no HTTP route (the in-process API, tests): it may name its user.
@@ -433,7 +433,8 @@ class Serving:
         if header is not None and header.lower() in headers:
             where, user = f"header {header}", caller.user(headers[header.lower()], where=f"header {header}")
         else:
-            where, user = "user", caller.user(body_user)
+            # OpenAI's field is any string: one that is no user name names a user of its own
+            where, user = "user", caller.user(name_for_user_field(body_user) if body_user else None)
         if caller.key_user is None and self._known_case.get(user.lower()) != user:
             # a gateway's name: refused if it differs only in case from a user the run knows, whose
             # folders (policy/users/NAME) it would share on a case-insensitive file system
@@ -861,7 +862,7 @@ class Serving:
         if want_ids and job.gen.prompt_ids is not None:
             first["prompt_token_ids"] = job.gen.prompt_ids
         yield chunk({"role": "assistant", "content": ""}, extra=first)
-        tools = job.gen.tools is not None or job.req.shows_call_markup  # markup is never content
+        tools = job.req.shows_call_markup  # call markup is never content, tools on or off
         text = ""  # everything the engine produced so far
         sent = 0  # characters of it sent as content
         held = False  # a tool call started: the rest is not content

@@ -193,12 +193,11 @@ def plot_metrics(log_dir: Path) -> Path | None:
         else:
             # an update whose groups all scored alike carries no RL reward: its groups' mean stands in
             keys = (key, "group_reward_mean") if key == "reward_mean" else (key,)
-            found = ((r["step"], next((r[k] for k in keys if _number(r.get(k))), None)) for r in train)
-            found_all = list(found)
-            pts = [(step, value) for step, value in found_all if value is not None]
+            found = [(r["step"], next((r[k] for k in keys if _number(r.get(k))), None)) for r in train]
+            pts = [(step, value) for step, value in found if value is not None]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3)
-            missing = [step for step, value in found_all if value is None]
+            missing = [step for step, value in found if value is None]
             if missing and key == "reward_mean":  # updates that trained on no reward (OPD part only)
                 for i, step in enumerate(missing):  # a line, not a point: they have no value to show
                     ax.axvline(

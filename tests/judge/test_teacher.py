@@ -12,6 +12,8 @@ from openclaw_rl.judge.teacher import LocalTeacher, hinted_messages, hinted_prom
 from openclaw_rl.runtime.chat_format import prompt_ids
 from openclaw_rl.types import NextState, Turn
 
+from ..helpers import weather_round
+
 HINT = "Write plain prose without bold text or numbered lists."
 
 
@@ -197,19 +199,7 @@ CLIENT_CONVERSATIONS = {
     "tools, after a call and its result": {
         "messages": [
             {"role": "system", "content": "You are an agent."},
-            {"role": "user", "content": "Weather in Oslo?"},
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "c1",
-                        "type": "function",
-                        "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
-                    }
-                ],
-            },
-            {"role": "tool", "tool_call_id": "c1", "content": "4C, light snow"},
+            *weather_round("c1", "4C, light snow"),
         ],
         "tools": [WEATHER_TOOL],
     },

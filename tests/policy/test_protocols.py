@@ -12,6 +12,7 @@ import json
 import httpx
 import pytest
 
+from ..helpers import weather_round
 from .conftest import KEY
 
 WEATHER = {
@@ -760,21 +761,7 @@ def test_call_markup_copied_from_history_is_never_reply_text_when_tools_are_off(
         ],
     )
     tool = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}
-    history = [
-        {"role": "user", "content": "Weather in Oslo?"},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_1", "content": "rainy"},
-    ]
+    history = weather_round()
     client = _openai(url)
     for extra in ({"tools": [tool], "tool_choice": "none"}, {}):
         reply = client.chat.completions.create(model="m", messages=history, max_tokens=4, **extra)
@@ -858,17 +845,7 @@ def test_a_reply_starting_with_copied_markup_reads_the_same_streamed_and_whole(t
     svc, url = tiny_service
     markup = '_call>{"name": "get_weather", "arguments": {}}</tool_call>'
     _engine_writes(monkeypatch, svc, ["\n\n<tool", markup, "\n\nThe answer is 4"])
-    history = [
-        {"role": "user", "content": "Weather?"},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
-            ],
-        },
-        {"role": "tool", "tool_call_id": "c1", "content": "rainy"},
-    ]
+    history = weather_round("c1", arguments="{}")
     client = _openai(url)
     whole = (
         client.chat.completions.create(model="m", messages=history, max_tokens=4).choices[0].message.content
