@@ -22,6 +22,7 @@ from pathlib import Path
 from openclaw_rl.config import Config
 from openclaw_rl.launcher.status import existing_store
 from openclaw_rl.runtime.metrics import drop_user_rows
+from openclaw_rl.runtime.policy_admin import SERVICE_URL_META, forget_user, service_url
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import Store
 from openclaw_rl.runtime.users import UserError, UserStats, adapter_meta, check_user_name, issue_key
@@ -140,6 +141,7 @@ def users_delete(cfg: Config, name: str, yes: bool = False) -> int:
             print(f"error: the run knows no user {name!r}", file=sys.stderr)
             return 1
         counts = store.delete_user(name)
+        policy_url = service_url(cfg, store.get_meta(SERVICE_URL_META))
     finally:
         store.close()
     files = 0
@@ -158,11 +160,9 @@ def users_delete(cfg: Config, name: str, yes: bool = False) -> int:
             "the next users delete (run it again once the run is stopped)",
             file=sys.stderr,
         )
-    from openclaw_rl.runtime.policy_admin import forget_user
-
     # A service not reached still records nothing more of a keyed user: their key is gone from the
     # store it checks before writing a turn.
-    err = forget_user(cfg, cfg.policy_service.local_url, name, timeout=5.0)
+    err = forget_user(cfg, policy_url, name, timeout=5.0)
     print(
         "the running policy service stopped any request of theirs in flight and dropped their adapter from memory"
         if err is None

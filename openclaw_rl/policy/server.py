@@ -30,6 +30,7 @@ from openclaw_rl.policy.serving import Serving
 from openclaw_rl.policy.transformers_engine import TransformersEngine
 from openclaw_rl.policy.weights import WeightLoadError
 from openclaw_rl.runtime.loop_main import run_loop_body
+from openclaw_rl.runtime.policy_admin import SERVICE_URL_META
 from openclaw_rl.runtime.rundir import PublishedPolicy, RunDir
 from openclaw_rl.runtime.store import Store
 
@@ -83,6 +84,7 @@ class PolicyService:
         port = sock.getsockname()[1]
         host = self.pcfg.host
         self.url = f"http://{self.pcfg.connect_host}:{port}"
+        self.store.set_meta(SERVICE_URL_META, self.url)
         config = uvicorn.Config(
             app,
             log_level="warning",

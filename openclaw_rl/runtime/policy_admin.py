@@ -21,6 +21,16 @@ from openclaw_rl.runtime.rundir import RunDir
 # tens of seconds. The trainer waits this long (plus a margin) for its last swap before it exits.
 SWAP_TIMEOUT_S = 60.0
 
+#: Store meta key: where the policy service serving this run was last reached (its URL), written
+#: when it binds. A service started with ``serve --port`` is not where the config says, and the
+#: verbs run beside it (``users delete``) must still find it.
+SERVICE_URL_META = "service_url"
+
+
+def service_url(cfg: Config, recorded: object) -> str:
+    """Where the run's policy service is: the URL it recorded at start, else the config's."""
+    return recorded if isinstance(recorded, str) and recorded else cfg.policy_service.local_url
+
 
 def admin_post(cfg: Config, policy_url: str, route: str, body: dict[str, Any], timeout: float) -> str | None:
     """POST an admin route of the policy service at ``policy_url``; an error message, or None."""

@@ -127,9 +127,14 @@ def test_export_then_delete_leaves_nothing_that_names_them(live, tmp_path, tiny_
     loose = [str(p) for p in exported if p.stat().st_mode & 0o077]
     assert not loose, loose
 
+    assert svc.engine._adapters is not None and NAME in svc.engine._adapters.slot_of  # resident
     out = _cli(config, "delete", NAME)
     assert out.returncode == 0, out.stderr
     said = out.stdout
+    # the service listens on a random port (the config says 0): the CLI found it where it recorded
+    # itself, and it dropped the adapter from memory
+    assert "dropped their adapter from memory" in said
+    assert NAME not in svc.engine._adapters.slot_of and NAME not in svc.engine._adapters.sources
     assert f"user {NAME} deleted" in said and "turns=2" in said and "feedback=1" in said and "key=1" in said
     assert "metrics_rows=1" in said and "files=" in said
     # their key is refused at once, by the service that is still running
@@ -153,13 +158,8 @@ def test_export_then_delete_leaves_nothing_that_names_them(live, tmp_path, tiny_
     assert RunDir.of(load_config(config)).read_published_policy(OTHER) is not None
     assert any(OTHER in line for line in (log_dir / "metrics.jsonl").read_text().splitlines())
     assert svc.store.user_stats(OTHER, "x").turns == 2
-    # the CLI tells a running service to drop the adapter from memory (here the service listens on
-    # a random port, so the route is called as the CLI calls it, with the service's URL)
     from openclaw_rl.runtime.policy_admin import forget_user
 
-    assert svc.engine._adapters is not None and NAME in svc.engine._adapters.slot_of  # was resident
-    assert forget_user(load_config(config), url, NAME) is None
-    assert NAME not in svc.engine._adapters.slot_of and NAME not in svc.engine._adapters.sources
     assert forget_user(load_config(config), url, "../../x") is not None  # no user is named so: a 400
     # a gateway naming the same name again gets a new user: the base, not the deleted adapter
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "user": NAME}
@@ -196,8 +196,8 @@ def test_deleting_a_user_mid_reply_stops_it_and_keeps_nothing_of_it(live):
     import threading
 
     done: dict[str, subprocess.CompletedProcess[str]] = {}
-    # the CLI finds the service at the config's port: point it at the test's (a random one)
-    config.write_text(config.read_text().replace("port = 0", f"port = {url.rsplit(':', 1)[1]}"))
+    # the config says port 0 (the service took a random one, as `serve --port` moves it): the CLI
+    # finds the service where it recorded itself, not at the config's port
     cfg = load_config(config)
     worker = threading.Thread(target=lambda: done.setdefault("out", _cli(config, "delete", NAME)))
     worker.start()
