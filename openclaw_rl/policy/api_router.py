@@ -44,11 +44,12 @@ import contextlib
 import hmac
 import json
 import logging
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -99,16 +100,35 @@ def _utf8(value: str) -> str:
         return value  # not UTF-8 bytes: keep what came
 
 
+def _session_header(value: str) -> str:
+    """An ``X-Session-Id`` as a client sends it: raw UTF-8, or percent-encoded as :func:`session_headers`
+    writes it (so the answer's header can be sent back as it is). A ``%`` that starts no escape of
+    UTF-8 is kept."""
+    if "%" not in value:
+        return value
+    try:
+        return unquote(value, errors="strict")
+    except UnicodeDecodeError:
+        return value
+
+
 def _headers(request: Request) -> dict[str, str]:
     """A request's headers under lower-case names, as the serving layer reads them."""
-    return {k.lower(): _utf8(v) for k, v in request.headers.items()}
+    out = {k.lower(): _utf8(v) for k, v in request.headers.items()}
+    if "x-session-id" in out:
+        out["x-session-id"] = _session_header(out["x-session-id"])
+    return out
+
+
+# printable ASCII but "%": what an answer's X-Session-Id carries as it is
+_HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 
 
 def session_headers(session_id: str, turn_index: int) -> dict[str, str]:
     """The ``X-Session-Id`` / ``X-Turn-Index`` headers of an answer. A header holds only Latin-1, so an
-    id with other characters ("我的会话") comes back percent-encoded as UTF-8 (the body's
-    ``session_id`` has it as sent)."""
-    sid = session_id if session_id.isascii() else quote(session_id, safe="")
+    id with other characters ("我的会话") comes back percent-encoded as UTF-8, and a ``%`` of the id as
+    ``%25`` so that the two cannot read alike (the body's ``session_id`` has it as sent)."""
+    sid = quote(session_id, safe=_HEADER_SAFE)
     return {"X-Session-Id": sid, "X-Turn-Index": str(turn_index)}
 
 
@@ -223,6 +243,30 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise too_large(f"more than {limit}")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+class RequestIds:
+    """ASGI middleware: every answer carries a fresh id in ``x-request-id`` (what the openai SDK
+    reads as ``_request_id``) and ``request-id`` (the anthropic SDK's), and a refused request's log
+    line names it, so a client's report of a failure finds its line in the service's log."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = f"req_{uuid.uuid4().hex}"
+        scope.setdefault("state", {})["request_id"] = rid
+
+        async def send_with_id(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                ids = [(b"x-request-id", rid.encode()), (b"request-id", rid.encode())]
+                message["headers"] = [*message.get("headers", []), *ids]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
 
 
 def _error(exc: APIError, request: Request) -> JSONResponse:
@@ -367,12 +411,17 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
     app = FastAPI(
         title="openclaw-rl policy service", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
+    app.add_middleware(RequestIds)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
         # messages may quote client input: escaped so a request cannot forge log lines
         log.info(
-            "[policy_service] %d on %s: %s", exc.status, request.url.path, escape_for_log(exc.message, 300)
+            "[policy_service] %d on %s (%s): %s",
+            exc.status,
+            request.url.path,
+            getattr(request.state, "request_id", "-"),
+            escape_for_log(exc.message, 300),
         )
         return _error(exc, request)
 

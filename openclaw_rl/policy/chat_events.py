@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ class ChatEvent:
 
     text: str = ""
     tool_calls: list[dict[str, Any]] | None = None
+    logprobs: list[dict[str, Any]] = field(default_factory=list)  # the text's entries, when asked for
     finish: str | None = None
     error: dict[str, Any] | None = None
 
@@ -52,8 +53,9 @@ async def chat_events(serving: Serving, job: Job) -> AsyncIterator[ChatEvent]:
                 delta.get("tool_calls"),
                 choices[0].get("finish_reason"),
             )
-            if text or calls or finish:
-                yield ChatEvent(text=text, tool_calls=calls, finish=finish)
+            logprobs = (choices[0].get("logprobs") or {}).get("content") or []
+            if text or calls or finish or logprobs:
+                yield ChatEvent(text=text, tool_calls=calls, finish=finish, logprobs=logprobs)
 
 
 def token_counts(job: Job) -> tuple[int, int]:

@@ -310,6 +310,17 @@ def _tool_block(call: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _usage_block(prompt: int, generated: int) -> dict[str, int]:
+    """Anthropic's ``usage``: its cache counts are always numbers (clients add them up), 0 here: this
+    service has no prompt caching a client controls."""
+    return {
+        "input_tokens": prompt,
+        "output_tokens": generated,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
+
+
 class MessagesCall:
     """One ``/v1/messages`` request: parse, start the chat job, render."""
 
@@ -355,7 +366,7 @@ class MessagesCall:
 
     def _usage(self) -> dict[str, int]:
         prompt, generated = token_counts(self.job)
-        return {"input_tokens": prompt, "output_tokens": generated}
+        return _usage_block(prompt, generated)
 
     async def complete(self) -> dict[str, Any]:
         done = await self.serving.complete(self.job)
@@ -378,7 +389,7 @@ class MessagesCall:
         prompt = len(self.job.gen.prompt_ids or [])
         yield event(
             "message_start",
-            {"message": self._message([], None, {"input_tokens": prompt, "output_tokens": 0})},
+            {"message": self._message([], None, _usage_block(prompt, 0))},
         )
         yield event("ping", {})
         index, opened, calls, finish = 0, False, [], None

@@ -42,9 +42,13 @@ LenientModel = _Lenient
 class TextPart(_Lenient):
     type: str
     text: str | None = None
+    refusal: str | None = None
 
     @model_validator(mode="after")
     def _text_only(self) -> TextPart:
+        if self.type == "refusal" and self.refusal is not None:
+            # an assistant's refusal replayed as a part (OpenAI's history form): its words are its text
+            self.type, self.text = "text", self.refusal
         if self.type != "text" or self.text is None:
             raise ValueError(f"content part of type {self.type!r} is not supported; only text parts are")
         return self
@@ -556,7 +560,13 @@ def validation_message(exc: ValidationError) -> tuple[str, str | None]:
     found: list[tuple[str, str, bool]] = []  # (where, message, the text branch of a str | parts field)
     for err in exc.errors():
         if err["type"] == "json_invalid":
-            return f"request body is not valid JSON: {err.get('ctx', {}).get('error', err['msg'])}", None
+            why = str(err.get("ctx", {}).get("error", err["msg"]))
+            if why.startswith("recursion limit exceeded"):  # valid JSON, nested past what is parsed
+                return (
+                    f"request body is nested too deeply (over 200 levels of arrays or objects): {why}",
+                    None,
+                )
+            return f"request body is not valid JSON: {why}", None
         if not err["loc"] and err["type"] in ("model_type", "dict_type"):
             return f"the request body must be a JSON object, got {_json_kind(err.get('input'))}", None
         parts: list[str] = []

@@ -24,11 +24,12 @@ gateway, which may act for any of its users anyway (a gateway request that names
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -59,8 +60,39 @@ class ResponsesRequest(LenientModel):
     top_p: float = Field(1.0, ge=0, le=1)  # 0 as on chat: only the likeliest token
     user: str | None = Field(None, min_length=1, max_length=128)
     parallel_tool_calls: bool = True
+    #: "auto": a conversation that outgrows the window drops its oldest turns (after the
+    #: instructions) until it fits, as OpenAI does; "disabled": it is a 400 context_length_exceeded
+    truncation: Literal["auto", "disabled"] = "disabled"
     metadata: dict[str, Any] | None = None
     text: dict[str, Any] | None = None  # {"format": {...}}: text, json_object or json_schema
+    include: list[str] | None = None  # "message.output_text.logprobs" shows the reply's log-probs
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    # state kept elsewhere by OpenAI: refused, not ignored (the reply would silently lack it)
+    conversation: Any = None
+    prompt: Any = None
+
+    @field_validator("conversation")
+    @classmethod
+    def _no_conversation(cls, v: Any) -> Any:
+        if v is not None:
+            raise ValueError(
+                "conversations are not kept by this service; send the conversation in input, or "
+                "continue a response with previous_response_id"
+            )
+        return v
+
+    @field_validator("prompt")
+    @classmethod
+    def _no_prompt(cls, v: Any) -> Any:
+        if v is not None:
+            raise ValueError(
+                "stored prompt templates are not kept by this service; send instructions and input"
+            )
+        return v
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return "message.output_text.logprobs" in (self.include or [])
 
     @field_validator("text")
     @classmethod
@@ -376,6 +408,8 @@ def chat_body(req: ResponsesRequest, messages: list[dict[str, Any]]) -> dict[str
         body["parallel_tool_calls"] = False
     if req.response_format is not None:
         body["response_format"] = req.response_format
+    if req.wants_logprobs:
+        body["logprobs"], body["top_logprobs"] = True, req.top_logprobs or 0
     return body
 
 
@@ -412,6 +446,8 @@ class ResponsesCall:
             kept = [(m, "previous_response_id") for m in chain.messages if m["role"] != "system"]
             system = [(m, o) for m, o in new if m["role"] == "system"]
             new = [*system, *kept, *[(m, o) for m, o in new if m["role"] != "system"]]
+        if req.truncation == "auto":
+            new = await self._fit(new)
         self.messages = [m for m, _ in new]
         body = json.dumps(chat_body(req, self.messages)).encode()
         try:
@@ -420,23 +456,49 @@ class ResponsesCall:
             raise exc.renamed(fields_by_origin([o for _, o in new], CHAT_TO_RESPONSES)) from None
         return self.job
 
+    async def _fit(self, new: list[tuple[dict[str, Any], str]]) -> list[tuple[dict[str, Any], str]]:
+        """``truncation = "auto"``: drop the oldest whole turns (from one user message to the next, so
+        a call and its result go together) after the instructions until the prompt fits the window;
+        the newest turn always stays. Without a local tokenizer (a forwarding engine's model) nothing
+        is dropped and the engine's own refusal is the answer."""
+        limit = self.serving.pcfg.max_model_len
+        while True:
+            body = json.dumps(chat_body(self.req, [m for m, _ in new])).encode()
+            try:
+                n = await asyncio.to_thread(self.serving.count_tokens, body, self.headers)
+            except APIError:  # no tokenizer here, or a body the chat check refuses: start_job says why
+                return new
+            first = next((i for i, (m, _) in enumerate(new) if m["role"] != "system"), len(new))
+            nxt = next((i for i in range(first + 1, len(new)) if new[i][0]["role"] == "user"), None)
+            if n < limit or nxt is None:
+                return new
+            del new[first:nxt]
+
     # ------------------------------------------------------------------ rendering
-    def _output(self, text: str, calls: list[dict[str, Any]] | None, status: str) -> list[dict[str, Any]]:
+    def _output(
+        self,
+        text: str,
+        calls: list[dict[str, Any]] | None,
+        status: str,
+        logprobs: list[dict[str, Any]] | None = None,
+    ) -> list[dict[str, Any]]:
         """The output items; the message is ``incomplete`` when the reply was cut by the token limit."""
         out: list[dict[str, Any]] = []
         if text or not calls:
-            out.append(self._message_item(text, status))
+            out.append(self._message_item(text, status, logprobs))
         for c in calls or []:
             out.append(self._call_item(c, "completed"))
         return out
 
-    def _message_item(self, text: str, status: str) -> dict[str, Any]:
+    def _message_item(
+        self, text: str, status: str, logprobs: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
         return {
             "type": "message",
             "id": f"msg_{self.id[5:29]}",
             "status": status,
             "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}]
             if text
             else [],
         }
@@ -489,7 +551,8 @@ class ResponsesCall:
             "user": req.user,
             "metadata": req.metadata or {},
             "text": {"format": (req.text or {}).get("format") or {"type": "text"}},
-            "truncation": "disabled",
+            "top_logprobs": req.top_logprobs,
+            "truncation": req.truncation,
             "policy_version": self.job.final.policy_version if self.job.final is not None else None,
             "session_id": self.job.assign.client_session_id,
             "turn_index": self.job.assign.turn_index,
@@ -513,7 +576,8 @@ class ResponsesCall:
         text, calls = message.get("content") or "", message.get("tool_calls")
         finish = done["choices"][0]["finish_reason"]
         status = "incomplete" if finish == "length" else "completed"
-        response = self.response(status, self._output(text, calls, status), finish)
+        logprobs = (done["choices"][0].get("logprobs") or {}).get("content")
+        response = self.response(status, self._output(text, calls, status, logprobs), finish)
         self._keep(text, calls, response)
         return response
 
@@ -530,6 +594,7 @@ class ResponsesCall:
         yield event("response.created", response=self.response("in_progress", []))
         yield event("response.in_progress", response=self.response("in_progress", []))
         text, calls, finish = "", None, None
+        logprobs: list[dict[str, Any]] = []
         item_id = f"msg_{self.id[5:29]}"
         opened = False
         async for ev in chat_events(self.serving, self.job):
@@ -554,13 +619,14 @@ class ResponsesCall:
                         part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
                     )
                 text += ev.text
+                logprobs += ev.logprobs
                 yield event(
                     "response.output_text.delta",
                     item_id=item_id,
                     output_index=0,
                     content_index=0,
                     delta=ev.text,
-                    logprobs=[],
+                    logprobs=ev.logprobs,
                 )
             if ev.tool_calls:
                 calls = [{k: v for k, v in c.items() if k != "index"} for c in ev.tool_calls]
@@ -571,7 +637,7 @@ class ResponsesCall:
                 yield event(
                     "response.output_item.added", output_index=0, item=self._message_item("", "in_progress")
                 )
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
             if opened:
                 yield event(
                     "response.output_text.done",
@@ -579,13 +645,15 @@ class ResponsesCall:
                     output_index=0,
                     content_index=0,
                     text=text,
-                    logprobs=[],
+                    logprobs=logprobs,
                 )
                 yield event(
                     "response.content_part.done", item_id=item_id, output_index=0, content_index=0, part=part
                 )
             done = "incomplete" if finish == "length" else "completed"
-            yield event("response.output_item.done", output_index=0, item=self._message_item(text, done))
+            yield event(
+                "response.output_item.done", output_index=0, item=self._message_item(text, done, logprobs)
+            )
         first = 1 if (opened or not calls) else 0
         for k, call in enumerate(calls or []):
             index = first + k

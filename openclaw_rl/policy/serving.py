@@ -188,6 +188,29 @@ def _logprob_entries(event: Delta) -> list[dict[str, Any]]:
     ]
 
 
+class _ShownLogprobs:
+    """Log-prob entries shown to a client only once the text they spell is: a stop string's first
+    tokens, half a character cut off by ``max_tokens`` and call markup are sampled but never content,
+    so their entries never show, and a client's joined entries spell its content (as OpenAI's do)."""
+
+    def __init__(self) -> None:
+        self._waiting: list[dict[str, Any]] = []
+        self._shown_bytes = 0
+
+    def add(self, entries: list[dict[str, Any]]) -> None:
+        self._waiting += entries
+
+    def release(self, content: str) -> list[dict[str, Any]]:
+        """The waiting entries that fit, with those shown before, within ``content`` (shown so far)."""
+        room = len(content.encode("utf-8"))
+        out: list[dict[str, Any]] = []
+        while self._waiting and self._shown_bytes + len(self._waiting[0]["bytes"]) <= room:
+            entry = self._waiting.pop(0)
+            self._shown_bytes += len(entry["bytes"])
+            out.append(entry)
+        return out
+
+
 def _history(req: ChatCompletionRequest) -> list[ChatMessage]:
     """The conversation before this turn's reply: a prefilled reply's start is part of the reply."""
     return req.messages[:-1] if req.continue_final_message else req.messages
@@ -503,6 +526,9 @@ class Serving:
             await self._gate().wait()  # open unless a lock-step run is training
             sid = headers.get("x-session-id") or req.session_id
             where = "X-Session-Id" if headers.get("x-session-id") else "session_id"  # as the client sent it
+            # HTTP drops a header's surrounding spaces: the body's id loses them too, so both forms
+            # of " work" name one session (and the answer's header can hold it)
+            sid = sid.strip() if sid is not None else None
             if sid is not None and not (0 < len(sid) <= 256):
                 raise APIError(400, f"{where} must be 1-256 characters", param=where)
             if sid is not None:
@@ -541,7 +567,16 @@ class Serving:
                 )
             truth = _truth_header(headers.get("x-turn-truth"))
             clean = (lambda text: clean_user_text(text, rules)) if rules else None
-            assign = self.sessions.assign(_history(req), sid, ttype, done, user, clean)  # type: ignore[arg-type]
+            # off the event loop: stitching reads the store and hashes the conversation's prefixes
+            assign = await asyncio.to_thread(
+                self.sessions.assign,
+                _history(req),
+                sid,
+                ttype,  # type: ignore[arg-type]
+                done,
+                user,
+                clean,
+            )
             assign.episode = episode
             if assign.next_state is not None and truth is not None:
                 assign.next_state.truth = truth
@@ -782,13 +817,13 @@ class Serving:
 
     async def complete(self, job: Job) -> dict[str, Any]:
         """Wait for the whole generation and build a ``chat.completion`` object."""
-        logprobs: list[dict[str, Any]] = []
+        logprobs = _ShownLogprobs()
         while True:
             event = await job.events.get()
             if isinstance(event, APIError):
                 raise event
             if isinstance(event, Delta):
-                logprobs += _logprob_entries(event)
+                logprobs.add(_logprob_entries(event))
                 continue
             if event.error is not None:
                 raise APIError(500, event.error, type_="server_error")
@@ -804,7 +839,7 @@ class Serving:
             "index": 0,
             "message": message,
             "finish_reason": self.finish_reason(job),
-            "logprobs": {"content": logprobs} if job.req.logprobs else None,
+            "logprobs": {"content": logprobs.release(job.content or "")} if job.req.logprobs else None,
         }
         out: dict[str, Any] = {
             "id": job.id,
@@ -823,12 +858,20 @@ class Serving:
         return out
 
     @staticmethod
-    def _usage(final: Final) -> dict[str, int]:
+    def _usage(final: Final) -> dict[str, Any]:
         n = len(final.response_ids)
         return {
             "prompt_tokens": len(final.prompt_ids),
             "completion_tokens": n,
             "total_tokens": len(final.prompt_ids) + n,
+            # objects, never null, as OpenAI's (clients read usage.prompt_tokens_details.cached_tokens)
+            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": 0,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
         }
 
     async def stream(self, job: Job) -> AsyncGenerator[str, None]:
@@ -866,6 +909,7 @@ class Serving:
         text = ""  # everything the engine produced so far
         sent = 0  # characters of it sent as content
         held = False  # a tool call started: the rest is not content
+        logprobs = _ShownLogprobs()
         while True:
             event = await job.events.get()
             if isinstance(event, APIError) or (isinstance(event, Final) and event.error is not None):
@@ -890,7 +934,8 @@ class Serving:
             piece = text[sent:safe] if safe > sent else ""
             sent = max(sent, safe)
             extra: dict[str, Any] = {}
-            shown = _logprob_entries(event) if job.req.logprobs else []
+            logprobs.add(_logprob_entries(event) if job.req.logprobs else [])
+            shown = logprobs.release(text[:sent])
             if shown:
                 extra["logprobs"] = {"content": shown}
             if want_ids:  # with their log-probs, those of tokens beyond the reply (an end token) too
@@ -899,13 +944,16 @@ class Serving:
                 yield chunk({"content": piece} if piece else {}, choice_extra=extra)
         final = job.final
         assert final is not None
+        # the entries of text only the end released (a held stop-string start that was not one)
+        shown = logprobs.release(job.content or "")
+        rest = {"logprobs": {"content": shown}} if shown else None
         if job.tool_calls and job.req.legacy_functions:
-            yield chunk({"function_call": job.tool_calls[0]["function"]})
+            yield chunk({"function_call": job.tool_calls[0]["function"]}, choice_extra=rest)
         elif job.tool_calls:
             calls = [{"index": i, **c} for i, c in enumerate(job.tool_calls)]
-            yield chunk({"tool_calls": calls})
-        elif sent < len(job.content or ""):
-            yield chunk({"content": (job.content or "")[sent:]})
+            yield chunk({"tool_calls": calls}, choice_extra=rest)
+        elif sent < len(job.content or "") or rest:
+            yield chunk({"content": (job.content or "")[sent:]}, choice_extra=rest)
         yield chunk({}, finish=self.finish_reason(job), extra={"policy_version": final.policy_version})
         if job.req.stream_options is not None and job.req.stream_options.include_usage:
             body = {

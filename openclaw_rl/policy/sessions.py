@@ -106,11 +106,30 @@ def canonical(
     return (role, text.strip(), _canon_calls(tool_calls))
 
 
-def digest(items: list[tuple[str, str, list[tuple[str, str]]]], user: str = DEFAULT_USER) -> str:
-    text = json.dumps(items, ensure_ascii=False)
-    if user != DEFAULT_USER:
-        text = json.dumps(user) + text
-    return hashlib.sha256(text.encode()).hexdigest()
+Item = tuple[str, str, list[tuple[str, str]]]
+
+
+def digest(items: list[Item], user: str = DEFAULT_USER) -> str:
+    """The key a conversation (its canonical items) is remembered under, for ``user``."""
+    return prefix_digests(items, [len(items)], user)[0]
+
+
+def prefix_digests(items: list[Item], ends: list[int], user: str = DEFAULT_USER) -> list[str]:
+    """:func:`digest` of ``items[:end]`` for each of ``ends``, in one pass over the items: a request
+    of n messages has about n/2 candidate prefixes, and hashing each anew would cost n² (a client's
+    20,000-message body held the event loop for a minute). The text hashed is ``json.dumps`` of the
+    prefix, written piece by piece, so the keys equal those already stored."""
+    head = hashlib.sha256((json.dumps(user) if user != DEFAULT_USER else "").encode() + b"[")
+    wanted = set(ends)
+    at: dict[int, str] = {}
+    for n in range(len(items) + 1):
+        if n in wanted:
+            whole = head.copy()
+            whole.update(b"]")
+            at[n] = whole.hexdigest()
+        if n < len(items):
+            head.update(((", " if n else "") + json.dumps(items[n], ensure_ascii=False)).encode())
+    return [at[end] for end in ends]
 
 
 def next_state_of(messages: list[ChatMessage], clean: Callable[[str], str] | None = None) -> NextState | None:
@@ -171,11 +190,8 @@ class SessionManager:
         """The session of ``user`` whose remembered conversation is the longest prefix of ``messages``."""
         items = [canonical(m.role, m.text, m.tool_calls) for m in messages]
         # Longest first: every prefix that ends with an assistant message is a candidate.
-        keys = [
-            digest(items[:end], user)
-            for end in range(len(messages), 0, -1)
-            if messages[end - 1].role == "assistant"
-        ]
+        ends = [end for end in range(len(messages), 0, -1) if messages[end - 1].role == "assistant"]
+        keys = prefix_digests(items, ends, user)
         found: tuple[int, str] | None = None  # (index into keys, session)
         with self._lock:
             hit = next((n for n, key in enumerate(keys) if key in self._prefixes), len(keys))

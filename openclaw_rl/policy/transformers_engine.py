@@ -722,9 +722,10 @@ class TransformersEngine(Engine):
                 row.text = row.text.rstrip("\ufffd")
                 row.emitted = min(row.emitted, len(row.text))
         if row.finish is None:
-            safe = len(row.text) - _stop_holdback(row.text, p.stop)
-            if row.text.endswith("\ufffd"):  # half of a multi-byte character: wait for the rest
-                safe = min(safe, len(row.text) - 1)
+            # half of a multi-byte character (a trailing U+FFFD) waits for the rest, and is no part of
+            # the text a stop string may be beginning in: "美丽英" + half of "国" holds "美丽英" back
+            whole = row.text.rstrip("\ufffd")
+            safe = len(whole) - _stop_holdback(whole, p.stop)
         else:
             safe = len(row.text)
         chunk = row.text[row.emitted : safe] if safe > row.emitted else ""

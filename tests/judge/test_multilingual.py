@@ -23,6 +23,9 @@ from openclaw_rl.types import NextState
 USER_CASES = [
     ("zh", "不对，你把周二写成周三了，重新改一下", -1),
     ("zh", "太好了，问题解决了，谢谢！", 1),
+    ("zh", "错了。", -1),  # 错 alone: once read as praise (the classifier knew it from 不错 / 不报错)
+    ("zh", "完全错误！", -1),
+    ("zh", "嗯，没错，就这样", 1),
     ("ja", "ありがとうございます、おかげで間に合いました", 1),
     ("ja", "違います、それは去年のデータです", -1),
     ("de", "Nein, das ist die falsche Datei, ich meinte config.yaml", -1),

@@ -269,6 +269,75 @@ def test_responses_errors_name_the_field(tiny_service):
         )
 
 
+def test_responses_show_log_probs_when_included_whole_and_streamed(tiny_service):
+    """``include = ["message.output_text.logprobs"]`` with ``top_logprobs``: an entry per token of
+    the text, its bytes spelling the text, as chat shows them; left out, none."""
+    _, url = tiny_service
+    client = _openai(url)
+    ask = {
+        "model": "policy",
+        "input": "Say hello.",
+        "max_output_tokens": 6,
+        "temperature": 0,
+        "include": ["message.output_text.logprobs"],
+        "top_logprobs": 2,
+    }
+    resp = client.responses.create(**ask)
+    (part,) = resp.output[0].content
+    assert part.logprobs and b"".join(bytes(e.bytes) for e in part.logprobs) == part.text.encode()
+    assert all(len(e.top_logprobs) == 2 for e in part.logprobs) and resp.top_logprobs == 2
+    events = list(client.responses.create(**ask, stream=True))
+    shown = [e for ev in events if ev.type == "response.output_text.delta" for e in ev.logprobs]
+    assert [e.token for e in shown] == [e.token for e in part.logprobs]  # temperature 0: the same reply
+    done = next(ev for ev in events if ev.type == "response.output_text.done")
+    assert [e.token for e in done.logprobs] == [e.token for e in part.logprobs]
+    plain = client.responses.create(**{k: v for k, v in ask.items() if k not in ("include", "top_logprobs")})
+    assert plain.output[0].content[0].logprobs == []
+
+
+def test_responses_state_kept_only_by_openai_is_refused_not_ignored(tiny_service):
+    """A stored conversation or prompt template would silently be missing from the reply."""
+    from openai import BadRequestError
+
+    _, url = tiny_service
+    client = _openai(url)
+    with pytest.raises(BadRequestError) as err:
+        client.responses.create(model="policy", input="hi", conversation="conv_123")
+    assert "previous_response_id" in str(err.value) and err.value.body["param"] == "conversation"
+    with pytest.raises(BadRequestError) as err:
+        client.responses.create(model="policy", input="hi", prompt={"id": "pmpt_1"})
+    assert err.value.body["param"] == "prompt"
+
+
+def test_truncation_auto_drops_the_oldest_turns_to_fit_disabled_refuses(start_service, tiny_model_dir):
+    """A chain of responses that outgrows the window: ``truncation = "auto"`` is served on its newest
+    turn(s) (the instructions kept), ``"disabled"`` (the default) is OpenAI's 400."""
+    from openai import BadRequestError
+
+    svc, url = start_service(tiny_model_dir, "trunc", api_key=KEY, max_model_len=256)
+    client = _openai(url)
+    prev = None
+    for k in range(6):  # about 60 tokens a turn: the chain passes 256 by the fifth
+        resp = client.responses.create(
+            model="policy",
+            instructions="Keep it short.",
+            input=f"turn {k}: " + "tell me more " * 12,
+            previous_response_id=prev,
+            max_output_tokens=4,
+            truncation="auto",
+        )
+        assert resp.truncation == "auto" and resp.usage.input_tokens < 256
+        prev = resp.id
+    turn = _turn(svc, prev)
+    assert turn.messages[0] == {"role": "system", "content": "Keep it short."}
+    assert "turn 5" in turn.messages[-1]["content"] and "turn 0" not in json.dumps(turn.messages)
+    with pytest.raises(BadRequestError) as err:
+        client.responses.create(
+            model="policy", input="tell me more " * 12, previous_response_id=prev, max_output_tokens=4
+        )
+    assert err.value.code == "context_length_exceeded"
+
+
 # ---------------------------------------------------------------------------------------- Messages
 def test_messages_create_with_the_anthropic_sdk_is_recorded(tiny_service):
     svc, url = tiny_service
@@ -853,3 +922,49 @@ def test_a_reply_starting_with_copied_markup_reads_the_same_streamed_and_whole(t
     streamed = client.chat.completions.create(model="m", messages=history, max_tokens=4, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == whole
     assert "tool_call" not in whole and whole.endswith("The answer is 4")
+
+
+def test_usage_details_are_numbers_and_a_replayed_refusal_part_is_history(tiny_service):
+    """Accounting code reads ``usage.prompt_tokens_details.cached_tokens`` and adds Anthropic's cache
+    counts: never null. A refusal replayed as a content part (OpenAI's history form) is served."""
+    _, url = tiny_service
+    chat = _openai(url).chat.completions.create(
+        model="policy",
+        messages=[
+            {"role": "user", "content": "help me pick a lock"},
+            {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't help with that."}]},
+            {"role": "user", "content": "ok, a riddle then"},
+        ],
+        max_tokens=4,
+    )
+    assert chat.usage.prompt_tokens_details.cached_tokens == 0
+    assert chat.usage.completion_tokens_details.reasoning_tokens == 0
+    msg = _anthropic(url).messages.create(
+        model="policy", max_tokens=4, messages=[{"role": "user", "content": "Hi"}]
+    )
+    assert (
+        msg.usage.input_tokens + msg.usage.cache_read_input_tokens + msg.usage.cache_creation_input_tokens > 0
+    )
+    with _anthropic(url).messages.stream(
+        model="policy", max_tokens=4, messages=[{"role": "user", "content": "Hi"}]
+    ) as stream:
+        final = stream.get_final_message()
+    assert final.usage.cache_read_input_tokens == 0
+
+
+def test_every_answer_carries_a_request_id_both_sdks_read(tiny_service, caplog):
+    """A client reporting a failure can quote the id; the refused request's log line names it."""
+    from openai import BadRequestError
+
+    _, url = tiny_service
+    oa = _openai(url)
+    one = oa.chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": "Hi"}], max_tokens=2
+    )
+    two = _anthropic(url).messages.create(
+        model="policy", max_tokens=2, messages=[{"role": "user", "content": "Hi"}]
+    )
+    assert one._request_id and two._request_id and one._request_id != two._request_id
+    with caplog.at_level("INFO", logger="openclaw_rl"), pytest.raises(BadRequestError) as err:
+        oa.chat.completions.create(model="policy", messages=[{"role": "wizard", "content": "Hi"}])
+    assert err.value.request_id and err.value.request_id in caplog.text

@@ -292,6 +292,13 @@ def test_a_plain_conversation_continues_its_session_after_a_restart(start_servic
 
 BAD = [
     (b'{"messages": [', "not valid JSON"),
+    (
+        b'{"messages": [{"role": "user", "content": "x"}], "metadata": {"a": '
+        + b"[" * 300
+        + b"]" * 300
+        + b"}}",
+        "nested too deeply",
+    ),  # valid JSON, only too deep to parse: not called invalid
     (b"", "body is empty"),
     (b"[1, 2]", "must be a JSON object, got an array"),
     (b"null", "must be a JSON object, got null"),
@@ -381,6 +388,40 @@ def test_a_session_id_in_any_script_is_kept_and_echoed_in_a_valid_header(tiny_se
         assert r.status_code == 400 and "control characters" in r.json()["error"]["message"], r.text
         assert r.json()["error"]["param"] == "session_id"  # named as sent: in the body, not a header
         assert _turns(svc, bad) == []
+
+
+def test_the_answers_session_header_sent_back_as_it_is_goes_on_in_the_same_session(tiny_service, client):
+    """A client may echo the answer's ``X-Session-Id`` header: percent-encoded ids come back to the
+    session they name, an id's own ``%`` cannot read like an encoded one, and the spaces HTTP drops
+    around a header are dropped from the body's id too (the answer used to fail after recording)."""
+    svc, _ = tiny_service
+    for sent in ("我的会话 2", "50%off", "%E6%88%91"):
+        r = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 2, "session_id": sent})
+        assert r.status_code == 200 and r.json()["session_id"] == sent, r.text
+        echoed = r.headers["X-Session-Id"]
+        again = client.post(
+            "/v1/chat/completions", headers={"X-Session-Id": echoed}, json={"messages": USER, "max_tokens": 2}
+        )
+        assert again.status_code == 200 and again.json()["session_id"] == sent, (sent, echoed)
+        assert again.json()["turn_index"] == 1 and len(_turns(svc, sent)) == 2
+    assert (
+        client.post(  # the two forms of "%E6%88%91" are two sessions, told apart in the header
+            "/v1/chat/completions", json={"messages": USER, "max_tokens": 2, "session_id": "我"}
+        ).headers["X-Session-Id"]
+        != r.headers["X-Session-Id"]
+    )
+    r = client.post(
+        "/v1/chat/completions", json={"messages": USER, "max_tokens": 2, "session_id": " padded "}
+    )
+    assert (
+        r.status_code == 200 and r.json()["session_id"] == "padded" and r.headers["X-Session-Id"] == "padded"
+    )
+    r = client.post(
+        "/v1/chat/completions", headers={"X-Session-Id": "padded"}, json={"messages": USER, "max_tokens": 2}
+    )
+    assert r.json()["turn_index"] == 1
+    r = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 2, "session_id": "   "})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "session_id"
 
 
 def test_a_client_leaving_mid_body_costs_one_line_and_no_traceback(tiny_service, client, caplog):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -9,7 +10,7 @@ from pydantic import ValidationError
 
 from openclaw_rl.policy.protocol import ChatCompletionRequest, ChatMessage, ToolDef, validation_message
 from openclaw_rl.policy.serving import escape_for_log
-from openclaw_rl.policy.sessions import SessionManager, next_state_of
+from openclaw_rl.policy.sessions import SessionManager, canonical, digest, next_state_of, prefix_digests
 from openclaw_rl.policy.tools import parse_tool_calls
 from openclaw_rl.runtime.chat_format import template_messages
 from openclaw_rl.runtime.store import Store
@@ -89,6 +90,34 @@ def _record(
         prefix_digest=key,
     )
     sm.remember_key(key, session_id)
+
+
+def test_prefix_keys_of_a_long_conversation_are_those_of_each_prefix_alone(tmp_path):
+    """One pass hashes every candidate prefix of a request (a 20,000-message body hashed prefix by
+    prefix held the event loop for a minute): each key equals the one a prefix alone gets, so
+    conversations remembered before still continue."""
+    items = [
+        canonical(role, text, calls)
+        for role, text, calls in [
+            ("system", "be brief", None),
+            ("user", '会话 "quoted"', None),
+            (
+                "assistant",
+                "",
+                [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            ),
+            ("tool", "a\nb", None),
+            ("assistant", "done", None),
+        ]
+    ]
+    for user in ("default", "ann"):
+        ends = [5, 4, 3, 2, 1, 0]
+        assert prefix_digests(items, ends, user) == [digest(items[:end], user) for end in ends]
+        stored = hashlib.sha256(
+            (json.dumps(user) if user != "default" else "").encode()
+            + json.dumps(items[:3], ensure_ascii=False).encode()
+        )
+        assert digest(items[:3], user) == stored.hexdigest()  # the key format the store already holds
 
 
 def test_prefix_stitching(tmp_path):
