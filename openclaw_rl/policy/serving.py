@@ -904,7 +904,11 @@ class Serving:
         want_ids = job.req.return_token_ids
         if want_ids and job.gen.prompt_ids is not None:
             first["prompt_token_ids"] = job.gen.prompt_ids
-        yield chunk({"role": "assistant", "content": ""}, extra=first)
+        # with tools the reply may be calls alone, whose message content is null (as OpenAI's
+        # stream leaves it): the text, if any, starts the content with its first delta
+        yield chunk(
+            {"role": "assistant"} if job.gen.tools else {"role": "assistant", "content": ""}, extra=first
+        )
         tools = job.req.shows_call_markup  # call markup is never content, tools on or off
         text = ""  # everything the engine produced so far
         sent = 0  # characters of it sent as content

@@ -108,6 +108,21 @@ def test_tool_choice_required_streams_a_call_to_one_of_the_tools(tiny_service):
     _args_fit(arguments, {"set_unit": UNIT, "set_mode": MODE}[names[0]])
 
 
+def test_a_streamed_call_alone_leaves_content_null_as_the_whole_reply_does(tiny_service):
+    """The SDK's stream helper builds the message from the deltas: a reply that is only a call has
+    content None, as the non-streamed reply (and OpenAI's stream) has."""
+    _, url = tiny_service
+    client = _openai(url)
+    ask = {"model": "policy", "messages": ASK, "tools": [UNIT], "tool_choice": "required", "max_tokens": 80}
+    whole = client.chat.completions.create(**ask).choices[0].message
+    with client.chat.completions.stream(**ask) as stream:
+        streamed = stream.get_final_completion().choices[0].message
+    assert whole.tool_calls and streamed.tool_calls
+    assert whole.content is None and streamed.content is None
+    text = client.chat.completions.create(**{**ask, "tool_choice": "none", "max_tokens": 6}, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in text if c.choices)  # text still streams
+
+
 def test_a_json_schema_reply_parses_into_the_clients_model(tiny_service):
     _, url = tiny_service
     client = _openai(url)
