@@ -31,7 +31,7 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from openclaw_rl.policy.chat_events import chat_events, token_counts
 from openclaw_rl.policy.protocol import APIError, LenientModel, fields_by_origin, parse_body
@@ -42,6 +42,13 @@ if TYPE_CHECKING:
     from openclaw_rl.policy.identity import Caller
     from openclaw_rl.policy.serving import Job, Serving
     from openclaw_rl.runtime.store import StoredResponse
+
+
+_KEPT_ONLY_BY_OPENAI = {
+    "conversation": "conversations are not kept by this service; send the conversation in input, or "
+    "continue a response with previous_response_id",
+    "prompt": "stored prompt templates are not kept by this service; send instructions and input",
+}
 
 
 class ResponsesRequest(LenientModel):
@@ -71,23 +78,11 @@ class ResponsesRequest(LenientModel):
     conversation: Any = None
     prompt: Any = None
 
-    @field_validator("conversation")
+    @field_validator("conversation", "prompt")
     @classmethod
-    def _no_conversation(cls, v: Any) -> Any:
+    def _kept_only_by_openai(cls, v: Any, info: ValidationInfo) -> Any:
         if v is not None:
-            raise ValueError(
-                "conversations are not kept by this service; send the conversation in input, or "
-                "continue a response with previous_response_id"
-            )
-        return v
-
-    @field_validator("prompt")
-    @classmethod
-    def _no_prompt(cls, v: Any) -> Any:
-        if v is not None:
-            raise ValueError(
-                "stored prompt templates are not kept by this service; send instructions and input"
-            )
+            raise ValueError(_KEPT_ONLY_BY_OPENAI[info.field_name or ""])
         return v
 
     @property
