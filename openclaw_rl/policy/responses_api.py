@@ -263,12 +263,18 @@ def _call_item_id(call_id: str) -> str:
     return f"fc_{call_id[-24:]}"
 
 
+#: Key of a stored chain message: the id of its input item, given once, in the response it first
+#: appeared in (a reply's is its output item's id), so every later response lists it under that id.
+ITEM_ID = "item_id"
+
+
 def _items_of(response_id: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Chat messages as Responses API items, oldest first, with ids stable for this response."""
+    """Chat messages as Responses API items, oldest first, each under the id it was given when it
+    first appeared (a chain stored before ids were kept: ids stable for this response)."""
     items: list[dict[str, Any]] = []
 
     def item_id(prefix: str) -> str:
-        return f"{prefix}_{response_id[5:25]}{len(items):04d}"
+        return str(m.get(ITEM_ID) or f"{prefix}_{response_id[5:25]}{len(items):04d}")
 
     for m in messages:
         role, text = m.get("role"), m.get("content") or ""
@@ -374,7 +380,7 @@ CHAT_TO_RESPONSES = {
 def chat_body(req: ResponsesRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The chat-completions request that serves ``req``."""
     body: dict[str, Any] = {
-        "messages": messages,
+        "messages": [{k: v for k, v in m.items() if k != ITEM_ID} for m in messages],
         "temperature": req.temperature,
         "top_p": req.top_p,
         "stream": req.stream,
@@ -419,6 +425,11 @@ class ResponsesCall:
         self.id = f"resp_{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.messages: list[dict[str, Any]] = []
+
+    @property
+    def reply_item_id(self) -> str:
+        """The id of the reply's message item, in this response and in every later one's input items."""
+        return f"msg_{self.id[5:29]}"
 
     async def start(self) -> Job:
         req = self.req
@@ -490,7 +501,7 @@ class ResponsesCall:
     ) -> dict[str, Any]:
         return {
             "type": "message",
-            "id": f"msg_{self.id[5:29]}",
+            "id": self.reply_item_id,
             "status": status,
             "role": "assistant",
             "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}]
@@ -558,11 +569,18 @@ class ResponsesCall:
         for ``GET /v1/responses/{id}`` (``store`` true only)."""
         if not self.req.store:
             return
-        reply: dict[str, Any] = {"role": "assistant", "content": text}
+        reply: dict[str, Any] = {"role": "assistant", "content": text, ITEM_ID: self.reply_item_id}
         if calls:
             reply["tool_calls"] = [{k: c[k] for k in ("id", "type", "function")} for c in calls]
+        # messages new in this response get their input item ids now; earlier ones keep theirs
+        kept = [
+            m
+            if ITEM_ID in m
+            else {**m, ITEM_ID: f"{'fco' if m['role'] == 'tool' else 'msg'}_{self.id[5:25]}{i:04d}"}
+            for i, m in enumerate(self.messages)
+        ]
         self.serving.store.save_chain(
-            self.id, self.job.assign.user, self.job.assign.session_id, [*self.messages, reply], response
+            self.id, self.job.assign.user, self.job.assign.session_id, [*kept, reply], response
         )
 
     async def complete(self) -> dict[str, Any]:
@@ -590,7 +608,7 @@ class ResponsesCall:
         yield event("response.in_progress", response=self.response("in_progress", []))
         text, calls, finish = "", None, None
         logprobs: list[dict[str, Any]] = []
-        item_id = f"msg_{self.id[5:29]}"
+        item_id = self.reply_item_id
         opened = False
         async for ev in chat_events(self.serving, self.job):
             if ev.error is not None:

@@ -155,6 +155,12 @@ def test_a_stored_response_can_be_read_back_listed_and_deleted(tiny_service):
     assert said[-1] == ("message", "user", "no, a darker one")
     if first.output_text:
         assert ("message", "assistant", first.output_text) in said
+        # an item keeps its id from response to response: the reply under its output item's id,
+        # the first question under the id the first response listed it with
+        by_text = {i.content[0].text: i.id for i in items if i.type == "message" and i.content}
+        assert by_text[first.output_text] == first.output[0].id
+        (asked,) = client.responses.input_items.list(first.id).data
+        assert by_text["Name a colour."] == asked.id
     newest_first = client.responses.input_items.list(second.id).data
     assert [i.id for i in newest_first] == [i.id for i in reversed(items)]
     one = client.responses.input_items.list(second.id, order="asc", limit=1)
