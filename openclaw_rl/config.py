@@ -241,7 +241,12 @@ class PolicyServiceConfig(_Section):
     max_model_len: int = Field(
         8192, ge=16, description="the context window served: prompt + output tokens (8,192 is SmolLM2's own)"
     )
-    max_tokens_default: int = Field(256, ge=1)
+    max_tokens_default: int = Field(
+        256,
+        ge=1,
+        description="the output limit of a request that names none (OpenAI's is the rest of the window; a "
+        "small model that loops would hold its slot that long): docs/serving.md",
+    )
     max_tokens_overflow: Literal["clamp", "reject"] = Field(
         "clamp",
         description="a max_tokens above what the window leaves: clamp it to what is left "

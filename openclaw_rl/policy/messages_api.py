@@ -24,7 +24,7 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from openclaw_rl.config import USER_NAME
 from openclaw_rl.policy.chat_events import chat_events, token_counts
@@ -108,6 +108,18 @@ class MessagesRequest(CountTokensRequest):
     metadata: dict[str, Any] | None = None
     # structured output: {"format": {"type": "json_schema", "schema": {...}}} (``messages.parse``)
     output_config: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _top_level_output_format(cls, data: Any) -> Any:
+        """The structured-outputs beta's form, ``output_format`` at the top level (LiteLLM sends it):
+        the same format as ``output_config.format``, which wins when both are given."""
+        if not isinstance(data, dict) or data.get("output_format") is None:
+            return data
+        config = data.get("output_config")
+        if config is None or (isinstance(config, dict) and config.get("format") is None):
+            return {**data, "output_config": {**(config or {}), "format": data["output_format"]}}
+        return data
 
     @field_validator("output_config")
     @classmethod
@@ -431,7 +443,7 @@ class MessagesCall:
             "message_delta",
             {
                 "delta": {"stop_reason": stop, "stop_sequence": sequence},
-                "usage": {"output_tokens": usage["output_tokens"]},
+                "usage": usage,  # cumulative, as Anthropic's: clients that read usage here (LangChain) see the input too
                 "policy_version": final.policy_version if final is not None else None,
             },
         )

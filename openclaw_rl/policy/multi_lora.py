@@ -60,7 +60,7 @@ def read_adapter(path: str | Path) -> Adapter:
     try:
         conf = json.loads(conf_file.read_text(encoding="utf-8"))
         rank, alpha = int(conf["r"]), float(conf["lora_alpha"])
-    except (ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # OSError: removed while being read
         raise WeightLoadError(f"path: {conf_file} is not a readable LoRA config: {exc}") from None
     unsupported = [
         k for k in ("rank_pattern", "alpha_pattern", "use_dora", "modules_to_save") if conf.get(k)
@@ -70,7 +70,10 @@ def read_adapter(path: str | Path) -> Adapter:
     files = sorted(p.glob("adapter_model*.safetensors"))
     if len(files) != 1:
         raise WeightLoadError(f"path: {p} needs exactly one adapter_model*.safetensors, found {len(files)}")
-    tensors = load_file(str(files[0]))
+    try:
+        tensors = load_file(str(files[0]))
+    except Exception as exc:  # a torn or removed file: safetensors raises its own (Rust) error types
+        raise WeightLoadError(f"path: {files[0]} cannot be read as safetensors: {exc}") from None
     weights: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for key, a in tensors.items():
         if not key.endswith(".lora_A.weight"):
@@ -227,11 +230,15 @@ class ResidentAdapters:
         if slot is not None:
             self.table.load(slot, adapter)
 
+    def removed(self, user: str | None) -> bool:
+        """Whether ``user``'s adapter was published here but its folder is gone (``users delete``)."""
+        return user is not None and user in self.sources and not self.sources[user][0].is_dir()
+
     def acquire(self, user: str | None, busy: set[int]) -> tuple[int, int] | None:
         """(slot, version) for a new row of ``user``: slot 0 when they have no adapter; None when
         every slot holds an adapter an active row is using (the row waits for one to finish).
         Loading from disk may raise :class:`WeightLoadError`."""
-        if user is not None and user in self.sources and not self.sources[user][0].is_dir():
+        if user is not None and self.removed(user):
             self.forget(user)  # deleted (`openclaw-rl users delete`): never serve what was theirs
         if user is None or user not in self.sources:
             return 0, 0
@@ -249,7 +256,9 @@ class ResidentAdapters:
             slot = self.slot_of.pop(victim)
             self.evictions += 1
         path, version = self.sources[user]
-        self.table.load(slot, read_adapter(path))
+        adapter = read_adapter(path)
+        self.table.check(adapter)  # a file changed on disk since it was published: refused, not copied
+        self.table.load(slot, adapter)
         self.slot_of[user] = slot
         self.loads += 1
         return slot, version

@@ -143,6 +143,15 @@ class PrefixCache:
             self._touch(chain)
         return added
 
+    def drop(self, scope_matches: Callable[[Hashable], bool]) -> int:
+        """Drop every block whose scope (``epoch``) ``scope_matches``; return how many. A scope's
+        blocks chain only to each other, so no other chain loses a parent."""
+        with self._lock:
+            gone = [key for key in self._blocks if scope_matches(key[0])]
+            for key in gone:
+                self.bytes -= self._blocks.pop(key).nbytes
+            return len(gone)
+
     def clear(self) -> None:
         """Drop every block (the weights changed)."""
         with self._lock:

@@ -150,6 +150,7 @@ class TransformersEngine(Engine):
         self.steps = 0
         self.mid_batch_swaps = 0
         self._swap_error: Exception | None = None
+        self._died: str | None = None  # why the decoding thread stopped, if it did
         self._epoch = 0  # bumped by every weight swap: prefix-cache entries never cross one
         mb = self.pcfg.prefix_cache_mb
         self._prefix: PrefixCache | None = PrefixCache(mb * 2**20) if mb > 0 else None
@@ -328,6 +329,27 @@ class TransformersEngine(Engine):
 
     # -------------------------------------------------------------- engine thread
     def _loop(self) -> None:
+        """The decoding thread. A step's own failure fails its rows and decoding goes on
+        (:meth:`_decode_forever`); anything that still stops the thread is said in ``/healthz``, and
+        the requests waiting for it get an error now instead of waiting out their timeout."""
+        try:
+            self._decode_forever()
+        except Exception as exc:
+            self._died = f"{type(exc).__name__}: {exc}"
+            log.exception("[policy_service] the decoding thread stopped")
+            with self._cv:
+                for r in self._pending:
+                    r.send(Final("error", r.prompt, [], [], "", 0, error=f"the engine stopped: {self._died}"))
+                self._pending.clear()
+
+    def health_problem(self) -> str | None:
+        if self._died is not None:
+            return (
+                f"the decoding thread stopped ({self._died}); every request gets a 503: restart the service"
+            )
+        return None
+
+    def _decode_forever(self) -> None:
         torch.set_grad_enabled(False)
         batch: _Batch | None = None
         while True:
@@ -343,15 +365,8 @@ class TransformersEngine(Engine):
                     except (RuntimeError, ValueError) as exc:  # the old weights keep serving
                         self._swap_error = exc
                     done.set()
-                for user, adapter, version, op_done in self._adapter_ops:
-                    assert self._adapters is not None
-                    if adapter is None:
-                        self._adapters.forget(user)
-                    else:
-                        self._adapters.publish(user, adapter, version)  # checked against the table already
-                        log.info("[policy_service] adapter of user %s swapped, version=%d", user, version)
-                    op_done.set()
-                self._adapter_ops.clear()
+                self._adapter_ops = [op for op in self._adapter_ops if not self._apply_adapter_op(op, batch)]
+                held = {op[0] for op in self._adapter_ops}  # users whose new adapter waits for their rows
                 if any(r.cancelled for r in self._pending):
                     self._pending = collections.deque(r for r in self._pending if not r.cancelled)
                 if active == 0 and not self._pending:
@@ -369,6 +384,9 @@ class TransformersEngine(Engine):
                         self._cv.wait(timeout=self.pcfg.batch_wait_ms / 1000)
                     while self._pending and active + len(new) < self.pcfg.max_concurrent:
                         new.append(self._pending.popleft())
+                    if held:  # their rows start once the new adapter is in: one adapter per reply
+                        self._pending.extendleft(reversed([r for r in new if r.req.adapter in held]))
+                        new = [r for r in new if r.req.adapter not in held]
                     if self._adapters is not None:
                         new = self._assign_slots(new, batch)
                     for r in new:
@@ -410,6 +428,29 @@ class TransformersEngine(Engine):
                 batch = None
             self.active_count = batch.size if batch else 0
 
+    def _apply_adapter_op(self, op: tuple[str, Any, int, threading.Event], batch: _Batch | None) -> bool:
+        """Apply one queued per-user adapter change (lock held); False: not yet. With
+        ``non_blocking = false`` a new adapter waits until none of its user's rows is decoding, as a
+        shared swap waits for every row. Either way the user's cached prefixes go: they were
+        computed with what they are no longer served (and a deleted user's must not outlive them)."""
+        assert self._adapters is not None
+        user, adapter, version, done = op
+        decoding = batch is not None and any(r.req.adapter == user for r in batch.rows)
+        if adapter is not None and decoding and not self.pcfg.non_blocking:
+            return False
+        if adapter is None:
+            self._adapters.forget(user)
+        else:
+            self._adapters.publish(user, adapter, version)  # checked against the table already
+            log.info("[policy_service] adapter of user %s swapped, version=%d", user, version)
+        self._drop_cached(user)
+        done.set()
+        return True
+
+    def _drop_cached(self, user: str) -> None:
+        if self._prefix is not None:
+            self._prefix.drop(lambda scope: isinstance(scope, tuple) and len(scope) == 3 and scope[1] == user)
+
     def _assign_slots(self, rows: list[_Row], batch: _Batch | None) -> list[_Row]:
         """Per_user mode: give each new row its user's adapter slot (loading it from disk if it is
         not resident). A row whose adapter has no free slot — every slot holds an adapter an active
@@ -420,6 +461,10 @@ class TransformersEngine(Engine):
         kept: list[_Row] = []
         later: list[_Row] = []
         for r in rows:
+            if self._adapters.removed(r.req.adapter):  # `users delete` took their folder
+                assert r.req.adapter is not None
+                self._adapters.forget(r.req.adapter)
+                self._drop_cached(r.req.adapter)
             try:
                 got = self._adapters.acquire(r.req.adapter, busy)
             except WeightLoadError as exc:

@@ -212,6 +212,15 @@ def test_anthropic_structured_output_parses_into_the_clients_model(tiny_service)
         output_format=Settings,
     )
     assert isinstance(msg.parsed_output, Settings)
+    # the structured-outputs beta's top-level `output_format`, as LiteLLM sends it: held to the schema too
+    raw = client.messages.create(
+        model="policy",
+        max_tokens=60,
+        messages=[{"role": "user", "content": "Pick my settings."}],
+        extra_body={"output_format": {"type": "json_schema", "schema": Settings.model_json_schema()}},
+    )
+    assert raw.stop_reason == "end_turn"
+    Settings.model_validate_json(raw.content[0].text)
 
 
 def test_a_forced_call_in_the_responses_api_is_a_function_call_item(tiny_service):

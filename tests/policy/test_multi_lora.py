@@ -180,6 +180,119 @@ def test_prefix_cache_blocks_are_never_another_users_hit(tiny_model_dir, tmp_pat
     assert own > 0 and other == 0
 
 
+def test_a_torn_adapter_file_fails_its_users_request_only(tiny_model_dir, tmp_path, adapters):
+    """An adapter read from disk on a request (evicted, or published while the service ran) whose
+    file was cut in half: that user's request fails with the reason, every other user is served, and
+    the engine reports no problem (the decoding thread used to die, and every request got 503s)."""
+    import shutil
+
+    engine = TransformersEngine(_per_user(tmp_path / "multi", tiny_model_dir, slots=1))
+    torn = shutil.copytree(adapters["bob"], tmp_path / "torn")
+    engine.start()
+    try:
+        engine.swap_adapter("alice", adapters["alice"], 1)
+        engine.swap_adapter("bob", torn, 1)
+        asyncio.run(_one(engine, "alice"))  # alice takes the one slot: bob's adapter is on disk only
+        (weights,) = torn.glob("adapter_model*.safetensors")
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+
+        async def bob() -> Final:
+            req = GenRequest([ChatMessage(role="user", content=PROMPT)], None, SamplingParams(max_tokens=4))
+            req.adapter = "bob"
+            return [ev async for ev in engine.generate(req) if isinstance(ev, Final)][0]
+
+        failed = asyncio.run(asyncio.wait_for(bob(), 60))
+        assert failed.error is not None and "failed to load" in failed.error and "safetensors" in failed.error
+        assert asyncio.run(_one(engine, "alice")).policy_version == 1  # the others are served on
+        assert asyncio.run(_one(engine, None)).error is None
+        assert engine.health_problem() is None
+    finally:
+        engine.stop()
+
+
+def test_a_new_adapter_leaves_nothing_cached_of_the_old_and_forgetting_frees_the_users_blocks(
+    tiny_model_dir, tmp_path, adapters
+):
+    """A name deleted and added again, whose new adapter is published at the same version number as
+    the old one was: its prompts must not hit blocks computed with the deleted user's adapter."""
+    engine = TransformersEngine(_per_user(tmp_path / "multi", tiny_model_dir, slots=2, prefix_cache_mb=64))
+    long = "Remember this list: " + ", ".join(f"item {i}" for i in range(60)) + ". What was item 7?"
+    engine.start()
+    try:
+        engine.swap_adapter("alice", adapters["carol"], 1)
+        asyncio.run(_one(engine, "alice", n=2, text=long))
+        assert engine.stats()["prefix_cache_entries"] > 0
+        engine.forget_adapter("alice")  # `users delete alice`
+        assert engine.stats()["prefix_cache_entries"] == 0  # nothing of hers stays in memory
+        engine.swap_adapter("alice", adapters["carol"], 1)
+        asyncio.run(_one(engine, "alice", n=2, text=long))
+        hits = engine.stats()["prefix_cache_hit_tokens"]
+        engine.swap_adapter("alice", adapters["bob"], 1)  # the re-added alice's first version: v1 again
+        again = asyncio.run(_one(engine, "alice", text=long))
+        assert engine.stats()["prefix_cache_hit_tokens"] == hits  # no hit on the old adapter's blocks
+    finally:
+        engine.stop()
+    ref_long = TransformersEngine(make_config(tmp_path / "ref_long", tiny_model_dir))
+    ref_long.start()
+    try:
+        ref_long.swap_weights(adapters["bob"], 1)
+        expected = asyncio.run(_one(ref_long, None, text=long))
+    finally:
+        ref_long.stop()
+    assert again.response_ids == expected.response_ids
+
+
+def test_with_non_blocking_off_a_users_reply_is_all_of_one_adapter(tiny_model_dir, tmp_path, adapters):
+    """``non_blocking = false``: a new adapter for a user waits until that user's reply in flight is
+    done (it comes wholly from the old one), and their next request gets the new one."""
+    import threading
+
+    engine = TransformersEngine(_per_user(tmp_path / "multi", tiny_model_dir, slots=2, non_blocking=False))
+    old_ref = _reference(tmp_path / "old", tiny_model_dir, adapters["alice"])
+    engine.start()
+    try:
+        engine.swap_adapter("alice", adapters["alice"], 1)
+
+        async def long_reply() -> Final:
+            req = GenRequest(
+                [ChatMessage(role="user", content=PROMPT)], None, SamplingParams(temperature=0, max_tokens=40)
+            )
+            req.adapter = "alice"
+            swapped = None
+            async for ev in engine.generate(req):
+                if swapped is None:  # after the first token: the swap lands while the reply decodes
+                    swapped = threading.Thread(
+                        target=engine.swap_adapter, args=("alice", adapters["carol"], 2)
+                    )
+                    swapped.start()
+                if isinstance(ev, Final):
+                    await asyncio.to_thread(swapped.join, 60)
+                    return ev
+            raise AssertionError("no final event")
+
+        during = asyncio.run(long_reply())
+        after = asyncio.run(_one(engine, "alice"))
+    finally:
+        engine.stop()
+    assert during.policy_version == 1 and during.response_ids[:10] == old_ref.response_ids
+    long_ref = TransformersEngine(make_config(tmp_path / "old40", tiny_model_dir))
+    long_ref.start()
+    try:
+        long_ref.swap_weights(adapters["alice"], 1)
+        req = GenRequest(
+            [ChatMessage(role="user", content=PROMPT)], None, SamplingParams(temperature=0, max_tokens=40)
+        )
+
+        async def whole() -> Final:
+            return [ev async for ev in long_ref.generate(req) if isinstance(ev, Final)][0]
+
+        expected = asyncio.run(whole())
+    finally:
+        long_ref.stop()
+    assert during.response_ids == expected.response_ids  # every token from the adapter it started on
+    assert after.policy_version == 2
+
+
 def test_bad_adapters_are_refused_and_serving_goes_on(tiny_model_dir, tmp_path, adapters):
     engine = TransformersEngine(_per_user(tmp_path / "multi", tiny_model_dir, slots=2, **{}))
     wide = _adapter(tmp_path, 5, rank=32)  # above [training] lora_rank = 16

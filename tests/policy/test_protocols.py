@@ -956,6 +956,22 @@ def test_usage_details_are_numbers_and_a_replayed_refusal_part_is_history(tiny_s
     ) as stream:
         final = stream.get_final_message()
     assert final.usage.cache_read_input_tokens == 0
+    # message_delta carries the whole usage (LangChain reads the input tokens there, not at the start)
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/messages",
+        json={
+            "model": "policy",
+            "max_tokens": 4,
+            "stream": True,
+            "messages": [{"role": "user", "content": "Hi"}],
+        },
+        headers={"x-api-key": KEY, "anthropic-version": "2023-06-01"},
+        timeout=60,
+    ) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    (delta,) = [e for e in events if e["type"] == "message_delta"]
+    assert delta["usage"]["input_tokens"] == final.usage.input_tokens and delta["usage"]["output_tokens"] > 0
 
 
 def test_every_answer_carries_a_request_id_both_sdks_read(tiny_service, caplog):
