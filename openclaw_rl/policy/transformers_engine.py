@@ -59,6 +59,7 @@ import asyncio
 import collections
 import logging
 import threading
+import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,7 @@ class _Row:
         self.finish: str | None = None
         self.stop_string: str | None = None  # the request's stop string that ended the reply
         self.cancelled = False  # its client went away: dropped at the next step boundary
+        self.queued_at = time.monotonic()
 
     def send(self, event: Delta | Final) -> None:
         try:
@@ -130,6 +132,10 @@ class TransformersEngine(Engine):
     """The embedded policy: a transformers causal LM decoded with continuous batching on one thread."""
 
     backend = "transformers"
+    #: Per_user mode: how long a row may wait for an adapter slot before rows that arrived after it
+    #: and would keep a slot busy wait behind it (without, a user whose requests overlap holds their
+    #: slot forever and the waiting user starves).
+    SLOT_WAIT_S = 1.0
     #: The batch cache's kind: ``"growing"`` (:mod:`openclaw_rl.policy.kv_cache`: a decode step writes
     #: its keys/values into spare room) or ``"dynamic"`` (transformers' ``DynamicCache``, which copies
     #: the whole cache every step; kept so ``bench/decode.py`` measures the two side by side).
@@ -460,7 +466,13 @@ class TransformersEngine(Engine):
         busy = {r.slot for r in batch.rows} if batch is not None else set()
         kept: list[_Row] = []
         later: list[_Row] = []
+        starved = False  # a row waited past SLOT_WAIT_S for a slot: later rows holding slots queue behind it
         for r in rows:
+            if starved and r.req.adapter in self._adapters.slot_of:
+                # a resident user's new row would keep their slot busy, and the waiting user waiting
+                # for as long as that user's requests overlap
+                later.append(r)
+                continue
             if self._adapters.removed(r.req.adapter):  # `users delete` took their folder
                 assert r.req.adapter is not None
                 self._adapters.forget(r.req.adapter)
@@ -475,6 +487,7 @@ class TransformersEngine(Engine):
                 continue
             if got is None:
                 later.append(r)
+                starved = starved or time.monotonic() - r.queued_at >= self.SLOT_WAIT_S
                 continue
             r.slot, r.version = got
             busy.add(r.slot)

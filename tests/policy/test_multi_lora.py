@@ -293,6 +293,42 @@ def test_with_non_blocking_off_a_users_reply_is_all_of_one_adapter(tiny_model_di
     assert after.policy_version == 2
 
 
+def test_a_user_waiting_for_a_slot_is_not_overtaken_by_a_resident_users_later_request(
+    tiny_model_dir, tmp_path, adapters
+):
+    """One slot; alice decodes, bob waits for the slot, then alice asks again. Her new request waits
+    behind bob's (once bob has waited ``SLOT_WAIT_S``): without that, a user whose requests overlap
+    keeps the slot for as long as they keep asking, and bob waits all that time."""
+    engine = TransformersEngine(_per_user(tmp_path / "multi", tiny_model_dir, slots=1))
+    engine.SLOT_WAIT_S = 0.0  # no grace: the order is then the same on any machine
+    engine.start()
+    done: list[str] = []
+
+    async def ask(who: str, user: str, n: int) -> None:
+        req = GenRequest([ChatMessage(role="user", content=PROMPT)], None, SamplingParams(max_tokens=n))
+        req.adapter = user
+        async for ev in engine.generate(req):
+            if isinstance(ev, Final):
+                assert ev.error is None, ev.error
+                done.append(who)
+
+    async def scene() -> None:
+        first = asyncio.create_task(ask("alice-1", "alice", 300))
+        while engine.active_count == 0:  # alice's first request is decoding
+            await asyncio.sleep(0.005)
+        bob = asyncio.create_task(ask("bob", "bob", 4))
+        await asyncio.sleep(0.05)  # bob reaches the queue first
+        await asyncio.gather(first, bob, ask("alice-2", "alice", 300))
+
+    try:
+        engine.swap_adapter("alice", adapters["alice"], 1)
+        engine.swap_adapter("bob", adapters["bob"], 1)
+        asyncio.run(asyncio.wait_for(scene(), 120))
+    finally:
+        engine.stop()
+    assert done == ["alice-1", "bob", "alice-2"]
+
+
 def test_bad_adapters_are_refused_and_serving_goes_on(tiny_model_dir, tmp_path, adapters):
     engine = TransformersEngine(_per_user(tmp_path / "multi", tiny_model_dir, slots=2, **{}))
     wide = _adapter(tmp_path, 5, rank=32)  # above [training] lora_rank = 16
