@@ -75,7 +75,7 @@ from openclaw_rl.types import NextState, Vote
 log = logging.getLogger("openclaw_rl.judge")
 
 LABELS = (1, -1, 0)  # class index -> score
-RECIPE = "embedded-head-v3"  # bump when the training code changes: invalidates cached heads
+RECIPE = "embedded-head-v4"  # bump when the training code changes: invalidates cached heads
 _ROLE_PREFIX = {
     "user": "User reply",
     "tool": "Tool output",
@@ -208,7 +208,8 @@ _CUES_MORE: dict[str, str] = {
     r"incorrect[oa]|equivocad[oa]|te equivocaste|te has equivocado|está mal|eso no es|no es correcto|"
     r"erróne[oa]|mezclad[oa]s?|faux|fausse|erron[ée]e?|tu t'es trompée?|t'es trompée?|c'est pas ça|"
     r"ce n'est pas (?:ça|ce que)|invers[ée]e?s?)\b|"
-    r"错|不对|不是|搞混|弄混|有误|违|間違|違[うい]|違います|ちが[うい]|じゃなく|ではなく|じゃない(?:です)?か|"
+    # 错 is "wrong", but 不错 / 没错 / 错不了 are approval ("not bad", "that's right", "can't be wrong")
+    r"(?<![不没])错(?!不了)|不对|不是|搞混|弄混|有误|违|間違|違[うい]|違います|ちが[うい]|じゃなく|ではなく|じゃない(?:です)?か|"
     r"ではない(?:です|でしょう)か|おかしい|合ってない|逆",
     "starts_no": r"^\W*(?:nee|nö|ne|nada|ni de broma|euh non|bof)\b|^\W*(?:不|没|别|いや|いいえ|いえ|ううん|違)",
     "x_not_y": r"\bnicht\b[^.!?]{0,40}\bsondern\b|\b(?:statt|anstatt|en lugar de|en vez de|au lieu de|"
@@ -234,7 +235,7 @@ _CUES_MORE: dict[str, str] = {
     "praise": r"\b(?:super|toll|klasse|prima|spitze|perfekt|genial|wunderbar|genau|richtig|sauber|mega|"
     r"perfecto|excelente|buenísimo|exacto|correcto|de lujo|parfait|génial|excellent|impeccable|"
     r"exactement|bravo|top|très bien|muy bien|sehr gut)\b|"
-    r"好|棒|完美|不错|厉害|赞|对的|正确|没错|牛|すごい|最高|完璧|素晴らし|いいね|いい感じ|正解|さすが|"
+    r"好|棒|完美|不错|厉害|赞|对的|正确|没错|错不了|牛|すごい|最高|完璧|素晴らし|いいね|いい感じ|正解|さすが|"
     r"バッチリ|神",
     "works": r"\b(?:funktioniert|klappt|läuft|kompiliert|funciona|va bien|compila|marche|fonctionne|compile|"
     r"réglé|resuelto|gelöst)\b|"

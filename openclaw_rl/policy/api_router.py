@@ -44,6 +44,7 @@ import contextlib
 import hmac
 import json
 import logging
+import re
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
@@ -100,15 +101,19 @@ def _utf8(value: str) -> str:
         return value  # not UTF-8 bytes: keep what came
 
 
+# what session_headers percent-encodes: bytes of non-ASCII characters, and "%" itself
+_ENCODED_RUN = re.compile(r"(?:%(?:[89A-Fa-f][0-9A-Fa-f]|25))+")
+
+
 def _session_header(value: str) -> str:
-    """An ``X-Session-Id`` as a client sends it: raw UTF-8, or percent-encoded as :func:`session_headers`
-    writes it (so the answer's header can be sent back as it is). A ``%`` that starts no escape of
-    UTF-8 is kept."""
+    """An ``X-Session-Id`` as a client sends it: raw UTF-8, or as :func:`session_headers` wrote it in
+    an answer (so that header can be sent back as it is). Only what that encoding writes is decoded
+    (escapes of non-ASCII bytes, and ``%25``): a client's own ``a%20b`` stays ``a%20b``."""
     if "%" not in value:
         return value
     try:
-        return unquote(value, errors="strict")
-    except UnicodeDecodeError:
+        return _ENCODED_RUN.sub(lambda m: unquote(m.group(0), errors="strict"), value)
+    except UnicodeDecodeError:  # escapes that spell no UTF-8: an id of the client's own
         return value
 
 

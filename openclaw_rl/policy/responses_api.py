@@ -686,7 +686,7 @@ class ResponsesCall:
                 "response.output_item.done", output_index=index, item=self._call_item(call, "completed")
             )
         status = "incomplete" if finish == "length" else "completed"
-        response = self.response(status, self._output(text, calls, status), finish)
+        response = self.response(status, self._output(text, calls, status, logprobs), finish)
         self._keep(text, calls, response)
         kind = "response.incomplete" if status == "incomplete" else "response.completed"
         yield event(kind, response=response)

@@ -297,6 +297,8 @@ def test_responses_show_log_probs_when_included_whole_and_streamed(tiny_service)
     assert [e.token for e in shown] == [e.token for e in part.logprobs]  # temperature 0: the same reply
     done = next(ev for ev in events if ev.type == "response.output_text.done")
     assert [e.token for e in done.logprobs] == [e.token for e in part.logprobs]
+    final = events[-1].response.output[0].content[0]  # the response object the stream ends with
+    assert [e.token for e in final.logprobs] == [e.token for e in part.logprobs]
     plain = client.responses.create(**{k: v for k, v in ask.items() if k not in ("include", "top_logprobs")})
     assert plain.output[0].content[0].logprobs == []
 

@@ -395,7 +395,7 @@ def test_the_answers_session_header_sent_back_as_it_is_goes_on_in_the_same_sessi
     session they name, an id's own ``%`` cannot read like an encoded one, and the spaces HTTP drops
     around a header are dropped from the body's id too (the answer used to fail after recording)."""
     svc, _ = tiny_service
-    for sent in ("我的会话 2", "50%off", "%E6%88%91"):
+    for sent in ("我的会话 2", "50%off", "%E6%88%91", "a%20b"):
         r = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 2, "session_id": sent})
         assert r.status_code == 200 and r.json()["session_id"] == sent, r.text
         echoed = r.headers["X-Session-Id"]
@@ -410,6 +410,11 @@ def test_the_answers_session_header_sent_back_as_it_is_goes_on_in_the_same_sessi
         ).headers["X-Session-Id"]
         != r.headers["X-Session-Id"]
     )
+    # a client's own escapes of ASCII in a header are its id as written, not decoded
+    r = client.post(
+        "/v1/chat/completions", headers={"X-Session-Id": "x%2Fy"}, json={"messages": USER, "max_tokens": 2}
+    )
+    assert r.json()["session_id"] == "x%2Fy"
     r = client.post(
         "/v1/chat/completions", json={"messages": USER, "max_tokens": 2, "session_id": " padded "}
     )
