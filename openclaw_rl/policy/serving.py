@@ -200,9 +200,9 @@ class _ShownLogprobs:
     def add(self, entries: list[dict[str, Any]]) -> None:
         self._waiting += entries
 
-    def release(self, content: str) -> list[dict[str, Any]]:
-        """The waiting entries that fit, with those shown before, within ``content`` (shown so far)."""
-        room = len(content.encode("utf-8"))
+    def release(self, room: int) -> list[dict[str, Any]]:
+        """The waiting entries that fit, with those shown before, within ``room`` bytes of content
+        (the UTF-8 length of what the client has been sent so far)."""
         out: list[dict[str, Any]] = []
         while self._waiting and self._shown_bytes + len(self._waiting[0]["bytes"]) <= room:
             entry = self._waiting.pop(0)
@@ -839,7 +839,9 @@ class Serving:
             "index": 0,
             "message": message,
             "finish_reason": self.finish_reason(job),
-            "logprobs": {"content": logprobs.release(job.content or "")} if job.req.logprobs else None,
+            "logprobs": {"content": logprobs.release(len((job.content or "").encode()))}
+            if job.req.logprobs
+            else None,
         }
         out: dict[str, Any] = {
             "id": job.id,
@@ -912,6 +914,7 @@ class Serving:
         tools = job.req.shows_call_markup  # call markup is never content, tools on or off
         text = ""  # everything the engine produced so far
         sent = 0  # characters of it sent as content
+        sent_bytes = 0  # their UTF-8 length: the room the log-prob entries shown so far fill
         held = False  # a tool call started: the rest is not content
         logprobs = _ShownLogprobs()
         while True:
@@ -937,9 +940,10 @@ class Serving:
                 safe = sent
             piece = text[sent:safe] if safe > sent else ""
             sent = max(sent, safe)
+            sent_bytes += len(piece.encode())
             extra: dict[str, Any] = {}
             logprobs.add(_logprob_entries(event) if job.req.logprobs else [])
-            shown = logprobs.release(text[:sent])
+            shown = logprobs.release(sent_bytes)
             if shown:
                 extra["logprobs"] = {"content": shown}
             if want_ids:  # with their log-probs, those of tokens beyond the reply (an end token) too
@@ -949,7 +953,7 @@ class Serving:
         final = job.final
         assert final is not None
         # the entries of text only the end released (a held stop-string start that was not one)
-        shown = logprobs.release(job.content or "")
+        shown = logprobs.release(len((job.content or "").encode()))
         rest = {"logprobs": {"content": shown}} if shown else None
         if job.tool_calls and job.req.legacy_functions:
             yield chunk({"function_call": job.tool_calls[0]["function"]}, choice_extra=rest)
