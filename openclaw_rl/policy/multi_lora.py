@@ -237,9 +237,8 @@ class ResidentAdapters:
     def acquire(self, user: str | None, busy: set[int]) -> tuple[int, int] | None:
         """(slot, version) for a new row of ``user``: slot 0 when they have no adapter; None when
         every slot holds an adapter an active row is using (the row waits for one to finish).
-        Loading from disk may raise :class:`WeightLoadError`."""
-        if user is not None and self.removed(user):
-            self.forget(user)  # deleted (`openclaw-rl users delete`): never serve what was theirs
+        Loading from disk may raise :class:`WeightLoadError`. The caller forgets a :meth:`removed`
+        user first (and drops what it cached of them)."""
         if user is None or user not in self.sources:
             return 0, 0
         if user in self.slot_of:

@@ -194,21 +194,24 @@ class _ShownLogprobs:
     so their entries never show, and a client's joined entries spell its content (as OpenAI's do)."""
 
     def __init__(self) -> None:
-        self._waiting: list[dict[str, Any]] = []
+        self._entries: list[dict[str, Any]] = []
+        self._shown = 0  # entries[:shown] went to the client
         self._shown_bytes = 0
 
     def add(self, entries: list[dict[str, Any]]) -> None:
-        self._waiting += entries
+        self._entries += entries
 
     def release(self, room: int) -> list[dict[str, Any]]:
         """The waiting entries that fit, with those shown before, within ``room`` bytes of content
         (the UTF-8 length of what the client has been sent so far)."""
-        out: list[dict[str, Any]] = []
-        while self._waiting and self._shown_bytes + len(self._waiting[0]["bytes"]) <= room:
-            entry = self._waiting.pop(0)
-            self._shown_bytes += len(entry["bytes"])
-            out.append(entry)
-        return out
+        start = self._shown
+        while (
+            self._shown < len(self._entries)
+            and self._shown_bytes + len(self._entries[self._shown]["bytes"]) <= room
+        ):
+            self._shown_bytes += len(self._entries[self._shown]["bytes"])
+            self._shown += 1
+        return self._entries[start : self._shown]
 
 
 def _history(req: ChatCompletionRequest) -> list[ChatMessage]:
