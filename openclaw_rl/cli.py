@@ -29,11 +29,15 @@ from pathlib import Path
 from openclaw_rl.config import Config, ConfigError, load_config, print_warnings
 
 
-def _config(path: str, log_dir: str | None = None, reads_only: bool = False) -> Config:
+def _config(
+    path: str, log_dir: str | None = None, reads_only: bool = False, needs_secrets: bool = True
+) -> Config:
     """The validated config; ``log_dir``: a verb's ``--log-dir``, which reads or writes that folder
     instead of ``[global] log_dir``. Its warnings (how a run would train or serve) are printed for
-    the verbs that run something, not for those that only read a run (``reads_only``)."""
-    cfg = load_config(path)
+    the verbs that run something, not for those that only read a run (``reads_only``). A verb that
+    reads only the store needs no API key (``needs_secrets=False``): an operator's shell may lack
+    the judge's."""
+    cfg = load_config(path, needs_secrets=needs_secrets)
     if not reads_only:
         print_warnings(cfg)
     return cfg if log_dir is None else cfg.with_log_dir(log_dir)
@@ -90,19 +94,23 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     from openclaw_rl.launcher.status import status_command
 
-    return status_command(_config(args.config, args.log_dir, reads_only=True))
+    return status_command(_config(args.config, args.log_dir, reads_only=True, needs_secrets=False))
 
 
 def _cmd_samples(args: argparse.Namespace) -> int:
     from openclaw_rl.launcher.status import samples_command
 
-    return samples_command(_config(args.config, args.log_dir, reads_only=True), args.out, args.status)
+    return samples_command(
+        _config(args.config, args.log_dir, reads_only=True, needs_secrets=False), args.out, args.status
+    )
 
 
 def _cmd_turns(args: argparse.Namespace) -> int:
     from openclaw_rl.launcher.status import turns_command
 
-    return turns_command(_config(args.config, args.log_dir, reads_only=True), args.last, args.user)
+    return turns_command(
+        _config(args.config, args.log_dir, reads_only=True, needs_secrets=False), args.last, args.user
+    )
 
 
 def _cmd_openclaw_config(args: argparse.Namespace) -> int:

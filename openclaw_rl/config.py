@@ -823,9 +823,14 @@ def _mentions(rule_error: str, failed: str) -> bool:
 
 
 def build_config(
-    raw: dict[str, Any], source: str = "<dict>", environ: dict[str, str] | None = None
+    raw: dict[str, Any],
+    source: str = "<dict>",
+    environ: dict[str, str] | None = None,
+    needs_secrets: bool = True,
 ) -> Config:
-    """Validate a parsed TOML document; raise :class:`ConfigError` listing every problem."""
+    """Validate a parsed TOML document; raise :class:`ConfigError` listing every problem.
+    ``needs_secrets=False``: a key (``api_key``...) whose variable is unset is left empty, not a
+    problem, for the commands that only read a run's folder (``status``, ``turns``)."""
     environ = dict(os.environ) if environ is None else environ
     problems: list[str] = []
     sections: dict[str, Any] = {}
@@ -851,6 +856,8 @@ def build_config(
                 continue
             said = len(problems)
             expanded = _expand(value, f"[{name}] {key}", problems, environ)
+            if not needs_secrets and "SecretStr" in str(model.model_fields[key].annotation):
+                del problems[said:]
             if len(problems) > said:  # an unset variable, said once: its default stands in
                 failed.add(f"[{name}] {key}")
                 continue
@@ -916,8 +923,11 @@ def print_warnings(cfg: Config) -> None:
         print(f"warning: {warning}", file=sys.stderr)
 
 
-def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> Config:
-    """Read and validate a ``config.toml``; relative ``data_path`` resolves against the file."""
+def load_config(
+    path: str | os.PathLike[str], environ: dict[str, str] | None = None, needs_secrets: bool = True
+) -> Config:
+    """Read and validate a ``config.toml``; relative ``data_path`` resolves against the file
+    (``needs_secrets``: see :func:`build_config`)."""
     p = Path(path)
     if p.is_dir():
         raise ConfigError(str(p), [f"{p.resolve()} is a directory; --config names a config.toml file"])
@@ -947,7 +957,7 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
         if at and 0 < int(at.group(1)) <= len(lines):
             shown = f": {lines[int(at.group(1)) - 1].strip()[:120]!r}"
         raise ConfigError(str(p), [f"not valid TOML: {exc}{shown}"]) from None
-    cfg = build_config(raw, source=str(p), environ=environ)
+    cfg = build_config(raw, source=str(p), environ=environ, needs_secrets=needs_secrets)
     if not raw:
         # legal, but more likely the wrong file (or an unsaved editor buffer) than a wish for defaults
         cfg.warnings.insert(0, f"{p} sets nothing: every key takes its default")

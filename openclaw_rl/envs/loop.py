@@ -848,9 +848,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m openclaw_rl.envs.loop --config FILE [--policy-url URL]``: the launcher's env loop."""
     import argparse
     import signal
-    import sys
 
-    from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
+    from openclaw_rl.runtime.loop_main import event_lines, loop_config, run_loop_body
 
     ap = argparse.ArgumentParser(
         prog="python -m openclaw_rl.envs.loop", description="run environment workers"
@@ -858,8 +857,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", required=True)
     ap.add_argument("--policy-url", default=None, help="policy service root (default: from the config)")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would drown the run's log
+    event_lines()
     cfg = loop_config(args.config)
 
     def body() -> int:

@@ -20,7 +20,14 @@ from openai.types.chat import ChatCompletion
 from openclaw_rl.config import Config
 from openclaw_rl.judge.base import Judge
 from openclaw_rl.judge.errors import JudgeUnavailable
-from openclaw_rl.judge.prompts import evaluative_messages, hint_messages, parse_hint_vote, parse_score
+from openclaw_rl.judge.prompts import (
+    MAX_VOTE_CHARS,
+    evaluative_messages,
+    hint_messages,
+    parse_hint_vote,
+    parse_score,
+    shortened,
+)
 from openclaw_rl.runtime.secrets import without_key
 from openclaw_rl.types import NextState, Vote
 
@@ -147,7 +154,10 @@ class ApiJudge(Judge):
         replies = await self._score_replies(
             evaluative_messages(response, next_state, reward_space=self.prm.reward_space)
         )
-        return [Vote(raw=r, score=parse_score(r, self.prm.reward_space)) for r in replies]
+        return [
+            Vote(raw=shortened(r, MAX_VOTE_CHARS), score=parse_score(r, self.prm.reward_space))
+            for r in replies
+        ]
 
     async def hint_votes(self, response: str, next_state: NextState) -> list[Vote]:
         msgs = hint_messages(response, next_state)  # an empty hint reply is just no hint
@@ -157,7 +167,7 @@ class ApiJudge(Judge):
         votes = []
         for r in replies:
             verdict, hint = parse_hint_vote(r)
-            votes.append(Vote(raw=r, score=verdict, hint=hint))
+            votes.append(Vote(raw=shortened(r, MAX_VOTE_CHARS), score=verdict, hint=hint))
         return votes
 
     async def close(self) -> None:

@@ -36,12 +36,12 @@ import asyncio
 import logging
 import signal
 import sqlite3
-import sys
 import threading
 
 from openclaw_rl.config import Config, launched_by_launcher
 from openclaw_rl.judge import make_judge
 from openclaw_rl.judge.base import Judge
+from openclaw_rl.judge.prompts import shortened
 from openclaw_rl.judge.sample_rules import (
     Episode,
     RunningBaseline,
@@ -51,7 +51,7 @@ from openclaw_rl.judge.sample_rules import (
     guarantee_sample,
     truth_counts,
 )
-from openclaw_rl.runtime.loop_main import loop_config, run_loop_body
+from openclaw_rl.runtime.loop_main import event_lines, loop_config, run_loop_body
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.store import BASELINE_META, GROUP_QUIET_S, SIGNAL_META, Store
 from openclaw_rl.types import JudgeResult, Turn
@@ -185,6 +185,16 @@ class JudgeLoop:
             if result.teacher_logprobs is not None:
                 log.info(
                     "[opd] token_level_advantage applied, teacher_context_len=%d", result.teacher_context_len
+                )
+            if result.votes and all(v.score is None for v in result.votes):
+                # the rule (no valid vote gives 0) stands; a judge model that never writes a
+                # readable answer must not pass for one that finds no evidence
+                log.warning(
+                    "[prm_service] turn %s: none of its %d votes had a readable answer (scored 0); "
+                    "the first said %r: is [prm_service] model one that follows the judge prompt?",
+                    turn.key,
+                    len(result.votes),
+                    shortened(" ".join(result.votes[0].raw.split()), 120),
                 )
         else:
             self.failures += 1
@@ -344,9 +354,7 @@ class JudgeLoop:
 
 def main(config_path: str, worker_id: str = "judge-0") -> int:
     """Run the judge service as its own process until interrupted."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(message)s", stream=sys.stdout
-    )  # one stream for every event line
+    event_lines()
     cfg = loop_config(config_path)
 
     def body() -> int:

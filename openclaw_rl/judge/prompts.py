@@ -14,6 +14,7 @@ probabilities of the three answer words (``GOOD`` / ``BAD`` / ``UNCLEAR``) after
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from openclaw_rl.types import NextState
 
@@ -105,14 +106,23 @@ VERDICT: -1"""
 MAX_QUOTED_CHARS = 12_000
 
 
-def _quoted(text: str) -> str:
-    """``text`` stripped, its middle left out past :data:`MAX_QUOTED_CHARS` (a log's head names the
-    command, its tail the outcome)."""
-    text = text.strip()
-    if len(text) <= MAX_QUOTED_CHARS:
+#: What the store keeps of one vote's raw reply: an endpoint that ignores the reply budget must
+#: not grow every judgement by megabytes (its answer is parsed from the whole reply first).
+MAX_VOTE_CHARS = 4_000
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text`` with its middle left out past ``limit`` characters: a quarter of the head (a log's
+    command), the rest of the tail (its outcome; a judge's answer line)."""
+    if len(text) <= limit:
         return text
-    head, tail = MAX_QUOTED_CHARS // 4, MAX_QUOTED_CHARS - MAX_QUOTED_CHARS // 4
+    head, tail = limit // 4, limit - limit // 4
     return f"{text[:head]}\n[... {len(text) - head - tail} characters left out ...]\n{text[-tail:]}"
+
+
+def _quoted(text: str) -> str:
+    """``text`` stripped, its middle left out past :data:`MAX_QUOTED_CHARS`."""
+    return shortened(text.strip(), MAX_QUOTED_CHARS)
 
 
 def _pair_text(response: str, next_state: NextState) -> str:
@@ -160,9 +170,15 @@ _UNIT = re.compile(r"[+-]?[01]")
 _SIGNS = str.maketrans({"\u2212": "-", "\u2013": "-", "\uff0d": "-", "\uff0b": "+"})
 
 
+# What models wrap an answer in: "SCORE: (+1)", "SCORE: `-1`", "SCORE: 【+1】".
+_WRAPPERS = "()[]{}\"'`「」【】（）《》"
+
+
 def _answer(token: str) -> int | None:
-    """``+1`` / ``1`` / ``-1`` / ``0`` (trailing full stop or comma allowed), else None."""
-    token = token.translate(_SIGNS).replace(" ", "").rstrip(".,;:!。)]\"'")
+    """``+1`` / ``1`` / ``-1`` / ``0`` (full-width forms, brackets, quotes and a trailing full stop
+    or comma allowed), else None."""
+    token = unicodedata.normalize("NFKC", token).translate(_SIGNS).replace(" ", "")
+    token = token.rstrip(".,;:!。").strip(_WRAPPERS).rstrip(".,;:!。")
     return int(token) if _UNIT.fullmatch(token) else None
 
 

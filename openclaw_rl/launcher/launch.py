@@ -94,10 +94,24 @@ def _probe_openai(
     if r.status_code >= 400:
         return Probe(False, f"{base_v1}/models answered HTTP {r.status_code}", [])
     try:
-        data = r.json().get("data", [])
-        models = [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
-    except (ValueError, AttributeError):
-        models = []
+        body = r.json()
+    except ValueError:
+        # a web page at a wrong base_url answers every path with 200: that accepted no key
+        kind = r.headers.get("content-type", "no content type").split(";")[0]
+        return Probe(
+            False,
+            f"{base_v1}/models answered with something that is not JSON ({kind}: {r.text[:60]!r}); "
+            "check [api] base_url (the API root, which answers /models and /chat/completions)",
+            [],
+        )
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        return Probe(
+            True,
+            f"{base_v1} reachable (its /models answer is no model list; the first request will tell)",
+            [],
+        )
+    models = [m for m in data if isinstance(m, dict)]
     listed = [m.get("id") for m in models]
     if model is not None and listed and model not in listed:
         shown = ", ".join(str(m) for m in listed[:5]) + (", ..." if len(listed) > 5 else "")

@@ -192,18 +192,20 @@ def turns_command(cfg: Config, last: int, user: str | None) -> int:
     if not rows:
         print("no turns recorded" + (f" for user {user!r}" if user is not None else ""))
         return 0
-    # whole session ids up to 40 columns: an operator copies them (close_session, feedback by
+    # whole session ids up to 64 columns: an operator copies them (close_session, feedback by
     # session), and a named user's are `user/auto-...`, whose first 14 columns say little
-    sw = min(40, max(7, *(columns(turn.session_id) for turn, _, _ in rows)))
+    # (64 and 32: an opaque gateway user is `idp_...-<hash>`, whose hash is what tells two apart)
+    sw = min(64, max(7, *(columns(turn.session_id) for turn, _, _ in rows)))
+    uw = min(32, max(4, *(columns(turn.user) for turn, _, _ in rows)))
     print(
-        f"{'response id':<38} {'user':<12} {'session':<{sw}} {'turn':>4} {'type':<4} {'v':>3} {'judged':>6}  reply"
+        f"{'response id':<38} {'user':<{uw}} {'session':<{sw}} {'turn':>4} {'type':<4} {'v':>3} {'judged':>6}  reply"
     )
     for turn, status, score in rows:
         # a score only while it stands: a turn rated again (feedback) waits for its new judgement
         judged = f"{score:+d}" if status == "judged" and score is not None else status
         reply = " ".join(turn.response_text.split()) or ("(tool call)" if turn.tool_calls else "(empty)")
         print(
-            f"{turn.response_id or '-':<38} {fit(turn.user, 12)} {fit(turn.session_id, sw)} "
+            f"{turn.response_id or '-':<38} {fit(turn.user, uw)} {fit(turn.session_id, sw)} "
             f"{turn.turn_index:>4} {turn.turn_type:<4} {turn.policy_version:>3} {judged:>6}  {reply[:60]!r}"
         )
     return 0

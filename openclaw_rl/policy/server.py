@@ -29,7 +29,7 @@ from openclaw_rl.policy.replicas import ReplicatedEngine
 from openclaw_rl.policy.serving import Serving
 from openclaw_rl.policy.transformers_engine import TransformersEngine
 from openclaw_rl.policy.weights import WeightLoadError
-from openclaw_rl.runtime.loop_main import run_loop_body
+from openclaw_rl.runtime.loop_main import event_lines, run_loop_body
 from openclaw_rl.runtime.policy_admin import SERVICE_URL_META
 from openclaw_rl.runtime.rundir import PublishedPolicy, RunDir
 from openclaw_rl.runtime.store import Store
@@ -229,7 +229,7 @@ def serve_command(cfg: Config, host: str | None, port: int | None) -> int:
             # moving this service does not move an engine already running
             pol.engine_url = pol.engine_root
         pol.port = port
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    event_lines()
 
     def body() -> int:
         try:

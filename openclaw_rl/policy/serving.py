@@ -799,7 +799,9 @@ class Serving:
             req.rating,
             escape_for_log(outcome.session_id, 80),
             outcome.turn_index,
-            "" if outcome.will_train else " (already trained: recorded, not trained again)",
+            ""
+            if outcome.will_train
+            else " (its sample is in an update or trained: recorded, trains only if that update is taken back)",
         )
         return {
             "object": "feedback",

@@ -45,6 +45,15 @@ def disk_full(exc: BaseException, folder: Path | None = None) -> bool:
     return folder is not None and free_bytes(folder) < MIN_FREE_BYTES
 
 
+def event_lines() -> None:
+    """A loop process's logging: its event lines (``[prm_service] ...``) on stdout, one stream for the
+    launcher to prefix; the HTTP libraries only when something is wrong, since httpx's line per
+    request and openai's per retry would drown a run's log (a judge asks ``vote_count`` per turn)."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    for noisy in ("httpx", "openai"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
 def loop_config(path: str) -> Config:
     """A loop process's config: validated, its warnings printed once; a bad file exits 2 with
     every problem listed (the launcher validated it already, so this is for a loop run by hand)."""

@@ -876,10 +876,39 @@ class Store:
         row = self._one("SELECT COUNT(*) FROM samples WHERE status='claimed' AND step=?", (step,))
         return int(row[0]) if row else 0
 
+    @staticmethod
+    def _rejudge_rerated(db: sqlite3.Connection, where: str, args: tuple[object, ...]) -> int:
+        """Samples about to go back to ready (``where`` on ``samples``) whose turn the user rated
+        after they were made carry the old verdict: they are removed, with the turn's other untrained
+        samples, and the turn is judged again from its rating, so the rating is what trains (the
+        judge's new samples could not be saved beside the old ones: a sample's id is its turn's).
+        Returns how many samples were removed."""
+        turns = db.execute(
+            "SELECT DISTINCT s.session_id, s.turn_index FROM samples s JOIN turns t "
+            "ON t.session_id=s.session_id AND t.turn_index=s.turn_index "
+            "JOIN feedback f ON f.response_id=t.response_id "
+            f"WHERE {where} AND f.created_at > s.created_at",
+            args,
+        ).fetchall()
+        removed = 0
+        for key in turns:
+            removed += db.execute(
+                f"DELETE FROM samples AS s WHERE session_id=? AND turn_index=? AND (status='ready' OR ({where}))",
+                (*key, *args),
+            ).rowcount
+            db.execute(
+                "UPDATE turns SET status='ready', retry_at=0, error=NULL, claimed_by=NULL, lease_until=NULL "
+                "WHERE session_id=? AND turn_index=? AND status IN ('judged', 'failed')",
+                key,
+            )
+        return removed
+
     def release_sample_claims(self, step: int) -> int:
         """The update of ``step`` was abandoned and taken back (Ctrl-C mid-update): its claimed
-        samples go back to ready, in their old order (by version and creation). Returns how many."""
+        samples go back to ready, in their old order (by version and creation); those of a turn
+        rated since are judged again instead (:meth:`_rejudge_rerated`). Returns how many."""
         with self._tx() as db:
+            self._rejudge_rerated(db, "s.status='claimed' AND s.step=?", (step,))
             cur = db.execute(
                 "UPDATE samples SET status='ready', step=NULL WHERE status='claimed' AND step=?", (step,)
             )
@@ -890,6 +919,7 @@ class Store:
         newest one moved aside): samples trained after it are in no weights any more, so they go back
         to ready and are trained again, into the weights that survive. Returns how many."""
         with self._tx() as db:
+            self._rejudge_rerated(db, "s.status='trained' AND s.step>?", (checkpoint_step,))
             cur = db.execute(
                 "UPDATE samples SET status='ready', step=NULL WHERE status='trained' AND step>?",
                 (checkpoint_step,),
@@ -905,6 +935,7 @@ class Store:
             db.execute(
                 "UPDATE samples SET status='trained' WHERE status='claimed' AND step<=?", (checkpoint_step,)
             )
+            self._rejudge_rerated(db, "s.status='claimed' AND s.step>?", (checkpoint_step,))
             cur = db.execute(
                 "UPDATE samples SET status='ready', step=NULL WHERE status='claimed' AND step>?",
                 (checkpoint_step,),

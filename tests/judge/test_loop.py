@@ -425,3 +425,21 @@ def test_hint_memory_off_gives_the_teacher_this_turns_hint_only(remote, tiny, tm
         record(store, tok, f"s{i}", 1, "redo", previous_next_state="redo", who="ann")
         [result] = asyncio.run(service.run_once())
         assert result.teacher_hint == hint
+
+
+def test_a_judge_model_that_never_answers_readably_is_named_in_the_log(remote, tiny, tmp_path, caplog):
+    """No valid vote scores 0 (the rule), but a judge model that never writes a SCORE line must not
+    pass silently for one that finds no evidence, and a reply past its budget is stored shortened."""
+    _, tok = tiny
+    remote.eval_reply = "Well, it depends. " * 2000 + "Overall I like it."
+    cfg = api_config(remote, extract_instruction=False)
+    store = Store(tmp_path / "store.sqlite")
+    record(store, tok, "h", 0, "hi")
+    record(store, tok, "h", 1, "thanks", previous_next_state="thanks")
+    with caplog.at_level("WARNING", logger="openclaw_rl.judge"):
+        [result] = asyncio.run(JudgeLoop(cfg, store).run_once())
+    assert result.ok and result.score == 0
+    assert "none of its 3 votes had a readable answer" in caplog.text
+    stored = store.judgement("h", 0)
+    assert stored is not None and all(len(v.raw) < 4_100 for v in stored.votes)
+    assert stored.votes[0].raw.endswith("Overall I like it.")

@@ -71,6 +71,15 @@ def test_parse_score_reads_typographic_signs():
     assert parse_score("SCORE: \u22127", SPACE) is None
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["SCORE: １", "SCORE：＋１", "SCORE: (+1)", "SCORE: [+1]", 'SCORE: "+1"', "SCORE: `+1`", "SCORE: 【+1】"],
+)
+def test_parse_score_reads_a_vote_in_full_width_digits_brackets_or_quotes(text):
+    assert parse_score(text, SPACE) == 1
+    assert parse_score(text.replace("1", "7").replace("１", "７"), SPACE) is None
+
+
 def test_judge_is_offered_only_the_scores_it_may_give():
     state = NextState(role="user", content="ok")
     with_zero = evaluative_messages("x", state, reward_space=[1, -1, 0])[0]["content"]

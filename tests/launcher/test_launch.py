@@ -108,7 +108,10 @@ def test_status_prints_the_run_counters(tmp_path):
     store.add_samples([one_token_sample("a", "s")])
     store.close()
     path = tmp_path / "c.toml"
-    path.write_text(f'[global]\nlog_dir = "{tmp_path / "logs"}"\n')
+    # the judge's key is not in an operator's shell: reading the run needs no key
+    path.write_text(
+        f'[global]\nlog_dir = "{tmp_path / "logs"}"\n[api]\napi_key = "${{UNSET_JUDGE_KEY_FOR_TEST}}"\n'
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "openclaw_rl.cli", "status", "--config", str(path)],
         cwd=ROOT,
@@ -150,9 +153,10 @@ def test_the_default_data_ships_with_the_package():
     assert len(train) + len(held) == 1319 and not {i.index for i in train} & {i.index for i in held}
 
 
-def _models_server(status: int, models: list[dict]):
-    """A stand-in engine / API whose ``GET /v1/models`` answers ``status`` with ``models``; the
-    paths it was asked for are in ``srv.asked``."""
+def _models_server(status: int, models: list[dict] | str):
+    """A stand-in engine / API whose ``GET /v1/models`` answers ``status`` with ``models`` (a str: that
+    page as it is, as a web site at a wrong address answers); the paths it was asked for are in
+    ``srv.asked``."""
     import http.server
     import json
     import threading
@@ -164,7 +168,9 @@ def _models_server(status: int, models: list[dict]):
             asked.append(self.path)
             self.send_response(status)
             self.end_headers()
-            self.wfile.write(json.dumps({"data": models}).encode())
+            self.wfile.write(
+                models.encode() if isinstance(models, str) else json.dumps({"data": models}).encode()
+            )
 
         def log_message(self, *a):
             pass
@@ -242,6 +248,8 @@ def test_the_dry_run_checks_what_a_launched_engine_needs(tmp_path):
         (404, [], "ok — backend=api (API channel)"),  # a gateway with chat but no model list
         (200, [{"id": "other-model"}], "does not list the model 'judge-model'"),
         (429, [], "reachable, rate-limiting for now"),
+        # a web site at a wrong base_url answers 200 to every path and checks no key
+        (200, "<html><body>Welcome</body></html>", "FAILED — backend=api (API channel): http"),
     ],
 )
 def test_the_dry_run_judges_an_api_judge_by_what_it_can_tell(tmp_path, status, models, says):

@@ -443,6 +443,32 @@ def test_feedback_on_a_trained_turn_is_recorded_but_trains_nothing_twice(store):
     assert store.user_stats("alice", "shared v1").updates == 1
 
 
+@pytest.mark.parametrize("taken_back", ["abandoned", "trainer restarted"])
+def test_a_rating_sent_during_an_update_that_is_taken_back_is_what_trains(store, taken_back):
+    """The update holding the turn's sample is abandoned (Ctrl-C) or lost (the trainer restarts
+    from an older checkpoint): its sample must not go back to the queue with the old verdict."""
+    _served(store, "s", 0, "alice", "chatcmpl-a")
+    _served(store, "s", 1, "alice", "chatcmpl-b", state="great")
+    [due] = store.claim_turns("judge-0", limit=5, lease_s=600)
+    result = JudgeResult(score=1)
+    store.save_judgement(due, result, build_samples(due, result, TrainingConfig()), worker="judge-0")
+    assert len(store.claim_samples(8, step=3, current_version=0)) == 1
+    time.sleep(0.01)  # the rating comes after the sample was made
+    assert not _feedback(store, "chatcmpl-a", "alice", -1, "wrong").will_train
+    [again] = store.claim_turns("judge-0", limit=5, lease_s=600)
+    res = JudgeResult(score=-1)
+    store.save_judgement(again, res, build_samples(again, res, TrainingConfig()), worker="judge-0")
+    if taken_back == "abandoned":
+        store.release_sample_claims(step=3)
+    else:
+        store.recover_claims(checkpoint_step=2)
+    assert store.ready_count() == 0  # the old +1 sample is not back in the queue
+    [rejudged] = store.claim_turns("judge-0", limit=5, lease_s=600)
+    assert rejudged.next_state.rating == -1
+    store.save_judgement(rejudged, res, build_samples(rejudged, res, TrainingConfig()), worker="judge-0")
+    assert [s.reward for s in store.claim_samples(8, step=3, current_version=0)] == [-1.0]
+
+
 def test_feedback_for_an_unknown_response_writes_nothing(store):
     _served(store, "s", 0, "alice", "chatcmpl-a")
     assert _feedback(store, "chatcmpl-zzz", "alice", 1) is None
