@@ -377,9 +377,10 @@ class EnvServiceConfig(_Section):
         modules = info.data["env_modules"]
         for name in v:
             if name not in BUILTIN_INTERACTION_TYPES and (not modules or not _ENV_NAME.match(name)):
+                guess = did_you_mean(name, list(BUILTIN_INTERACTION_TYPES))
                 raise ValueError(
-                    f"{name!r} is none of {', '.join(BUILTIN_INTERACTION_TYPES)} (an environment of your "
-                    "own: name the module that registers it in [env_service] env_modules; docs/envs.md)"
+                    f"{name!r} is none of {', '.join(BUILTIN_INTERACTION_TYPES)}{guess} (an environment of "
+                    "your own: name the module that registers it in [env_service] env_modules; docs/envs.md)"
                 )
         return v
 

@@ -52,6 +52,7 @@ import logging
 import math
 import queue
 import random
+import re
 import threading
 import time
 import uuid
@@ -63,7 +64,15 @@ from typing import Any, Literal
 import httpx
 
 from openclaw_rl.config import OUTCOME_REWARDS, Config, Persona
-from openclaw_rl.envs.base import Env, EnvUnavailable, checked_reset, checked_step, import_env_modules, make
+from openclaw_rl.envs.base import (
+    Env,
+    EnvContractError,
+    EnvUnavailable,
+    checked_reset,
+    checked_step,
+    import_env_modules,
+    make,
+)
 from openclaw_rl.runtime.chat_stream import add_tool_call_deltas, read_error, tool_calls_in_order
 from openclaw_rl.runtime.rundir import RunDir
 from openclaw_rl.runtime.secrets import without_key
@@ -121,10 +130,27 @@ def as_messages(observation: Any, info: dict[str, Any]) -> list[dict[str, Any]]:
     results), else the observation itself, as a list of messages or as the text of one message from
     the user (tool and environment output included: a tool message needs a call id)."""
     if "messages" in info:
-        return list(info["messages"])
+        return [_encodable(m) for m in info["messages"]]
     if isinstance(observation, list):
-        return list(observation)
-    return [{"role": "user", "content": str(observation)}]
+        return [_encodable(m) for m in observation]
+    return [{"role": "user", "content": _encodable(str(observation))}]
+
+
+#: Lone surrogates: how Python spells bytes a file name or a program's output held that are not
+#: UTF-8 (``os.listdir`` on ``bad\xff.txt``); no JSON request can carry them.
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _encodable(value: Any) -> Any:
+    """``value`` (a message, or any text in it) with each lone surrogate shown as U+FFFD, the way
+    the terminal shows bytes that are not UTF-8; otherwise the episode died in the HTTP client."""
+    if isinstance(value, str):
+        return _SURROGATES.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {k: _encodable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_encodable(v) for v in value]
+    return value
 
 
 def env_kwargs_for(
@@ -671,6 +697,9 @@ class EnvLoop:
         except EnvUnavailable as exc:  # found only when an episode starts (a sandbox is made then)
             self._disable(itype, exc)
             return stats(False, f"unavailable: {exc}", env_failed=True)
+        except EnvContractError as exc:  # its message names the environment and the value
+            log.warning("[env_service] worker %d: %s", index, exc)
+            return stats(False, f"reset failed: {exc}", env_failed=True)
         except Exception as exc:  # an env bug ends this episode, not the worker
             log.exception("[env_service] worker %d: %s reset failed", index, itype)
             return stats(False, f"reset failed: {exc}", env_failed=True)
@@ -732,6 +761,9 @@ class EnvLoop:
             try:
                 action: str | dict[str, Any] = reply if reply.get("tool_calls") else reply["content"]
                 obs, reward, terminated, truncated, info = checked_step(itype, env.step(action))
+            except EnvContractError as exc:
+                log.warning("[env_service] worker %d: %s", index, exc)
+                return stats(False, f"step failed: {exc}", env_failed=True)
             except Exception as exc:  # as above
                 log.exception("[env_service] worker %d: %s step failed", index, itype)
                 return stats(False, f"step failed: {exc}", env_failed=True)

@@ -561,6 +561,9 @@ class Sandbox:
             )
         elif exit_code == 128 + signal.SIGXFSZ:
             notes.append(f"file size limit of {lim.file_size_mb} MB exceeded")
+        if b"Resource temporarily unavailable" in bufs["stderr"] and b"fork" in bufs["stderr"]:
+            # a shell that cannot fork says so and goes on: exit status 0 hides the limit
+            notes.append(f"process limit of {lim.max_procs} reached: some commands did not start")
         # before anything reads /work: a command may have taken its permissions away
         self._keep_workdir_usable()
         used = self.disk_usage()

@@ -184,7 +184,8 @@ _TEXT_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>|```(?:json)?\s*(\{.
 
 
 def parse_tool_calls(action: str | dict[str, Any]) -> tuple[str, list[dict[str, Any]], bool]:
-    """``(content, calls, native)``: calls in OpenAI shape; ``native`` False when parsed from text."""
+    """``(content, calls, native)``: calls in OpenAI shape; ``native`` False when parsed from text
+    (``<tool_call>{...}</tool_call>``, a fenced JSON block, or a reply that is only the call's JSON)."""
     if isinstance(action, dict):
         content = str(action.get("content") or "")
         calls = action.get("tool_calls") or []
@@ -192,8 +193,12 @@ def parse_tool_calls(action: str | dict[str, Any]) -> tuple[str, list[dict[str, 
             calls = [calls]
         return content, calls, True
     calls = []
-    for m in _TEXT_CALL.finditer(action):
-        blob = m.group(1) or m.group(2)
+    stripped = action.strip()
+    # a reply that is nothing but one call's JSON, as models without call markup write it
+    blobs = [stripped] if stripped.startswith("{") and stripped.endswith("}") and '"name"' in stripped else []
+    if not blobs:
+        blobs = [m.group(1) or m.group(2) for m in _TEXT_CALL.finditer(action)]
+    for blob in blobs:
         try:
             obj = json.loads(blob)
         except json.JSONDecodeError as exc:

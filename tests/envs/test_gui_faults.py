@@ -267,6 +267,11 @@ def test_parser_accepts_documented_forms():
     assert parse_action("I think we are finished.\ndone").kind == "done"
     assert parse_action({"name": "select", "arguments": {"id": "[4]", "option": "Dark"}}).element == 4
     assert parse_action({"type": "function", "function": {"name": "back", "arguments": ""}}).kind == "back"
+    # a call the model wrote as text means what it means to the tool_call environment
+    assert parse_action('{"name": "click", "arguments": {"id": 4}}').element == 4
+    assert parse_action('<tool_call>{"name": "click", "arguments": {"id": 10}}</tool_call>').element == 10
+    with pytest.raises(ActionError, match="tool call is not valid JSON"):
+        parse_action("<tool_call>{click 3</tool_call>")
     with pytest.raises(ActionError, match="click takes only an element id"):
         parse_action("click 3 4")
     with pytest.raises(ActionError, match="at most 2000"):

@@ -232,6 +232,17 @@ def test_an_environment_of_your_own_runs_from_the_config(tmp_path):
     assert [(s.interaction_type, s.success) for s in stats] == [("echo", True)]
     # an environment that gives no info["messages"]: its observation is the user's message
     assert srv.requests[0]["body"]["messages"] == [{"role": "user", "content": "Say the word banana."}]
+    # a mistyped built-in name is named with the one meant
+    config.write_text(
+        config.read_text().replace('env_modules = ["my_envs"]\n', "").replace('["echo"]', '["termnal"]')
+    )
+    with pytest.raises(ConfigError, match="did you mean 'terminal'"):
+        load_config(config)
+    config.write_text(
+        config.read_text()
+        .replace('["termnal"]', '["echo"]')
+        .replace("[env_service]\n", '[env_service]\nenv_modules = ["my_envs"]\n')
+    )
     # the dry run's check names what is wrong: an unregistered name, a module that does not import
     config.write_text(config.read_text().replace('["echo"]', '["echo", "ecco"]'))
     detail = check_env(load_config(config)).detail
@@ -274,6 +285,20 @@ class Endless(Env):
 
     def step(self, action):
         return "go on", 0.0, False, False, {"next_state_role": "user"}
+
+
+@register("raw_names")
+class RawNames(Env):
+    # lists a file whose name is not UTF-8, as os.listdir spells it (a lone surrogate)
+
+    def __init__(self, **_):
+        pass
+
+    def reset(self, seed=None, options=None):
+        return "Files: bad\\udcff.txt", {"next_state_role": "user"}
+
+    def step(self, action):
+        return "removed bad\\udcff.txt", 1.0, True, False, {"next_state_role": "user", "success": True}
 """
 
 
@@ -307,6 +332,21 @@ def test_an_environment_breaking_the_contract_ends_its_episode_not_the_worker(tm
         (stats,) = svc.wait_episodes(1, timeout=60)
         svc.stop()
     assert stats.error == "environment 'endless' did not end its episode within 5 steps"
+
+    # text no JSON request can carry (a lone surrogate) reaches the policy as U+FFFD, not a crash
+    with ChatServer(lambda body: "ok") as srv:
+        config.write_text(
+            f'[global]\nlog_dir = "{tmp_path / "logs"}"\n'
+            f'[policy_service]\nport = {srv.port}\nhost = "127.0.0.1"\nmodel = "m"\n'
+            '[env_service]\nnum_envs = 1\nenv_modules = ["faulty_envs"]\ninteraction_types = ["raw_names"]\n'
+        )
+        svc = EnvLoop(load_config(config), max_episodes=1)
+        svc.start()
+        (stats,) = svc.wait_episodes(1, timeout=60)
+        svc.stop()
+    assert stats.error is None and stats.success, stats.error
+    assert srv.requests[0]["body"]["messages"][0]["content"] == "Files: bad\ufffd.txt"
+    assert srv.requests[1]["body"]["messages"][-1]["content"] == "removed bad\ufffd.txt"
 
 
 def test_cloud_mode_is_rejected(tmp_path):

@@ -85,6 +85,9 @@ def test_fork_bomb_is_contained(sb):
     assert "Resource temporarily unavailable" in r.stderr or r.timed_out, r.as_observation()
     r = sb.run('python3 -c "import os\nwhile True: os.fork()"')
     assert "Resource temporarily unavailable" in r.stderr
+    # a shell that cannot fork goes on with status 0: the observation names the limit
+    r = sb.run("for i in $(seq 80); do sleep 2 & done; wait")
+    assert "[sandbox] process limit of 32 reached" in r.as_observation(), r.as_observation()
     _alive(sb)
     # nothing survives the command: the PID namespace went with it
     if os.geteuid() == 0:

@@ -27,6 +27,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from openclaw_rl.envs.tool_call import parse_tool_calls
+
 ActionKind = Literal["click", "type", "select", "scroll", "back", "done"]
 
 GRAMMAR = (
@@ -252,6 +254,14 @@ def parse_action(action: str | dict[str, Any]) -> Action:
     action = unwrap(action).action
     if isinstance(action, dict):
         return parse_tool_call(action)
+    if isinstance(action, str):
+        # a call written as text (`<tool_call>{...}</tool_call>`, or only its JSON): the tool_call
+        # environment's reading of it, so one reply means the same action in both
+        _, calls, _ = parse_tool_calls(action)
+        if calls:
+            if "parse_error" in calls[0]:
+                raise ActionError(calls[0]["parse_error"])
+            return parse_tool_call(calls[0])
     return parse_text(action)
 
 
