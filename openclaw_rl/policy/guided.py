@@ -38,37 +38,53 @@ _LOG_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+:\d+:\s*")
 
 @dataclass(frozen=True)
 class OutputGrammar:
-    """What a request's reply must be: a JSON document (``schema`` None: any object) or one tool
-    call to one of ``functions`` (name -> parameters schema)."""
+    """What a request's reply must be: a JSON document (``schema`` None: any object), one tool call
+    to one of ``functions`` (name -> parameters schema), or either (``json_or_call``: tools offered
+    with ``tool_choice`` auto beside a format, as an agent with a structured final answer asks).
+    ``paths``: where each function's parameters are in the request, for errors."""
 
-    kind: Literal["json", "tool_call"]
+    kind: Literal["json", "tool_call", "json_or_call"]
     schema: dict[str, Any] | None = None
     functions: tuple[tuple[str, dict[str, Any]], ...] = ()
+    paths: tuple[str, ...] = ()
 
     @property
     def param(self) -> str:
         """The request field a problem with this grammar is reported against."""
-        return "response_format" if self.kind == "json" else "tools"
+        return "tools" if self.kind == "tool_call" else "response_format"
+
+
+#: An object with no declared parameters: what a function without ``parameters`` takes.
+_NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
 
 def output_grammar(
     response_format: ResponseFormat | None, tools: Sequence[ToolDef] | None, tool_choice: Any
 ) -> OutputGrammar | None:
-    """The grammar a request's fields ask for; None when the reply is free text."""
-    if tools and (tool_choice == "required" or isinstance(tool_choice, NamedToolChoice)):
-        named = tool_choice.function.name if isinstance(tool_choice, NamedToolChoice) else None
-        functions = tuple(
-            (t.function.name, t.function.parameters or {"type": "object", "properties": {}})
-            for t in tools
-            if named is None or t.function.name == named
-        )
-        return OutputGrammar("tool_call", functions=functions)
+    """The grammar a request's fields ask for; None when the reply is free text.
+
+    A forced call wins over a format: the format is for the final answer, which a turn that must
+    call a tool does not give (OpenAI takes both the same way)."""
+    forced = tool_choice == "required" or isinstance(tool_choice, NamedToolChoice)
+    named = tool_choice.function.name if isinstance(tool_choice, NamedToolChoice) else None
+    offered = [
+        (f"tools[{i}].function.parameters", t.function.name, t.function.parameters or _NO_PARAMETERS)
+        for i, t in enumerate(tools or [])
+        if named is None or t.function.name == named
+    ]
+    functions = tuple((name, params) for _, name, params in offered)
+    paths = tuple(path for path, _, _ in offered)
+    if tools and forced:
+        return OutputGrammar("tool_call", functions=functions, paths=paths)
     if response_format is None or not response_format.constrains:
         return None
-    if response_format.type == "json_object":
-        return OutputGrammar("json")
-    assert response_format.json_schema is not None  # the protocol model requires it
-    return OutputGrammar("json", schema=response_format.json_schema.schema_)
+    schema = None
+    if response_format.type == "json_schema":
+        assert response_format.json_schema is not None  # the protocol model requires it
+        schema = response_format.json_schema.schema_
+    if tools and tool_choice != "none":
+        return OutputGrammar("json_or_call", schema=schema, functions=functions, paths=paths)
+    return OutputGrammar("json", schema=schema)
 
 
 def call_schema(functions: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
@@ -89,6 +105,64 @@ def call_schema(functions: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, An
 #: to occupy the service with it.
 MAX_SCHEMA_CHARS = 100_000
 
+#: JSON-schema keywords the grammar compiler passes over without enforcing them (xgrammar 0.1, each
+#: checked: a reply breaking them was accepted). A schema that uses one is refused with a 400 naming
+#: where: a reply called valid must be valid. OpenAI's strict mode refuses them too.
+UNENFORCED_KEYWORDS = (
+    "allOf",
+    "not",
+    "uniqueItems",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "minContains",
+    "maxContains",
+    "dependentRequired",
+    "dependentSchemas",
+)
+
+#: Keywords whose value is a map of names to schemas, and those whose value is a schema or a list of them.
+_SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+_SCHEMA_VALUES = ("items", "additionalProperties", "unevaluatedProperties", "propertyNames")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
+
+
+def enforceable(schema: Any, where: str, root: str | None = None) -> Any:
+    """``schema`` as the grammar compiler can hold a reply to it: an ``allOf`` of one schema (how
+    pydantic and the SDKs wrap a ``$ref`` that has a description) is merged into its parent; any other
+    keyword of :data:`UNENFORCED_KEYWORDS` is an :class:`APIError` 400 naming its place (``param``:
+    ``root``, the schema's own field)."""
+    root = root or where
+    if isinstance(schema, list):
+        return [enforceable(s, f"{where}[{i}]", root) for i, s in enumerate(schema)]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    one = out.get("allOf")
+    if (
+        isinstance(one, list)
+        and len(one) == 1
+        and isinstance(one[0], dict)
+        and not set(one[0]) & (set(out) - {"allOf"})
+    ):
+        del out["allOf"]
+        out.update(one[0])
+    for key, value in list(out.items()):
+        if key in UNENFORCED_KEYWORDS:
+            raise APIError(
+                400,
+                f"{where}.{key}: {key!r} cannot be enforced on the reply here (the grammar compiler passes "
+                f"over it), so the reply could break it; express the constraint with type, enum, const, "
+                f"anyOf, $ref, pattern, minimum / maximum, minItems / maxItems or required",
+                param=root,
+            )
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: enforceable(sub, f"{where}.{key}.{name}", root) for name, sub in value.items()}
+        elif key in _SCHEMA_VALUES or key in _SCHEMA_LISTS:
+            out[key] = enforceable(value, f"{where}.{key}", root)
+    return out
+
 
 class GrammarCompiler:
     """Compiles :class:`OutputGrammar` s against one tokenizer's vocabulary (thread-safe; compiled
@@ -105,7 +179,7 @@ class GrammarCompiler:
         self._lock = threading.Lock()
 
     def compile(self, grammar: OutputGrammar) -> Any:
-        """The compiled grammar; :class:`APIError` 400 naming the field when the schema cannot be used."""
+        """The compiled grammar; :class:`APIError` 400 naming the field when a schema cannot be used."""
         xgr = self._xgr
         size = len(json.dumps(grammar.schema or {})) + sum(len(json.dumps(p)) for _, p in grammar.functions)
         if size > MAX_SCHEMA_CHARS:
@@ -114,42 +188,46 @@ class GrammarCompiler:
                 f"the schema to enforce is {size:,} characters of JSON; at most {MAX_SCHEMA_CHARS:,} are accepted",
                 param=grammar.param,
             )
+        parts = []
+        if grammar.kind != "tool_call":
+            where = "response_format.json_schema.schema"
+            schema = enforceable(grammar.schema, where) if grammar.schema else {"type": "object"}
+            parts.append(self._from_schema(schema, where, "this JSON schema"))
+        if grammar.kind != "json":
+            functions = self.checked_functions(grammar.functions, grammar.paths)
+            call = self._from_schema(call_schema(functions), "tools", "a call to these functions")
+            with self._lock:
+                parts.append(
+                    xgr.Grammar.concat(
+                        xgr.Grammar.from_ebnf(f"root ::= {json.dumps(OPEN)}"),
+                        call,
+                        xgr.Grammar.from_ebnf(f"root ::= {json.dumps(CLOSE)}"),
+                    )
+                )
+        with self._lock:
+            return self._compiler.compile_grammar(parts[0] if len(parts) == 1 else xgr.Grammar.union(*parts))
+
+    def checked_functions(
+        self, functions: Sequence[tuple[str, dict[str, Any]]], paths: Sequence[str]
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """``functions`` with schemas the grammar can hold a call to; an :class:`APIError` 400 naming
+        the first function's parameters that cannot be (unknown types, keywords it passes over).
+        Also what a request offering tools gets checked with, forced or not (about 0.1 ms a tool)."""
+        checked = []
+        for i, (name, params) in enumerate(functions):
+            where = paths[i] if i < len(paths) else "tools"
+            params = enforceable(params, where)
+            self._from_schema(params or {"type": "object"}, where, f"the parameters of {name!r}")
+            checked.append((name, params))
+        return checked
+
+    def _from_schema(self, schema: dict[str, Any], where: str, what: str) -> Any:
         try:
             with self._lock:
-                if grammar.kind == "json":
-                    schema = grammar.schema if grammar.schema else {"type": "object"}
-                    return self._compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
-                call = xgr.Grammar.from_json_schema(
-                    json.dumps(call_schema(grammar.functions)), any_whitespace=False
-                )
-                wrapped = xgr.Grammar.concat(
-                    xgr.Grammar.from_ebnf(f"root ::= {json.dumps(OPEN)}"),
-                    call,
-                    xgr.Grammar.from_ebnf(f"root ::= {json.dumps(CLOSE)}"),
-                )
-                return self._compiler.compile_grammar(wrapped)
+                return self._xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False)
         except (RuntimeError, ValueError, TypeError) as exc:
-            where = "response_format.json_schema.schema" if grammar.kind == "json" else "tools"
             reason = _LOG_PREFIX.sub("", (str(exc).strip().splitlines() or [type(exc).__name__])[0])
-            what = "this JSON schema" if grammar.kind == "json" else "a forced call to these functions"
-            if grammar.kind != "json":
-                bad = self._unusable_functions(grammar)
-                if bad:
-                    what = "a forced call to " + ", ".join(repr(name) for name in bad)
             raise APIError(400, f"{where}: {what} cannot be enforced: {reason[:300]}", param=where) from None
-
-    def _unusable_functions(self, grammar: OutputGrammar) -> list[str]:
-        """The names of the functions whose parameters schema fails to compile on its own."""
-        bad = []
-        for name, params in grammar.functions:
-            try:
-                with self._lock:
-                    self._xgr.Grammar.from_json_schema(
-                        json.dumps(params or {"type": "object"}), any_whitespace=False
-                    )
-            except (RuntimeError, ValueError, TypeError):
-                bad.append(name)
-        return bad
 
 
 class RowGrammar:

@@ -300,7 +300,7 @@ def conversation_body(req: CountTokensRequest, origins: list[str] | None = None)
 
 #: chat-completions field -> the Messages field it came from (for errors, :meth:`APIError.renamed`)
 CHAT_TO_MESSAGES = {
-    "response_format.json_schema.schema": "output_config.format.schema",
+    "response_format.json_schema.schema.": "output_config.format.schema.",
     "response_format.": "output_config.format.",
     "stop": "stop_sequences",
     "tools[*].function.parameters.": "tools[*].input_schema.",

@@ -391,8 +391,6 @@ class ChatCompletionRequest(_Lenient):
             raise ValueError(
                 f"tool_choice: function {choice.function.name!r} is not one of the request's tools"
             )
-        if self.forces_tool_call and self.response_format is not None and self.response_format.constrains:
-            raise ValueError("response_format: a reply forced to call a tool cannot also be a JSON document")
         if self.continue_final_message:
             last = self.messages[-1]
             if last.role != "assistant" or last.tool_calls:

@@ -349,12 +349,114 @@ def test_a_forced_call_that_cannot_be_enforced_names_the_function(client):
             },
         },
     ]
-    r = client.post(
-        "/v1/chat/completions",
-        json={"messages": ASK, "max_tokens": 4, "tools": tools, "tool_choice": "required"},
-    )
+    # forced or not: a call the model writes is read against that schema (OpenAI refuses it too)
+    for choice in ("required", "auto"):
+        r = client.post(
+            "/v1/chat/completions",
+            json={"messages": ASK, "max_tokens": 4, "tools": tools, "tool_choice": choice},
+        )
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["param"] == "tools[1].function.parameters", err
+        assert "the parameters of 'odd' cannot be enforced" in err["message"], err
+
+
+UNENFORCED = {
+    "type": "object",
+    "properties": {"v": {"allOf": [{"type": "integer", "minimum": 5}, {"type": "integer", "maximum": 6}]}},
+    "required": ["v"],
+}
+
+
+@pytest.mark.parametrize(
+    "schema, where",
+    [
+        (UNENFORCED, "response_format.json_schema.schema.properties.v.allOf"),
+        (
+            {"type": "object", "properties": {"v": {"type": "string", "not": {"const": "a"}}}},
+            "response_format.json_schema.schema.properties.v.not",
+        ),
+        (
+            {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
+            "response_format.json_schema.schema.uniqueItems",
+        ),
+    ],
+)
+def test_a_schema_keyword_the_grammar_would_pass_over_is_a_400_naming_its_place(client, schema, where):
+    """The grammar compiler ignores these keywords: a reply held to the rest was served as valid
+    while breaking them ({"v": "text"} for an allOf of integers)."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    r = client.post("/v1/chat/completions", json={"messages": ASK, "max_tokens": 4, "response_format": fmt})
     err = r.json()["error"]
-    assert r.status_code == 400 and "a forced call to 'odd' cannot be enforced" in err["message"], err
+    assert r.status_code == 400 and err["message"].startswith(where + ": "), err
+    assert err["param"] == "response_format.json_schema.schema"
+    r = client.post(
+        "/v1/messages",
+        json={
+            "model": "m",
+            "messages": ASK,
+            "max_tokens": 4,
+            "output_config": {"format": {"type": "json_schema", "schema": schema}},
+        },
+    )
+    said = r.json()["error"]["message"]
+    assert r.status_code == 400 and said.startswith(
+        where.replace("response_format.json_schema", "output_config.format")
+    ), said
+
+
+class Theme(BaseModel):
+    name: Literal["dark", "light"]
+
+
+class Profile(BaseModel):
+    """pydantic wraps a described reference in an allOf of one schema, as the SDKs send it."""
+
+    theme: Theme
+    compact: bool
+
+
+def test_a_described_reference_in_an_allof_of_one_is_enforced(tiny_service):
+    schema = Profile.model_json_schema()
+    schema["properties"]["theme"] = {"allOf": [{"$ref": "#/$defs/Theme"}], "description": "the look"}
+    _, url = tiny_service
+    fmt = {"type": "json_schema", "json_schema": {"name": "profile", "schema": schema, "strict": True}}
+    for seed in range(3):
+        r = httpx.post(
+            f"{url}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {KEY}"},
+            json={"messages": ASK, "max_tokens": 40, "response_format": fmt, "seed": seed},
+            timeout=60,
+        )
+        assert r.status_code == 200, r.text
+        Profile.model_validate_json(r.json()["choices"][0]["message"]["content"])
+
+
+def test_tools_beside_a_format_let_the_model_call_or_answer_in_the_format(tiny_service):
+    """An agent with tools and a structured final answer sends both on every turn: with tool_choice
+    auto the reply is a call or the format (it could only be the format); forced, a call."""
+    _, url = tiny_service
+    oa = _openai(url)
+    fmt = {
+        "type": "json_schema",
+        "json_schema": {"name": "settings", "schema": Settings.model_json_schema(), "strict": True},
+    }
+    kinds = set()
+    for seed in range(6):
+        reply = oa.chat.completions.create(
+            model="policy", messages=ASK, tools=[UNIT], response_format=fmt, max_tokens=60, seed=seed
+        ).choices[0]
+        if reply.message.tool_calls:
+            _args_fit(reply.message.tool_calls[0].function.arguments, UNIT)
+            kinds.add("call")
+        else:
+            Settings.model_validate_json(reply.message.content or "")
+            kinds.add("format")
+    assert kinds  # each reply was one of the two, whole
+    forced = oa.chat.completions.create(
+        model="policy", messages=ASK, tools=[UNIT], tool_choice="required", response_format=fmt, max_tokens=60
+    ).choices[0]
+    assert forced.message.tool_calls, forced
+    _args_fit(forced.message.tool_calls[0].function.arguments, UNIT)
 
 
 def test_a_forced_call_cut_short_leaves_no_markup_in_the_reply(tiny_service):
