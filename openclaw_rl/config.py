@@ -985,6 +985,14 @@ def generates_client_key(pol: PolicyServiceConfig) -> bool:
     return pol.api_key is None or not pol.api_key.get_secret_value()
 
 
+def live_eval_every(cfg: Config) -> int:
+    """How many updates apart live evaluations run: each scores a newly published version at least
+    ``eval_interval`` updates after the last, and a version is published every
+    ``weight_sync_interval`` updates, so the interval rounds up to a multiple of that."""
+    sync = cfg.policy_service.weight_sync_interval
+    return -(-cfg.training.eval_interval // sync) * sync
+
+
 def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
     """Rules across keys: (hard errors, soft warnings), each naming section and key.
 
@@ -1018,6 +1026,13 @@ def check_known_mistakes(cfg: Config) -> tuple[list[str], list[str]]:
             f"[training] lr = {tr.lr:g} with lora = true: a LoRA adapter barely moves at a full "
             "fine-tuning rate; "
             "LoRA usually trains at 1e-5 to 1e-4 (configs/local.toml: 1e-4)"
+        )
+    if tr.eval_interval and tr.eval_interval % pol.weight_sync_interval:
+        every = live_eval_every(cfg)
+        warnings.append(
+            f"[training] eval_interval = {tr.eval_interval} is not a multiple of [policy_service] "
+            f"weight_sync_interval = {pol.weight_sync_interval}: the live evaluation scores published "
+            f"versions, so it runs every {every} updates"
         )
     if pol.weight_sync_interval <= 2:
         warnings.append(

@@ -449,3 +449,15 @@ def test_a_missing_data_file_lists_each_place_looked_once(tmp_path, monkeypatch)
     with pytest.raises(DataPathError) as exc:
         resolve_data_path("mine.json", str(config))
     assert str(exc.value).count(str(tmp_path / "mine.json")) == 1
+
+
+def test_an_eval_interval_between_publishes_is_said_to_round_up():
+    """The live evaluation scores published versions: with a version every 4 updates, eval_interval
+    = 2 evaluates every 4, and the evaluator's line said "every 2"."""
+    from openclaw_rl.config import build_config, live_eval_every
+
+    cfg = build_config({"training": {"eval_interval": 2}, "policy_service": {"weight_sync_interval": 4}})
+    assert live_eval_every(cfg) == 4
+    assert any("eval_interval = 2 is not a multiple" in w and "every 4 updates" in w for w in cfg.warnings)
+    cfg = build_config({"training": {"eval_interval": 8}, "policy_service": {"weight_sync_interval": 4}})
+    assert live_eval_every(cfg) == 8 and not any("eval_interval" in w for w in cfg.warnings)

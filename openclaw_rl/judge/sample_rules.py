@@ -243,8 +243,10 @@ def group_samples(
                 group_id=group_id,
             )
         )
-    mean = sum(returns) / len(returns) if returns else 0.0
-    spread = math.sqrt(sum((r - mean) ** 2 for r in returns) / len(returns)) if returns else 0.0
+    # an episode with no judged turn (closed before its first answer) has no return, not a return of 0
+    scored = [r for i, r in enumerate(returns) if turns[i] or use_outcome]
+    mean = sum(scored) / len(scored) if scored else 0.0
+    spread = math.sqrt(sum((r - mean) ** 2 for r in scored) / len(scored)) if scored else 0.0
     stats = GroupStats(len(episodes), mean, spread, zero_advantage=all(abs(a) <= ZERO for a in adv.values()))
     return samples, stats
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from openclaw_rl.config import Config, Persona
+from openclaw_rl.config import Config, Persona, live_eval_every
 from openclaw_rl.runtime.metrics import MetricsWriter, read_metrics
 from openclaw_rl.runtime.rundir import POLICY_META, PublishedPolicy, RunDir
 
@@ -329,7 +329,7 @@ class EvalLoop:
         )
         personas = ", ".join(self.cfg.env_service.personas)
         print(
-            f"[eval] live evaluation every {self.cfg.training.eval_interval} updates: "
+            f"[eval] live evaluation every {live_eval_every(self.cfg)} updates: "
             f"{self.sizes.chat} held-out problems per persona ({personas}), greedy, max_tokens="
             f"{self.sizes.max_tokens}, on a private copy of the policy",
             flush=True,

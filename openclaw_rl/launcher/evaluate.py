@@ -36,6 +36,7 @@ from openclaw_rl.envs.chat import looping, report_score
 from openclaw_rl.envs.loop import PolicyClient, PolicyRequestError, env_kwargs_for
 from openclaw_rl.envs.terminal import EVAL_TASKS
 from openclaw_rl.runtime.rundir import POLICY_META
+from openclaw_rl.trainer.checkpoint import STATE_FILE
 
 log = logging.getLogger("openclaw_rl.eval")
 
@@ -266,12 +267,15 @@ def eval_command(
     try:
         url = service.start()
         version = 0
+        said = ""
         if checkpoint is not None:
             version = service.swap_weights(checkpoint, exported_version(Path(checkpoint)))
+            if (Path(checkpoint).parent / STATE_FILE).is_file():
+                said = " (a checkpoint's count of updates that changed the weights, not a published version)"
         types = cfg.env_service.interaction_types
         asked_for = {"chat": sizes.chat, "terminal": sizes.terminal, "tool_call": sizes.tool_call}
         print(
-            f"[eval] policy={checkpoint or cfg.policy_service.model} version={version} sizes="
+            f"[eval] policy={checkpoint or cfg.policy_service.model} version={version}{said} sizes="
             + " ".join(
                 f"{part}:{n}{'/persona' if part == 'chat' else ''}"
                 for part, n in asked_for.items()

@@ -211,6 +211,10 @@ def plot_metrics(log_dir: Path) -> Path | None:
                 ax.legend(fontsize=7, loc="best")
         ax.set_title(title)
         ax.set_xlabel("training step")
+        lo, hi = ax.get_xlim()
+        if hi - lo < 2:  # one update: matplotlib spans ±5% of it, and the locator falls back to fractions
+            mid = round((lo + hi) / 2)
+            ax.set_xlim(mid - 1, mid + 1)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole updates
         ax.grid(alpha=0.3)
     fig.tight_layout()

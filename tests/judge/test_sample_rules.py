@@ -59,6 +59,15 @@ def test_a_group_of_identical_rewards_gives_no_push():
     assert samples[0].teacher_logprobs is not None and stats.zero_advantage
 
 
+def test_an_episode_closed_before_its_first_answer_is_not_a_reward_of_0_in_the_groups_figures():
+    """A stop cancels a group while a member starts: that member has no judged turn. The group's
+    mean and spread (its log line, the run's metrics) are of the members that have a return."""
+    eps = [episode(f"e{i}", [-1]) for i in range(3)] + [episode("e3", [])]
+    samples, stats = group_samples("g", eps, TrainingConfig(), "judge", RunningBaseline())
+    assert samples == [] and stats.zero_advantage
+    assert (stats.episodes, stats.reward_mean, stats.reward_spread) == (4, -1.0, 0.0)
+
+
 def test_judge_scores_are_taken_relative_to_the_group_at_each_position():
     tc = TrainingConfig()
     eps = [episode("a", [1, -1]), episode("b", [-1, -1]), episode("c", [-1, 1]), episode("d", [-1, -1])]

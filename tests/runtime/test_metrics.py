@@ -80,3 +80,37 @@ def test_the_curves_mark_updates_that_had_no_rl_reward(tmp_path):
         plt.Figure.savefig = real_savefig
     assert seen["marked"] == [2, 4, 6] and seen["legend"] == ["no RL reward"]
     assert all(float(t).is_integer() for t in seen["ticks"])
+
+
+def test_the_curves_after_one_update_have_whole_step_ticks(tmp_path):
+    """A run stopped after its first update: matplotlib spans 0.945-1.055 around one point, and the
+    integer locator gave up on fractions there (0.960, 0.975 ... under "training step")."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from openclaw_rl.runtime.metrics import plot_metrics
+
+    rows = [
+        {"kind": "train", "step": 1, "kl": 0.01, "clip_frac": 0.0, "reward_mean": -1.0},
+        {"kind": "eval", "step": 0, "policy_version": 0, "score": 0.4},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ticks: list[list[float]] = []
+    real_savefig = plt.Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+        for ax in fig.axes:
+            lo, hi = ax.get_xlim()
+            ticks.append([t for t in ax.get_xticks() if lo <= t <= hi])
+        return real_savefig(fig, *args, **kwargs)
+
+    plt.Figure.savefig = keep
+    try:
+        assert plot_metrics(tmp_path).is_file()
+    finally:
+        plt.Figure.savefig = real_savefig
+    assert len(ticks) == 4 and all(t and all(float(x).is_integer() for x in t) for t in ticks), ticks
