@@ -316,7 +316,9 @@ def _tool_block(call: dict[str, Any]) -> dict[str, Any]:
         args = {"_raw": fn.get("arguments")}
     return {
         "type": "tool_use",
-        "id": call["id"],
+        # Anthropic's ids read toolu_...: the same call, in this protocol's spelling (sessions are
+        # matched by the calls' names and arguments, not their ids)
+        "id": "toolu_" + str(call["id"]).removeprefix("call_"),
         "name": fn["name"],
         "input": args if isinstance(args, dict) else {"value": args},
     }

@@ -196,8 +196,26 @@ def test_anthropic_tool_choice_any_and_tool_get_a_tool_use_block(tiny_service):
         )
         assert msg.stop_reason == "tool_use"
         (block,) = [b for b in msg.content if b.type == "tool_use"]
-        assert block.name in expect
+        assert block.name in expect and block.id.startswith("toolu_"), block.id  # Anthropic's spelling
         _args_fit(json.dumps(block.input), {"set_unit": UNIT, "set_mode": MODE}[block.name])
+    # the call sent back with its result continues the session: its result is the turn's next state
+    svc, _ = tiny_service
+    raw = client.messages.with_raw_response.create(
+        model="policy",
+        max_tokens=4,
+        tools=tools,
+        messages=[
+            *ASK,
+            {"role": "assistant", "content": [block.model_dump()]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": block.id, "content": "saved"}],
+            },
+        ],
+    )
+    session = raw.headers["x-session-id"]
+    first = svc.store.session_turns(session)[0]
+    assert first.next_state is not None and first.next_state.content == "saved"
 
 
 def test_anthropic_structured_output_parses_into_the_clients_model(tiny_service):
