@@ -259,7 +259,13 @@ class Engine(ABC):
             )
         limit = self.cfg.policy_service.max_model_len
         if len(ids) >= limit:
-            raise ContextLengthExceeded(limit, len(ids))
+            tools = req.prompt_tools
+            shown = (
+                len(self._prep_tokenizer.encode(chat_format.tools_block(tools), add_special_tokens=False))
+                if tools
+                else 0
+            )
+            raise ContextLengthExceeded(limit, len(ids), min(shown, len(ids)))
         room = limit - len(ids)
         if (
             req.max_tokens_given

@@ -47,6 +47,9 @@ class OutputGrammar:
     schema: dict[str, Any] | None = None
     functions: tuple[tuple[str, dict[str, Any]], ...] = ()
     paths: tuple[str, ...] = ()
+    #: ``strict: true`` on the format, and on each function: what the grammar cannot enforce is refused
+    strict: bool = False
+    strict_functions: tuple[bool, ...] = ()
 
     @property
     def param(self) -> str:
@@ -68,23 +71,29 @@ def output_grammar(
     forced = tool_choice == "required" or isinstance(tool_choice, NamedToolChoice)
     named = tool_choice.function.name if isinstance(tool_choice, NamedToolChoice) else None
     offered = [
-        (f"tools[{i}].function.parameters", t.function.name, t.function.parameters or _NO_PARAMETERS)
-        for i, t in enumerate(tools or [])
-        if named is None or t.function.name == named
+        (i, t.function) for i, t in enumerate(tools or []) if named is None or t.function.name == named
     ]
-    functions = tuple((name, params) for _, name, params in offered)
-    paths = tuple(path for path, _, _ in offered)
+    functions = tuple((fn.name, fn.parameters or _NO_PARAMETERS) for _, fn in offered)
+    paths = tuple(f"tools[{i}].function.parameters" for i, _ in offered)
+    strict_functions = tuple(bool(fn.strict) for _, fn in offered)
     if tools and forced:
-        return OutputGrammar("tool_call", functions=functions, paths=paths)
+        return OutputGrammar("tool_call", functions=functions, paths=paths, strict_functions=strict_functions)
     if response_format is None or not response_format.constrains:
         return None
-    schema = None
+    schema, strict = None, False
     if response_format.type == "json_schema":
         assert response_format.json_schema is not None  # the protocol model requires it
-        schema = response_format.json_schema.schema_
+        schema, strict = response_format.json_schema.schema_, bool(response_format.json_schema.strict)
     if tools and tool_choice != "none":
-        return OutputGrammar("json_or_call", schema=schema, functions=functions, paths=paths)
-    return OutputGrammar("json", schema=schema)
+        return OutputGrammar(
+            "json_or_call",
+            schema=schema,
+            strict=strict,
+            functions=functions,
+            paths=paths,
+            strict_functions=strict_functions,
+        )
+    return OutputGrammar("json", schema=schema, strict=strict)
 
 
 def call_schema(functions: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
@@ -128,14 +137,16 @@ _SCHEMA_VALUES = ("items", "additionalProperties", "unevaluatedProperties", "pro
 _SCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
 
 
-def enforceable(schema: Any, where: str, root: str | None = None) -> Any:
+def enforceable(schema: Any, where: str, strict: bool, root: str | None = None) -> Any:
     """``schema`` as the grammar compiler can hold a reply to it: an ``allOf`` of one schema (how
-    pydantic and the SDKs wrap a ``$ref`` that has a description) is merged into its parent; any other
-    keyword of :data:`UNENFORCED_KEYWORDS` is an :class:`APIError` 400 naming its place (``param``:
-    ``root``, the schema's own field)."""
+    pydantic and the SDKs wrap a ``$ref`` that has a description) is merged into its parent. With
+    ``strict`` (the client's ``strict: true``, a promise that the reply matches), any other keyword of
+    :data:`UNENFORCED_KEYWORDS` is an :class:`APIError` 400 naming its place (``param``: ``root``,
+    the schema's own field); without, the reply is held to the rest, as OpenAI's non-strict mode
+    makes a best effort."""
     root = root or where
     if isinstance(schema, list):
-        return [enforceable(s, f"{where}[{i}]", root) for i, s in enumerate(schema)]
+        return [enforceable(s, f"{where}[{i}]", strict, root) for i, s in enumerate(schema)]
     if not isinstance(schema, dict):
         return schema
     out = dict(schema)
@@ -149,7 +160,7 @@ def enforceable(schema: Any, where: str, root: str | None = None) -> Any:
         del out["allOf"]
         out.update(one[0])
     for key, value in list(out.items()):
-        if key in UNENFORCED_KEYWORDS:
+        if key in UNENFORCED_KEYWORDS and strict:
             raise APIError(
                 400,
                 f"{where}.{key}: {key!r} cannot be enforced on the reply here (the grammar compiler passes "
@@ -158,9 +169,11 @@ def enforceable(schema: Any, where: str, root: str | None = None) -> Any:
                 param=root,
             )
         if key in _SCHEMA_MAPS and isinstance(value, dict):
-            out[key] = {name: enforceable(sub, f"{where}.{key}.{name}", root) for name, sub in value.items()}
+            out[key] = {
+                name: enforceable(sub, f"{where}.{key}.{name}", strict, root) for name, sub in value.items()
+            }
         elif key in _SCHEMA_VALUES or key in _SCHEMA_LISTS:
-            out[key] = enforceable(value, f"{where}.{key}", root)
+            out[key] = enforceable(value, f"{where}.{key}", strict, root)
     return out
 
 
@@ -191,10 +204,12 @@ class GrammarCompiler:
         parts = []
         if grammar.kind != "tool_call":
             where = "response_format.json_schema.schema"
-            schema = enforceable(grammar.schema, where) if grammar.schema else {"type": "object"}
+            schema = (
+                enforceable(grammar.schema, where, grammar.strict) if grammar.schema else {"type": "object"}
+            )
             parts.append(self._from_schema(schema, where, "this JSON schema"))
         if grammar.kind != "json":
-            functions = self.checked_functions(grammar.functions, grammar.paths)
+            functions = self.checked_functions(grammar.functions, grammar.paths, grammar.strict_functions)
             call = self._from_schema(call_schema(functions), "tools", "a call to these functions")
             with self._lock:
                 parts.append(
@@ -208,15 +223,15 @@ class GrammarCompiler:
             return self._compiler.compile_grammar(parts[0] if len(parts) == 1 else xgr.Grammar.union(*parts))
 
     def checked_functions(
-        self, functions: Sequence[tuple[str, dict[str, Any]]], paths: Sequence[str]
+        self, functions: Sequence[tuple[str, dict[str, Any]]], paths: Sequence[str], strict: Sequence[bool]
     ) -> list[tuple[str, dict[str, Any]]]:
         """``functions`` with schemas the grammar can hold a call to; an :class:`APIError` 400 naming
-        the first function's parameters that cannot be (unknown types, keywords it passes over).
-        Also what a request offering tools gets checked with, forced or not (about 0.1 ms a tool)."""
+        the first function's parameters that cannot be (an unknown type; with ``strict: true``, a
+        keyword the grammar passes over)."""
         checked = []
         for i, (name, params) in enumerate(functions):
             where = paths[i] if i < len(paths) else "tools"
-            params = enforceable(params, where)
+            params = enforceable(params, where, i < len(strict) and strict[i])
             self._from_schema(params or {"type": "object"}, where, f"the parameters of {name!r}")
             checked.append((name, params))
         return checked

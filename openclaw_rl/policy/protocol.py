@@ -136,6 +136,9 @@ class FunctionDef(_Lenient):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
+    #: OpenAI's structured-outputs promise: a forced call's arguments match ``parameters`` exactly,
+    #: so a keyword the grammar cannot hold them to is refused (docs/serving.md)
+    strict: bool | None = None
 
     @field_validator("name")
     @classmethod
@@ -540,12 +543,19 @@ class ContextLengthExceeded(APIError):
     ``context_length_exceeded`` or "maximum context length" to decide to compact); the counts let the
     Messages route word it as Anthropic does ("prompt is too long")."""
 
-    def __init__(self, limit: int, prompt_tokens: int):
+    def __init__(self, limit: int, prompt_tokens: int, tool_tokens: int = 0):
+        # with tools, how many tokens are theirs (as OpenAI says it): a client that shortens its
+        # history after this error gets nowhere when the tools' definitions alone fill the window
+        split = (
+            f" ({prompt_tokens - tool_tokens} in the messages, {tool_tokens} in the functions)"
+            if tool_tokens
+            else ""
+        )
         super().__init__(
             400,
             f"This model's maximum context length is {limit} tokens. However, your messages "
-            f"resulted in {prompt_tokens} tokens, which leaves no room to generate. Please reduce the "
-            "length of the messages.",
+            f"resulted in {prompt_tokens} tokens{split}, which leaves no room to generate. Please reduce "
+            f"the length of the messages{' or functions' if tool_tokens else ''}.",
             param="messages",
             code="context_length_exceeded",
         )

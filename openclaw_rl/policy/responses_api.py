@@ -399,6 +399,7 @@ def chat_body(req: ResponsesRequest, messages: list[dict[str, Any]]) -> dict[str
                     "name": t["name"],
                     "description": t.get("description"),
                     "parameters": t.get("parameters") or {"type": "object", "properties": {}},
+                    "strict": t.get("strict"),
                 },
             }
             for t in req.tools

@@ -207,21 +207,12 @@ class TransformersEngine(Engine):
 
     def _attach_grammar(self, req: GenRequest) -> None:
         wanted = req.output_grammar
-        if req.grammar is not None or (wanted is None and not req.tools):
+        if wanted is None or req.grammar is not None:
             return
         with self._grammars_lock:
             if self._grammars is None:
                 vocab = self.model.get_output_embeddings().weight.shape[0]
                 self._grammars = GrammarCompiler(self.tokenizer, vocab, sorted(self.eos_ids))
-        if wanted is None:
-            # tools offered, no grammar needed: their schemas are still checked, since a call the
-            # model writes is parsed against them (and a client's bad schema is a 400, as at OpenAI)
-            assert req.tools is not None
-            self._grammars.checked_functions(
-                [(t.function.name, t.function.parameters or {}) for t in req.tools],
-                [f"tools[{i}].function.parameters" for i in range(len(req.tools))],
-            )
-            return
         compiled = self._grammars.compile(wanted)
         prefix = req.messages[-1].text if req.continue_final else ""
         try:
