@@ -356,6 +356,14 @@ def test_over_long_context_and_bad_session_header(tiny_service, client):
     # no answer, but the message is still the previous turn's next state: nothing is lost
     (turn,) = svc.store.session_turns("long")
     assert turn.next_state is not None and turn.next_state.content.startswith("word word")
+    # tools that alone fill the window: the error says so, as OpenAI's does (shortening the history
+    # after it would get a client nowhere)
+    tools = [
+        {"type": "function", "function": {"name": f"t{i}", "description": "word " * 400}} for i in range(24)
+    ]
+    r = client.post("/v1/chat/completions", json={"messages": USER, "tools": tools, "max_tokens": 1})
+    said = r.json()["error"]["message"]
+    assert r.status_code == 400 and "in the functions)" in said and "messages or functions" in said, said
     r = client.post("/v1/chat/completions", headers={"X-Turn-Type": "sidecar"}, json={"messages": USER})
     assert r.status_code == 400 and "X-Turn-Type" in r.json()["error"]["message"]
     r = client.post("/v1/chat/completions", headers={"X-Session-Done": "maybe"}, json={"messages": USER})
