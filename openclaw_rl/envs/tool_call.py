@@ -183,6 +183,22 @@ def _eval(node: ast.AST) -> float | int:
 _TEXT_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>|```(?:json)?\s*(\{.*?\})\s*```", re.S)
 
 
+def _bare_call(text: str) -> bool:
+    """Whether ``text`` is only one call's JSON: ``{"name": ..., "arguments": {...}}``."""
+    if not (text.startswith("{") and text.endswith("}")):
+        return False
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return (
+        isinstance(obj, dict)
+        and isinstance(obj.get("name"), str)
+        and set(obj) <= {"name", "arguments", "parameters"}
+        and len(obj) == 2
+    )
+
+
 def parse_tool_calls(action: str | dict[str, Any]) -> tuple[str, list[dict[str, Any]], bool]:
     """``(content, calls, native)``: calls in OpenAI shape; ``native`` False when parsed from text
     (``<tool_call>{...}</tool_call>``, a fenced JSON block, or a reply that is only the call's JSON)."""
@@ -194,8 +210,9 @@ def parse_tool_calls(action: str | dict[str, Any]) -> tuple[str, list[dict[str, 
         return content, calls, True
     calls = []
     stripped = action.strip()
-    # a reply that is nothing but one call's JSON, as models without call markup write it
-    blobs = [stripped] if stripped.startswith("{") and stripped.endswith("}") and '"name"' in stripped else []
+    # a reply that is nothing but one call's JSON, as models without call markup write it: a name
+    # and its arguments (a JSON answer such as {"name": "melon", "price": 38} is not a call)
+    blobs = [stripped] if _bare_call(stripped) else []
     if not blobs:
         blobs = [m.group(1) or m.group(2) for m in _TEXT_CALL.finditer(action)]
     for blob in blobs:

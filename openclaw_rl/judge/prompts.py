@@ -170,17 +170,25 @@ _UNIT = re.compile(r"[+-]?[01]")
 _SIGNS = str.maketrans({"\u2212": "-", "\u2013": "-", "\uff0d": "-", "\uff0b": "+"})
 
 
-# What models wrap an answer in: "SCORE: (+1)", "SCORE: `-1`", "SCORE: 【+1】".
-_WRAPPERS = "()[]{}\"'`「」【】（）《》"
+_OPENERS, _CLOSERS = "([{\"'`「【（《", ")]}\"'`」】）》"
 
 
 def _answer(token: str) -> int | None:
-    """``+1`` / ``1`` / ``-1`` / ``0`` (full-width forms, brackets, quotes and a trailing full stop
-    or comma allowed), else None."""
-    token = unicodedata.normalize("NFKC", token).translate(_SIGNS).replace(" ", "")
-    token = token.rstrip(".,;:!。").strip(_WRAPPERS).rstrip(".,;:!。")
+    """``+1`` / ``1`` / ``-1`` / ``0`` (full-width forms, a trailing full stop or comma, a closing
+    bracket, or the whole answer in brackets or quotes allowed), else None. An opening bracket that
+    does not close right after the answer is a list (``[-1, 0, +1]``: the options echoed), no vote."""
+    token = unicodedata.normalize("NFKC", token).translate(_SIGNS).replace(" ", "").rstrip(".,;:!。")
+    if token[:1] in _OPENERS:
+        if token[-1:] not in _CLOSERS:
+            return None
+        token = token[1:-1]
+    token = token.rstrip(_CLOSERS).rstrip(".,;:!。")
     return int(token) if _UNIT.fullmatch(token) else None
 
+
+#: Spaces just inside a bracket around an answer, and an answer followed by another option.
+_INNER_SPACE = re.compile(r"([(\[（【])\s+|\s+([)\]）】])")
+_ALTERNATIVE = re.compile(r"\s*(?:or|/|\||,|或)\s*[(\[（【]?\s*[+\-−–－＋]?\s*[01０１]", re.IGNORECASE)
 
 _HINT_RE = re.compile(re.escape(HINT_START) + r"(.*?)" + re.escape(HINT_END), re.DOTALL)
 
@@ -190,9 +198,13 @@ def parse_score(text: str, reward_space: list[int]) -> int | None:
 
     None (an invalid vote) when there is no answer or the answer is outside ``reward_space``.
     """
+    text = _INNER_SPACE.sub(r"\1\2", text)  # "[ +1 ]" as "[+1]"
     found = _SCORE_RE.findall(text) or _BOXED_RE.findall(text)
     if not found:
         return None
+    last = list(_SCORE_RE.finditer(text))
+    if last and _ALTERNATIVE.match(text, last[-1].end()):
+        return None  # "SCORE: (+1) or (-1)": the options, not a vote
     score = _answer(found[-1])  # the last answer counts: a reply may think out loud before it
     return score if score in reward_space else None
 

@@ -166,17 +166,29 @@ def columns(text: str) -> int:
     return sum(_columns(ch) for ch in _shown(text))
 
 
-def fit(text: str, width: int) -> str:
-    """``text`` cut and padded to ``width`` terminal columns: a CJK character takes two ("我的会话"
-    is 8 columns wide), so padding by characters would shift the columns after it."""
+def _head(chars: list[str], width: int) -> tuple[list[str], int]:
+    """The first of ``chars`` that fit in ``width`` columns, and the columns they take."""
     out, used = [], 0
-    for ch in _shown(text):
+    for ch in chars:
         w = _columns(ch)
         if used + w > width:
             break
         out.append(ch)
         used += w
-    return "".join(out) + " " * (width - used)
+    return out, used
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` padded to ``width`` terminal columns (a CJK character takes two: "我的会话" is 8
+    columns wide, so padding by characters would shift the columns after it); a longer one keeps
+    its head and its tail around a "…" (a session's ``/auto-...`` tail is what tells it apart)."""
+    chars = list(_shown(text))
+    whole, used = _head(chars, width)
+    if len(whole) == len(chars):
+        return "".join(whole) + " " * (width - used)
+    tail, tail_used = _head(chars[::-1], (width - 1) // 2)
+    head, head_used = _head(chars, width - 1 - tail_used)
+    return "".join(head) + "…" + "".join(tail[::-1]) + " " * (width - 1 - head_used - tail_used)
 
 
 def turns_command(cfg: Config, last: int, user: str | None) -> int:

@@ -61,7 +61,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from openclaw_rl.config import ENV_VAR
-from openclaw_rl.policy.identity import Caller, is_loopback
+from openclaw_rl.config import is_loopback as config_is_loopback
+from openclaw_rl.policy.identity import Caller, browser_problem, is_loopback
 from openclaw_rl.policy.messages_api import (
     CHAT_TO_MESSAGES,
     CountTokensRequest,
@@ -376,6 +377,9 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
                     )
                 )
             return Caller(key_user=None, trusted=True)
+        problem = browser_problem(request.headers, config_is_loopback(serving.pcfg.host))
+        if problem is not None:
+            raise APIError(403, problem, type_="permission_error", code="browser_request_refused")
         return Caller(key_user=None, trusted=is_loopback(request.client.host if request.client else None))
 
     def require_admin(request: Request) -> None:

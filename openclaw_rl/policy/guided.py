@@ -97,17 +97,57 @@ def output_grammar(
 
 
 def call_schema(functions: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    """The JSON schema of one call: ``{"name": <one of functions>, "arguments": <its parameters>}``."""
-    calls = [
-        {
-            "type": "object",
-            "properties": {"name": {"const": name}, "arguments": params},
-            "required": ["name", "arguments"],
-            "additionalProperties": False,
-        }
-        for name, params in functions
-    ]
-    return calls[0] if len(calls) == 1 else {"anyOf": calls}
+    """The JSON schema of one call: ``{"name": <one of functions>, "arguments": <its parameters>}``.
+
+    A function's ``$defs`` (pydantic's nested models) move to the call schema's root, renamed per
+    function, and its ``$ref`` s with them: a ``#/$defs/City`` means the root of the schema it is
+    in, which its parameters no longer are."""
+    defs: dict[str, Any] = {}
+    calls = []
+    for i, (name, params) in enumerate(functions):
+        moved = {f"f{i}_{key}": sub for key, sub in _own_defs(params).items()}
+        params = _refs_renamed(
+            {k: v for k, v in params.items() if k not in ("$defs", "definitions")}, f"f{i}_"
+        )
+        defs.update({key: _refs_renamed(sub, f"f{i}_") for key, sub in moved.items()})
+        calls.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": name}, "arguments": params},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    return {**schema, "$defs": defs} if defs else schema
+
+
+def _own_defs(params: dict[str, Any]) -> dict[str, Any]:
+    """A schema's own definitions, by name (``$defs`` and the older ``definitions``)."""
+    found: dict[str, Any] = {}
+    for key in ("definitions", "$defs"):
+        if isinstance(params.get(key), dict):
+            found.update(params[key])
+    return found
+
+
+def _refs_renamed(schema: Any, prefix: str) -> Any:
+    """``schema`` with each local ``$ref`` (``#/$defs/X``, ``#/definitions/X``) pointing at the
+    root's ``#/$defs/<prefix>X``."""
+    if isinstance(schema, list):
+        return [_refs_renamed(s, prefix) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key == "$ref" and isinstance(value, str):
+            for local in ("#/$defs/", "#/definitions/"):
+                if value.startswith(local):
+                    value = f"#/$defs/{prefix}{value.removeprefix(local)}"
+            out[key] = value
+        else:
+            out[key] = _refs_renamed(value, prefix)
+    return out
 
 
 #: The longest schema (as JSON text) accepted: compiling is not free, and a request must not be able

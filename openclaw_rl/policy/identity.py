@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from openclaw_rl.config import is_loopback as config_is_loopback
@@ -41,3 +42,34 @@ class Caller:
 def is_loopback(host: str | None) -> bool:
     """Whether a peer address is this machine's (``127.0.0.0/8``, ``::1``)."""
     return bool(host) and config_is_loopback(host or "")
+
+
+def _host_name(value: str) -> str:
+    """The host of a ``Host`` header or of an ``Origin``'s authority, without its port."""
+    value = value.split("://", 1)[-1].split("/", 1)[0].strip().lower()
+    if value.startswith("["):  # [::1]:30000
+        return value[1 : value.find("]")] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def browser_problem(headers: Mapping[str, str], bound_to_loopback: bool) -> str | None:
+    """Why a request to a service with no key must be refused as a web page's, or None.
+
+    With no key, whoever reaches the port is served; on loopback that is meant to be this machine's
+    programs. A page open in a local browser reaches it too: its form or ``fetch`` POSTs a JSON text
+    as ``text/plain`` with no preflight (cross-site request forgery), or its own domain resolves to
+    127.0.0.1 (DNS rebinding), and its text would be recorded and trained on. Programs (SDKs, curl,
+    OpenClaw) send no ``Origin``; a browser always does on such a POST. A rebinding page cannot
+    choose its ``Host``: it is the page's domain, not this machine's name."""
+    origin = headers.get("origin")
+    if origin is not None and origin != "null" and not config_is_loopback(_host_name(origin)):
+        return f"a request from a web page ({origin[:80]}): this service has no api_key, so only programs on this machine may use it"
+    if origin == "null":
+        return "a request from a web page (Origin: null): this service has no api_key, so only programs on this machine may use it"
+    host = headers.get("host")
+    if bound_to_loopback and host and not config_is_loopback(_host_name(host)):
+        return (
+            f"Host {host[:80]!r} is not this machine's loopback name: a page whose domain resolves to "
+            "127.0.0.1 (DNS rebinding); use localhost or 127.0.0.1"
+        )
+    return None

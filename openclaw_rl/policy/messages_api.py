@@ -73,6 +73,7 @@ class ToolSpec(LenientModel):
     name: str = Field(min_length=1, max_length=64)
     description: str | None = None
     input_schema: dict[str, Any]
+    strict: bool | None = None  # structured outputs: a forced call's input matches the schema exactly
 
 
 class ToolChoice(LenientModel):
@@ -283,7 +284,12 @@ def conversation_body(req: CountTokensRequest, origins: list[str] | None = None)
         body["tools"] = [
             {
                 "type": "function",
-                "function": {"name": t.name, "description": t.description, "parameters": t.input_schema},
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.input_schema,
+                    "strict": t.strict,
+                },
             }
             for t in req.tools
         ]

@@ -50,7 +50,7 @@ def event_lines() -> None:
     launcher to prefix; the HTTP libraries only when something is wrong, since httpx's line per
     request and openai's per retry would drown a run's log (a judge asks ``vote_count`` per turn)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
-    for noisy in ("httpx", "openai"):
+    for noisy in ("httpx", "httpx2", "openai"):  # httpx2: the HTTP library newer openai SDKs use
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

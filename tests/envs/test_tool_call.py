@@ -83,6 +83,16 @@ def test_lookup_task_via_file_and_text_tool_call():
     assert rows
 
 
+def test_a_reply_that_is_only_a_calls_json_is_a_call_and_a_json_answer_is_an_answer():
+    env = make("tool_call", kind="lookup")
+    env.reset(seed=5)
+    obs, *_ = env.step('{"name": "file", "arguments": {"action": "read", "path": "inventory.json"}}')
+    assert "price" in obs  # models without call markup write the call's JSON alone
+    answer = json.dumps({"name": "melon", "price": int(env.answer)})
+    obs, r, term, trunc, info = env.step(answer)  # a final answer in JSON: not a call to "melon"
+    assert term and info["success"], obs
+
+
 def test_malformed_calls_get_error_observations():
     env = make("tool_call", kind="lookup", max_turns=20)
     env.reset(seed=1)

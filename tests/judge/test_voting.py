@@ -76,6 +76,7 @@ def test_parse_score_reads_typographic_signs():
     ["SCORE: １", "SCORE：＋１", "SCORE: (+1)", "SCORE: [+1]", 'SCORE: "+1"', "SCORE: `+1`", "SCORE: 【+1】"],
 )
 def test_parse_score_reads_a_vote_in_full_width_digits_brackets_or_quotes(text):
+    assert parse_score(text.replace("+1", " +1 ") if text[7:8] in "([" else text, SPACE) == 1
     assert parse_score(text, SPACE) == 1
     assert parse_score(text.replace("1", "7").replace("１", "７"), SPACE) is None
 
@@ -139,3 +140,10 @@ def test_tempered_and_sampling():
     share = sum(v.score == 1 for v in many) / 2000
     assert 0.65 < share < 0.75
     assert restrict(probs, [1, -1]) == pytest.approx({1: 0.7 / 0.9, -1: 0.2 / 0.9})
+
+
+@pytest.mark.parametrize(
+    "text", ["SCORE: [-1, 0, +1]", "SCORE: (+1) or (-1)", "SCORE: +1 / -1", "SCORE: [-1"]
+)
+def test_parse_score_takes_the_options_echoed_for_no_vote(text):
+    assert parse_score(text, SPACE) is None

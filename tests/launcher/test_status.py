@@ -241,6 +241,7 @@ def test_columns_are_padded_by_terminal_width():
     from openclaw_rl.launcher.status import fit
 
     assert fit("我的会话", 14) == "我的会话      "  # 8 + 6 columns
-    assert fit("abc", 5) == "abc  " and fit("abcdefgh", 5) == "abcde"
-    assert fit("会话会话会话会话", 5) == "会话 "  # a wide character never half-fits
+    # a longer one keeps its head and tail around a mark: a session's /auto-... tail tells it apart
+    assert fit("abc", 5) == "abc  " and fit("abcdefgh", 5) == "ab…gh"
+    assert fit("会话会话会话会话", 6) == "会…话 "  # a wide character never half-fits
     assert fit("\x1b[2Jx", 8) == "\\x1b[2Jx"  # an escape sequence is shown, not obeyed

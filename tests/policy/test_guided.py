@@ -568,3 +568,33 @@ def test_openais_older_functions_form_is_served_and_answered_in_that_form(tiny_s
         assert r.status_code == 400 and "cannot be mixed" in r.json()["error"]["message"]
         r = c.post("/v1/chat/completions", json={"messages": ASK, "max_tokens": 2, "stream_options": {}})
         assert r.status_code == 400 and "stream_options" in r.json()["error"]["message"]
+
+
+class City(BaseModel):
+    name: Literal["Paris", "Oslo"]
+
+
+class Trip(BaseModel):
+    """A tool's parameters as pydantic writes a nested model: a $ref into its own $defs."""
+
+    to: City
+    nights: Literal[1, 2]
+
+
+def test_a_tool_whose_parameters_refer_to_their_own_defs_is_called_with_them(tiny_service):
+    """The call's schema nests each tool's parameters; their #/$defs/... refs must still resolve
+    (the Agents SDK's pydantic tools beside an output_type were all refused)."""
+    _, url = tiny_service
+    oa = _openai(url)
+    trip = {"type": "function", "function": {"name": "book", "parameters": Trip.model_json_schema()}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "s", "schema": Settings.model_json_schema()}}
+    for extra in ({"tool_choice": "required"}, {"response_format": fmt}):
+        reply = oa.chat.completions.create(
+            model="policy", messages=ASK, tools=[trip, UNIT], max_tokens=60, seed=4, **extra
+        ).choices[0]
+        assert reply.message.tool_calls or "tool_choice" not in extra, reply
+        for call in reply.message.tool_calls or []:
+            if call.function.name == "book":
+                Trip.model_validate_json(call.function.arguments)
+        if not reply.message.tool_calls:
+            Settings.model_validate_json(reply.message.content or "")

@@ -447,7 +447,7 @@ def test_a_client_leaving_mid_body_costs_one_line_and_no_traceback(tiny_service,
     with caplog.at_level("INFO", logger="openclaw_rl"):
         with socket.create_connection((where.hostname, where.port), timeout=10) as sock:
             sock.sendall(
-                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                 + f"Authorization: Bearer {KEY}\r\nContent-Length: 1000\r\n\r\n".encode()
                 + b'{"messages": ['
             )
@@ -969,7 +969,7 @@ def test_a_body_that_stops_arriving_is_answered_408_and_others_are_served(
     host, port = url.removeprefix("http://").rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b'Content-Length: 500\r\n\r\n{"model": "m", "messages": ['
         )
         with sock.makefile("rb") as reply:  # the head, then as many body bytes as it announces
@@ -997,7 +997,7 @@ def test_a_body_that_trickles_in_is_answered_408_once_its_time_is_up(
     svc, url = start_service(tiny_model_dir, "trickle")
     host, port = url.removeprefix("http://").rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=30) as sock:
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5000\r\n\r\n")
         sock.settimeout(0.4)
         answer = b""
         for _ in range(40):  # a byte every 0.4 s: never 1 s without one, never done
