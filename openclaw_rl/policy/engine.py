@@ -62,6 +62,9 @@ class GenRequest:
     tool_choice: Any = None
     session_id: str | None = None  # set by serving once the session is known (replicas route by it)
     adapter: str | None = None  # per_user mode: the user whose adapter decodes this request
+    #: whose words the prompt is: a prefix-cache block is found only by its owner's requests (the
+    #: cache's hit counts, and its speed, would otherwise tell one user what another wrote)
+    owner: str | None = None
     continue_final: bool = False  # the last (assistant) message is the reply's start, to continue
     response_format: ResponseFormat | None = None
     #: the reply's grammar, when its format is enforced here (set by an engine that decodes locally)

@@ -502,6 +502,7 @@ class Serving:
         recorded under it, so feedback can name it."""
         req, gen = self.parse(body, headers)
         user = self.user_of(caller, req.user, headers)
+        gen.owner = user
         if self.cfg.users.mode == "per_user":
             gen.adapter = user
         if self.in_flight >= self.capacity:

@@ -399,7 +399,9 @@ class TransformersEngine(Engine):
                         r.epoch = self._epoch
                         if self._adapters is None:
                             r.version = self._version
-                        r.scope = (self._epoch, r.req.adapter, r.version)
+                        # whose blocks: the adapter's user (per_user), the prompt's owner (shared)
+                        who = r.req.adapter if self._adapters is not None else r.req.owner
+                        r.scope = (self._epoch, who, r.version)
                     if self._prefix is not None and len(new) > 1:
                         new = self._defer_shared(new)
             self.active_count = active + len(new)
@@ -499,15 +501,18 @@ class TransformersEngine(Engine):
         if self._adapters is not None:
             self._adapters.table.use([r.slot for r in rows])
 
-    def cache_scope(self, adapter: str | None = None) -> tuple[int, str | None, int]:
-        """The prefix-cache scope a new row of ``adapter``'s user gets now (see :mod:`prefix_cache`)."""
+    def cache_scope(
+        self, adapter: str | None = None, owner: str | None = None
+    ) -> tuple[int, str | None, int]:
+        """The prefix-cache scope a new row gets now (see :mod:`prefix_cache`): per_user, of
+        ``adapter``'s user; shared, of the prompt's ``owner`` (a user's blocks are theirs in both)."""
         if self._adapters is None:
-            return (self._epoch, None, self._version)
+            return (self._epoch, owner, self._version)
         return (self._epoch, adapter, self._adapters.version(adapter))
 
     def _current_scope(self, r: _Row) -> tuple[int, str | None, int]:
         """The scope a row would get now: unlike its own once a swap happened while it decoded."""
-        return self.cache_scope(r.req.adapter)
+        return self.cache_scope(r.req.adapter, r.req.owner)
 
     def new_cache(self, kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Any:
         """An empty batch cache, or one holding ``kv`` (one ``(keys, values)`` pair per layer)."""

@@ -43,6 +43,38 @@ def test_admin_routes_need_the_run_secret_even_on_an_open_server(start_service, 
     assert r.status_code == 200 and r.json() == {"ok": True, "paused": False}
 
 
+def test_a_keyless_service_refuses_web_pages_and_rebinding_hosts_and_records_nothing(
+    start_service, tiny_model_dir
+):
+    """With no key, a page open in a local browser could POST its text (text/plain, no preflight)
+    or reach 127.0.0.1 through its own domain (DNS rebinding): both are refused, and nothing of
+    theirs is recorded; programs (no Origin, a loopback Host) are served as before."""
+    svc, url = start_service(tiny_model_dir, "keyless")
+    body = '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "session_id": "victim"}'
+    plain = {"Content-Type": "text/plain"}
+    for headers in (
+        {**plain, "Origin": "http://evil.example"},
+        {**plain, "Origin": "null"},  # a sandboxed frame or a file:// page
+        {**plain, "Host": "rebind.evil.example:30000"},
+    ):
+        r = httpx.post(f"{url}/v1/chat/completions", content=body, headers=headers, timeout=60)
+        assert r.status_code == 403 and r.json()["error"]["code"] == "browser_request_refused", r.text
+        r = httpx.post(
+            f"{url}/v1/feedback", json={"response_id": "x", "rating": 1}, headers=headers, timeout=60
+        )
+        assert r.status_code == 403, r.text
+    assert svc.store.counters().turns == 0
+    local = {"Origin": "http://localhost:5173"}  # a page served from this machine
+    for headers in ({}, local, {"Host": f"localhost:{url.rsplit(':', 1)[1]}"}):
+        r = httpx.post(
+            f"{url}/v1/chat/completions",
+            json={"messages": USER, "max_tokens": 1},
+            headers=headers,
+            timeout=60,
+        )
+        assert r.status_code == 200, r.text
+
+
 def test_each_run_gets_a_new_private_admin_secret(tmp_path):
     run = RunDir(tmp_path / "run")
     first = run.new_admin_key()

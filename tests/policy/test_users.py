@@ -369,3 +369,25 @@ def test_a_gateway_continues_a_users_response_without_naming_them_again(users_ru
                 model="m", input="x", previous_response_id=first.id, max_output_tokens=2, **extra
             )
     assert svc.store.counters().turns == before
+
+
+def test_one_users_words_are_never_another_users_prefix_cache_hit(users_run):
+    """Shared mode: one policy, but a prompt's cached keys/values are its user's. Shared, the cache's
+    hit counts (in /healthz) told bob which PIN alice had written, by which of his guesses hit."""
+    svc, url, _, keys = users_run
+    if svc.pcfg.prefix_cache_mb == 0:
+        pytest.skip("no prefix cache in this config")
+    alice, bob = _sdk(url, keys["alice"]), _sdk(url, keys["bob"])
+    secret = [{"role": "user", "content": "My bank PIN is 7395. " + "Please keep it safe for me. " * 30}]
+
+    def hits() -> int:
+        return int(svc.engine.stats()["prefix_cache_hit_tokens"])
+
+    alice.chat.completions.create(model="m", messages=secret, max_tokens=1)
+    before = hits()
+    bob.chat.completions.create(model="m", messages=secret, max_tokens=1)
+    assert hits() == before  # bob's guess finds nothing of hers
+    alice.chat.completions.create(
+        model="m", messages=secret, max_tokens=1, extra_headers={"X-Session-Id": "again"}
+    )
+    assert hits() > before  # her own next turn still reuses what she sent
