@@ -197,9 +197,9 @@ class ApiConfig(_Section):
         endpoint = _ENDPOINT_PATH.search(path)
         root = f"{parts.scheme}://{parts.netloc}{path[: endpoint.start()] if endpoint else path}"
         if parts.query or parts.fragment:
-            raise ValueError(
-                f"{v!r} looks like a web page address (it has a query string or fragment such as "
-                f"tracking parameters); give the API root instead, e.g. {root}"
+            raise ValueError(  # the query is not shown: it may hold a key (?key=...)
+                f"{root + '?...'!r} looks like a web page address (it has a query string or fragment "
+                f"such as tracking parameters); give the API root instead, e.g. {root}"
             )
         if endpoint:  # the clients add the route themselves: .../chat/completions/chat/completions
             raise ValueError(
@@ -811,6 +811,11 @@ def _literal_choices(model: type[_Section], field: str) -> list[str]:
     return found
 
 
+def _url_with_query(value: Any) -> bool:
+    """Whether ``value`` is a URL with a query string or fragment, which may carry a key."""
+    return isinstance(value, str) and "://" in value and ("?" in value or "#" in value)
+
+
 def did_you_mean(name: str, choices: list[str]) -> str:
     """`` (did you mean 'x'?)`` for the choice closest to ``name``, or '' when none is close."""
     close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
@@ -878,7 +883,8 @@ def build_config(
                 loc = ".".join(str(p) for p in err["loc"]) or "?"
                 # The offending input is shown except for secrets, which never reach a message.
                 got = repr(err.get("input"))
-                shown = "" if "key" in loc or f"got {got}" in err["msg"] else f" (got {got})"
+                secret = "key" in loc or _url_with_query(err.get("input"))
+                shown = "" if secret or f"got {got}" in err["msg"] else f" (got {got})"
                 msg = err["msg"].removeprefix("Value error, ")
                 if err["type"] == "literal_error" and isinstance(err.get("input"), str):
                     msg += did_you_mean(err["input"], _literal_choices(model, str(err["loc"][0])))

@@ -399,7 +399,15 @@ def build_app(serving: Serving, api_key: str | None, admin_key: str, weights_roo
             raise APIError(
                 400, "path: holds a NUL byte, which no path can", param="path", code="path_not_allowed"
             )
-        resolved = Path(path).expanduser().resolve()
+        try:
+            resolved = Path(path).expanduser().resolve()
+        except (OSError, RuntimeError) as exc:  # a name too long, a symlink loop
+            raise APIError(
+                400,
+                f"path: cannot be resolved ({exc.__class__.__name__})",
+                param="path",
+                code="path_not_allowed",
+            ) from None
         if not resolved.is_relative_to(root):
             raise APIError(
                 400,

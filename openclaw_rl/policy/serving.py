@@ -90,6 +90,13 @@ def escape_for_log(text: str, limit: int = 160) -> str:
     return "".join(out) + ("..." if len(text) > limit else "")
 
 
+def quoted_for_log(text: str, limit: int = 160) -> str:
+    """A client's text as one quoted field of a log line: :func:`escape_for_log`, in double quotes,
+    with its own quotes and backslashes escaped, so no field of the line can be forged
+    (``session=zz turn=77`` sent as a session id, a ``"`` ending ``last_user`` early)."""
+    return '"' + escape_for_log(text.replace("\\", "\\\\").replace('"', '\\"'), limit) + '"'
+
+
 def _bool_header(value: str | None, name: str) -> bool | None:
     if value is None:
         return None
@@ -652,7 +659,7 @@ class Serving:
                 return
             log.info(
                 "[policy_service] session=%s turn=%d: the client went away; generation stopped",
-                escape_for_log(job.assign.session_id, 80),
+                quoted_for_log(job.assign.session_id, 80),
                 job.assign.turn_index,
             )
             await self._record_state_if_possible(job)
@@ -721,11 +728,11 @@ class Serving:
         last = job.req.messages[-1]
         # a named user's words stay in the store, where `users delete` reaches them; an operator's
         # console log (often kept in a file) shows only how much they wrote
-        said = escape_for_log(last.text) if a.user == DEFAULT_USER else f"<{len(last.text)} characters>"
+        said = quoted_for_log(last.text) if a.user == DEFAULT_USER else f"<{len(last.text)} characters>"
         log.info(
             "[policy_service] session=%s turn=%d type=%s prompt_tokens=%d response_tokens=%d version=%d "
-            'finish=%s stitched=%s last_%s="%s"',
-            escape_for_log(a.session_id, 80),
+            "finish=%s stitched=%s last_%s=%s",
+            quoted_for_log(a.session_id, 80),
             a.turn_index,
             a.turn_type,
             len(final.prompt_ids),
@@ -798,7 +805,7 @@ class Serving:
         log.info(
             "[policy_service] feedback %+d on session=%s turn=%d%s",
             req.rating,
-            escape_for_log(outcome.session_id, 80),
+            quoted_for_log(outcome.session_id, 80),
             outcome.turn_index,
             ""
             if outcome.will_train

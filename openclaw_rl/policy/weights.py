@@ -17,10 +17,22 @@ class WeightLoadError(ValueError):
 
 def load_policy_state(path: str | Path, base_dir: Path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """The full state dict described by ``path``: a peft LoRA adapter directory (merged into a fresh
-    copy of the base model) or a full Hugging Face model directory."""
+    copy of the base model) or a full Hugging Face model directory. Whatever stops it from being
+    read (a config that is not JSON, a name too long, a file cut short) is a :class:`WeightLoadError`
+    naming the path: the caller's error, not the service's."""
+    try:
+        return _load_policy_state(Path(path), base_dir, dtype)
+    except WeightLoadError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise WeightLoadError(
+            f"path: {str(path)[:200]} cannot be read: {type(exc).__name__}: {str(exc)[:300]}"
+        ) from exc
+
+
+def _load_policy_state(p: Path, base_dir: Path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     from transformers import AutoModelForCausalLM
 
-    p = Path(path)
     if not p.is_dir():
         raise WeightLoadError(f"path: {p} is not a directory (expected the output of export_policy)")
     if (p / "adapter_config.json").is_file():

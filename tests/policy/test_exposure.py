@@ -41,6 +41,16 @@ def test_admin_routes_need_the_run_secret_even_on_an_open_server(start_service, 
     admin = {"Authorization": f"Bearer {RunDir.of(svc.cfg).admin_key()}"}
     r = httpx.post(f"{url}/v1/admin/pause", json={"paused": False}, headers=admin, timeout=30)
     assert r.status_code == 200 and r.json() == {"ok": True, "paused": False}
+    # weights that cannot be read are the caller's error (400 naming the path), not the service's
+    broken = RunDir.of(svc.cfg).policies / "v000007"
+    broken.mkdir(parents=True)
+    (broken / "adapter_config.json").write_text("not json")
+    too_long = str(RunDir.of(svc.cfg).policies / ("x" * 5000))
+    with httpx.Client(headers=admin, timeout=60) as c:  # one connection: it survives each refusal
+        for path in (str(broken), too_long):
+            r = c.post(f"{url}/v1/admin/load_weights", json={"path": path, "version": 7})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "path", r.text
+        assert c.post(f"{url}/v1/admin/pause", json={"paused": False}).status_code == 200
 
 
 def test_a_keyless_service_refuses_web_pages_and_rebinding_hosts_and_records_nothing(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 
 import pytest
 from pydantic import ValidationError
@@ -297,6 +298,13 @@ def test_log_escaping_cannot_forge_lines():
     out = escape_for_log(forged)
     assert "\n" not in out and "\r" not in out and "\x1b" not in out and "\u2028" not in out
     assert "\\n" in out and "\\u001b" in out
+    # a field cannot be forged either: a session id with spaces, a quote ending last_user early
+    from openclaw_rl.policy.serving import quoted_for_log
+
+    session, said = quoted_for_log("zz turn=77 type=FORGED"), quoted_for_log('hi" finish=FORGED')
+    line = f"session={session} last_user={said}"
+    assert line == 'session="zz turn=77 type=FORGED" last_user="hi\\" finish=FORGED"'
+    assert shlex.split(line) == ["session=zz turn=77 type=FORGED", 'last_user=hi" finish=FORGED']
 
 
 def test_prefix_stitching_survives_a_restart(tmp_path):
