@@ -13,6 +13,7 @@ Token ids are never reconstructed from text: ``prompt_ids`` are the ids the engi
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Literal
 
@@ -186,6 +187,16 @@ class Sample(BaseModel):
                 raise ValueError(f"{name} has {len(value)} entries, response_ids has {n}")
         if (self.teacher_topk_ids is None) != (self.teacher_topk_logprobs is None):
             raise ValueError("teacher_topk_ids and teacher_topk_logprobs come together")
+        for name in ("reward", "advantage"):  # a NaN made its whole mini-batch's loss NaN, skipped
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value}")
+        if any(m not in (0, 1) for m in self.loss_mask):
+            raise ValueError(
+                f"loss_mask holds {next(m for m in self.loss_mask if m not in (0, 1))}; each entry is 0 or 1"
+            )
+        if self.teacher_topk_ids is not None and len({len(row) for row in self.teacher_topk_ids}) > 1:
+            raise ValueError("teacher_topk_ids rows have different lengths: one K for every token")
         return self
 
     @property

@@ -16,21 +16,29 @@ checkpoints (a run's) is refused rather than overwritten; ``--log-dir`` trains i
 from __future__ import annotations
 
 import math
+import signal
 import sys
+import threading
+from typing import TYPE_CHECKING
 
 from openclaw_rl.config import Config
 from openclaw_rl.runtime.rundir import RunDir
-from openclaw_rl.trainer.sample_file import SampleFileError, load_samples
+from openclaw_rl.trainer.sample_file import SampleFileError, numbered_samples
 from openclaw_rl.types import Sample
+
+if TYPE_CHECKING:
+    from openclaw_rl.trainer.ppo import Trainer
 
 
 def train_command(cfg: Config, samples_path: str, steps: int | None, resume: bool) -> int:
-    """Run offline replay; returns a process exit code (0 ok, 2 bad input)."""
+    """Run offline replay; returns a process exit code (0 ok, 2 bad input, 130 stopped)."""
     try:
-        samples = load_samples(samples_path)
+        numbered = numbered_samples(samples_path)
     except SampleFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    samples = [sample for _, sample in numbered]
+    lines = [f"{samples_path}:{lineno} ({sample.sample_id})" for lineno, sample in numbered]
     if not samples:
         print(f"error: {samples_path}: no samples in file", file=sys.stderr)
         return 2
@@ -46,16 +54,29 @@ def train_command(cfg: Config, samples_path: str, steps: int | None, resume: boo
     if isinstance(lock, str):
         print(f"error: {lock}", file=sys.stderr)
         return 2
+    # SIGTERM (kill, timeout, a job scheduler) stops a replay as Ctrl-C does: checkpointed and
+    # published, not lost since the last checkpoint
+    previous = (
+        signal.signal(signal.SIGTERM, _interrupt)
+        if threading.current_thread() is threading.main_thread()
+        else None
+    )
     try:
-        return _replay(cfg, run, samples, samples_path, steps, resume)
+        return _replay(cfg, run, samples, lines, steps, resume)
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         lock.release()
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def _replay(
-    cfg: Config, run: RunDir, samples: list[Sample], samples_path: str, steps: int | None, resume: bool
+    cfg: Config, run: RunDir, samples: list[Sample], lines: list[str], steps: int | None, resume: bool
 ) -> int:
-    """The replay itself, on a folder held for it."""
+    """The replay itself, on a folder held for it. ``lines``: each sample's file and line."""
     tc = cfg.training
     from openclaw_rl.trainer.ppo import CheckpointError, Trainer
 
@@ -64,6 +85,20 @@ def _replay(
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    try:  # the whole file, before any update: a bad line 900 must not half-train a run
+        trainer.check_samples(samples, lines)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    window = cfg.policy_service.max_model_len
+    longest = max(range(len(samples)), key=lambda i: samples[i].num_tokens)
+    if samples[longest].num_tokens > window:
+        print(
+            f"[training] warning: {lines[longest]} has {samples[longest].num_tokens} tokens, more than "
+            f"[policy_service] max_model_len = {window}: the policy never saw such a prompt, and its "
+            "update needs memory in proportion",
+            flush=True,
+        )
     print(
         f"[training] algorithm={tc.algorithm}, asymmetric_clip={str(tc.asymmetric_clip).lower()}, "
         f"opd_enabled={str(tc.opd_enabled).lower()}, lora={str(tc.lora).lower()}, "
@@ -101,26 +136,45 @@ def _replay(
             batch = [samples[(start + j) % len(samples)] for j in range(bs)]
             try:
                 trainer.train_update(batch)
-            except ValueError as exc:
-                print(f"error: {samples_path}: {exc}", file=sys.stderr)
+            except ValueError as exc:  # what only a batch shows (top-K sizes across samples)
+                print(f"error: {lines[start]} and the {bs - 1} after it: {exc}", file=sys.stderr)
                 return 2
     except KeyboardInterrupt:
-        print(f"[training] interrupted at step={trainer.step}; checkpoint kept", flush=True)
-        return 130
+        interrupted = True
+    else:
+        interrupted = False
     finally:
         # On success, Ctrl-C or a crash: keep what was learned so far.
         if trainer.step > 0:
             trainer.save_checkpoint_once()
-    # the next version after the folder's newest publish, as the live loop counts them: a resumed
-    # replay never re-exports over a version a service may be serving
+    if interrupted:
+        if trainer.step == 0 or (published is not None and (published.step or 0) >= trainer.step):
+            print(f"[training] stopped at step={trainer.step}; nothing new to publish", flush=True)
+            return 130
+        version = _publish(cfg, run, trainer)
+        print(
+            f"[training] stopped at step={trainer.step}; checkpoint kept, published version {version}",
+            flush=True,
+        )
+        return 130
+    version = _publish(cfg, run, trainer)
+    print(
+        f"[training] done: step={trainer.step}, exported and published version {version}: "
+        f"{run.policies / f'v{version:06d}'}",
+        flush=True,
+    )
+    return 0
+
+
+def _publish(cfg: Config, run: RunDir, trainer: Trainer) -> int:
+    """Export and publish the trained policy; its version. The next after the folder's newest
+    publish, as the live loop counts them: a resumed replay never re-exports over a version a
+    service may be serving."""
     published = run.read_published_policy()
     version = (published.version if published else 0) + 1
     out = trainer.export_policy(run.policies, version)
     run.publish_policy(version, out, step=trainer.step, keep=cfg.training.keep_policies)
-    print(
-        f"[training] done: step={trainer.step}, exported and published version {version}: {out}", flush=True
-    )
-    return 0
+    return version
 
 
 def _holds_a_run(run: RunDir) -> str | None:

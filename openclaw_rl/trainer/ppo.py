@@ -309,11 +309,18 @@ class Trainer:
     def _uses_topk(self, s: Sample) -> bool:
         return bool(self.tc.opd_enabled and self.tc.topk_distill and s.teacher_topk_ids is not None)
 
-    def _validate(self, samples: Sequence[Sample]) -> None:
+    def check_samples(self, samples: Sequence[Sample], names: Sequence[str] | None = None) -> None:
+        """Refuse samples this model cannot train on (a token id outside its vocabulary, an empty
+        prompt, non-finite log-probs, a negative weight, mixed top-K sizes) with a ``ValueError``
+        naming the first (``names``: what to call each, e.g. its file and line). ``train_update``
+        runs it on every batch; a replay runs it on the whole file before the first update."""
+        self._validate(samples, names)
+
+    def _validate(self, samples: Sequence[Sample], names: Sequence[str] | None = None) -> None:
         vocab = self.model.get_output_embeddings().weight.shape[0]
         ks: set[int] = set()
         for n, s in enumerate(samples):
-            where = f"sample {n} ({s.sample_id})"
+            where = names[n] if names is not None else f"sample {n} ({s.sample_id})"
             if not s.prompt_ids:
                 raise ValueError(f"{where}: prompt_ids is empty")
             bad = [t for t in (*s.prompt_ids, *s.response_ids) if t < 0 or t >= vocab]

@@ -24,13 +24,27 @@ class SampleFileError(ValueError):
 
 def load_samples(path: str | os.PathLike[str]) -> list[Sample]:
     """Read a JSONL samples file. Blank lines are skipped; any bad line raises :class:`SampleFileError`."""
+    return [sample for _, sample in numbered_samples(path)]
+
+
+def numbered_samples(path: str | os.PathLike[str]) -> list[tuple[int, Sample]]:
+    """:func:`load_samples`, each sample with its line number (for errors found later: a token id
+    outside the model's vocabulary is known only once the model is)."""
     p = Path(path)
     if not p.is_file():
         raise SampleFileError(f"{p}: samples file not found (looked at {p.resolve()})")
-    samples: list[Sample] = []
-    with p.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            text = line.strip()
+    samples: list[tuple[int, Sample]] = []
+    with p.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                text = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as exc:
+                raise SampleFileError(
+                    f"{p}:{lineno}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                    "JSONL files are UTF-8: save it as UTF-8"
+                ) from None
+            if lineno == 1:
+                text = text.removeprefix("\ufeff")  # a Windows editor's byte-order mark
             if not text:
                 continue
             try:
@@ -42,7 +56,7 @@ def load_samples(path: str | os.PathLike[str]) -> list[Sample]:
             if not isinstance(obj, dict):
                 raise SampleFileError(f"{p}:{lineno}: expected a JSON object, got {type(obj).__name__}")
             try:
-                samples.append(Sample.model_validate(obj))
+                samples.append((lineno, Sample.model_validate(obj)))
             except ValidationError as exc:
                 problems = [
                     f"{'.'.join(str(x) for x in err['loc']) or 'sample'}: {err['msg'].removeprefix('Value error, ')}"

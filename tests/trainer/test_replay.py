@@ -57,6 +57,21 @@ def test_bad_lines_name_the_line(tmp_path):
         load_samples(path)
     with pytest.raises(SampleFileError, match="not found"):
         load_samples(tmp_path / "missing.jsonl")
+    # bytes that are not UTF-8, a NaN reward, a loss_mask of 2: the line, not a traceback or a
+    # mini-batch silently skipped; a Windows editor's byte-order mark is no problem
+    path.write_bytes(good.encode() + b'{"sample_id": "caf\xe9"}\n')
+    with pytest.raises(SampleFileError, match=r"s\.jsonl:3: not UTF-8 \(byte 0xe9"):
+        load_samples(path)
+    for field, value, said in (
+        ("reward", float("nan"), "reward must be a finite number"),
+        ("loss_mask", [1, 2, 1], "each entry is 0 or 1"),
+    ):
+        line = {**bad, "loss_mask": [1, 1, 1], field: value}
+        path.write_text(good + json.dumps(line) + "\n")
+        with pytest.raises(SampleFileError, match=rf"s\.jsonl:3: invalid sample: .*{said}"):
+            load_samples(path)
+    path.write_text("\ufeff" + good, encoding="utf-8")
+    assert len(load_samples(path)) == 2
 
 
 def test_train_command_replays_checkpoints_and_resumes(make_cfg, tmp_path, capsys):
@@ -114,6 +129,14 @@ def test_train_command_bad_input_exits_2(make_cfg, tmp_path, capsys):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     assert train_command(cfg, str(empty), 1, resume=False) == 2
+    # a sample the model cannot take, far down the file: refused before the first update, by its line
+    samples = _samples(6)
+    samples[4].response_ids[1] = 10**7
+    late = write_samples(tmp_path / "late.jsonl", samples)
+    assert train_command(cfg, str(late), 3, resume=False) == 2
+    err = capsys.readouterr().err
+    assert "late.jsonl:5 (s4): token id 10000000 outside the model's vocabulary" in err, err
+    assert not RunDir.of(cfg).checkpoints.exists() or not any(RunDir.of(cfg).checkpoints.iterdir())
 
 
 def test_openclaw_rl_train_command_line(tmp_path, tiny_model_dir):
@@ -240,3 +263,34 @@ def test_a_folder_holding_any_part_of_a_run_is_not_replayed_over(make_cfg, tmp_p
     err = capsys.readouterr().err
     assert "already holds" in err and "--log-dir" in err
     assert not run.checkpoints.is_dir() or not list(run.checkpoints.glob("step_*"))
+
+
+def test_a_replay_stopped_by_sigterm_keeps_and_publishes_what_it_trained(tmp_path, tiny_model_dir):
+    """kill, timeout and job schedulers send SIGTERM: it stops a replay as Ctrl-C does (checkpoint,
+    published version, exit 130), where it used to die with every update since the last checkpoint."""
+    import signal
+    import subprocess
+    import sys
+
+    path = write_samples(tmp_path / "s.jsonl", _samples(2))
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[global]\nlog_dir = "{tmp_path / "logs"}"\n'
+        f'[policy_service]\nmodel = "{tiny_model_dir}"\n'
+        '[training]\nbackend = "torch"\nbatch_size = 2\nmini_batch_size = 2\ncheckpoint_interval = 1000\n'
+    )
+    argv = [sys.executable, "-m", "openclaw_rl.cli", "train", "--config", str(config), "--samples", str(path)]
+    proc = subprocess.Popen(
+        [*argv, "--steps", "100000"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:  # the first update done: then stop it
+        seen.append(line)
+        if "ppo_update done" in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    out = "".join(seen) + proc.stdout.read()
+    assert proc.wait(timeout=120) == 130, out[-2000:]
+    assert (tmp_path / "logs" / "checkpoints" / "latest").is_file(), out[-2000:]
+    assert "published version 1" in out and (tmp_path / "logs" / "policy" / "v000001").is_dir(), out[-2000:]
