@@ -46,9 +46,8 @@ def test_repeated_items_mark_the_second_saying_from_its_first_token_and_nothing_
     assert not any(repeated_items(prose, 3)) and repeated_items([], 3) == []
 
 
-def test_the_curves_mark_updates_that_had_no_rl_reward(tmp_path):
-    """An update whose groups all scored alike trains no RL part and logs no reward: the reward panel
-    marks it (a dotted line, "no RL reward") instead of leaving a silent gap; steps are whole."""
+def _drawn_axes(tmp_path, rows: list[dict]) -> list:
+    """Plot ``rows`` as a run's metrics.jsonl and return the figure's axes as they were drawn."""
     import json
 
     import matplotlib
@@ -58,19 +57,12 @@ def test_the_curves_mark_updates_that_had_no_rl_reward(tmp_path):
 
     from openclaw_rl.runtime.metrics import plot_metrics
 
-    rows = [
-        {"kind": "train", "step": i, "kl": 0.01, "clip_frac": 0.0, **({"reward_mean": -1.0} if i % 2 else {})}
-        for i in range(1, 7)
-    ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    seen = {}
+    drawn: list = []
     real_savefig = plt.Figure.savefig
 
     def keep(fig, *args, **kwargs):  # read the axes as drawn, then save as usual
-        ax = fig.axes[0]
-        seen["marked"] = sorted(line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":")
-        seen["legend"] = [t.get_text() for t in ax.get_legend().get_texts()]
-        seen["ticks"] = [t for t in ax.get_xticks() if 1 <= t <= 6]
+        drawn.extend(fig.axes)
         return real_savefig(fig, *args, **kwargs)
 
     plt.Figure.savefig = keep
@@ -78,39 +70,29 @@ def test_the_curves_mark_updates_that_had_no_rl_reward(tmp_path):
         assert plot_metrics(tmp_path).is_file()
     finally:
         plt.Figure.savefig = real_savefig
-    assert seen["marked"] == [2, 4, 6] and seen["legend"] == ["no RL reward"]
-    assert all(float(t).is_integer() for t in seen["ticks"])
+    return drawn
+
+
+def test_the_curves_mark_updates_that_had_no_rl_reward(tmp_path):
+    """An update whose groups all scored alike trains no RL part and logs no reward: the reward panel
+    marks it (a dotted line, "no RL reward") instead of leaving a silent gap; steps are whole."""
+    rows = [
+        {"kind": "train", "step": i, "kl": 0.01, "clip_frac": 0.0, **({"reward_mean": -1.0} if i % 2 else {})}
+        for i in range(1, 7)
+    ]
+    ax = _drawn_axes(tmp_path, rows)[0]
+    marked = sorted(line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":")
+    assert marked == [2, 4, 6] and [t.get_text() for t in ax.get_legend().get_texts()] == ["no RL reward"]
+    assert all(float(t).is_integer() for t in ax.get_xticks() if 1 <= t <= 6)
 
 
 def test_the_curves_after_one_update_have_whole_step_ticks(tmp_path):
     """A run stopped after its first update: matplotlib spans 0.945-1.055 around one point, and the
     integer locator gave up on fractions there (0.960, 0.975 ... under "training step")."""
-    import json
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    from openclaw_rl.runtime.metrics import plot_metrics
-
     rows = [
         {"kind": "train", "step": 1, "kl": 0.01, "clip_frac": 0.0, "reward_mean": -1.0},
         {"kind": "eval", "step": 0, "policy_version": 0, "score": 0.4},
     ]
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    ticks: list[list[float]] = []
-    real_savefig = plt.Figure.savefig
-
-    def keep(fig, *args, **kwargs):
-        for ax in fig.axes:
-            lo, hi = ax.get_xlim()
-            ticks.append([t for t in ax.get_xticks() if lo <= t <= hi])
-        return real_savefig(fig, *args, **kwargs)
-
-    plt.Figure.savefig = keep
-    try:
-        assert plot_metrics(tmp_path).is_file()
-    finally:
-        plt.Figure.savefig = real_savefig
+    axes = _drawn_axes(tmp_path, rows)
+    ticks = [[t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]] for ax in axes]
     assert len(ticks) == 4 and all(t and all(float(x).is_integer() for x in t) for t in ticks), ticks
