@@ -192,7 +192,8 @@ class ApiConfig(_Section):
             return v
         parts = urlsplit(v)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"{v!r} is not an http(s) URL; give the API root, e.g. https://host/api")
+            shown = v.split("?", 1)[0].split("#", 1)[0] + ("?..." if "?" in v or "#" in v else "")
+            raise ValueError(f"{shown!r} is not an http(s) URL; give the API root, e.g. https://host/api")
         path = parts.path.rstrip("/")
         endpoint = _ENDPOINT_PATH.search(path)
         root = f"{parts.scheme}://{parts.netloc}{path[: endpoint.start()] if endpoint else path}"
@@ -812,8 +813,9 @@ def _literal_choices(model: type[_Section], field: str) -> list[str]:
 
 
 def _url_with_query(value: Any) -> bool:
-    """Whether ``value`` is a URL with a query string or fragment, which may carry a key."""
-    return isinstance(value, str) and "://" in value and ("?" in value or "#" in value)
+    """Whether ``value`` looks like a URL with a query string or fragment, which may carry a key
+    (with a scheme or without: ``api.example.com/v1?key=...``)."""
+    return isinstance(value, str) and ("/" in value or "." in value) and ("?" in value or "#" in value)
 
 
 def did_you_mean(name: str, choices: list[str]) -> str:

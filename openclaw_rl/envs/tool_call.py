@@ -214,7 +214,13 @@ def parse_tool_calls(action: str | dict[str, Any]) -> tuple[str, list[dict[str, 
     # and its arguments (a JSON answer such as {"name": "melon", "price": 38} is not a call)
     blobs = [stripped] if _bare_call(stripped) else []
     if not blobs:
-        blobs = [m.group(1) or m.group(2) for m in _TEXT_CALL.finditer(action)]
+        # a <tool_call> block is a call whatever it holds; a fenced JSON block only when it is one
+        # (a final answer in a ```json fence is an answer)
+        blobs = [
+            m.group(1) if m.group(1) is not None else m.group(2)
+            for m in _TEXT_CALL.finditer(action)
+            if m.group(1) is not None or _bare_call(m.group(2).strip())
+        ]
     for blob in blobs:
         try:
             obj = json.loads(blob)

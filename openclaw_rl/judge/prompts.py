@@ -188,7 +188,10 @@ def _answer(token: str) -> int | None:
 
 #: Spaces just inside a bracket around an answer, and an answer followed by another option.
 _INNER_SPACE = re.compile(r"([(\[（【])\s+|\s+([)\]）】])")
-_ALTERNATIVE = re.compile(r"\s*(?:or|/|\||,|或)\s*[(\[（【]?\s*[+\-−–－＋]?\s*[01０１]", re.IGNORECASE)
+_UNIT_AT = re.compile(r"[(\[（【\"'`]?\s*[+\-−–－＋]?\s*[01０１]")
+_ALTERNATIVE = re.compile(
+    r"[)\]）】\"'`]?\s*(?:or|/|\||,|，|或)\s*[(\[（【]?\s*[+\-−–－＋]?\s*[01０１]", re.IGNORECASE
+)
 
 _HINT_RE = re.compile(re.escape(HINT_START) + r"(.*?)" + re.escape(HINT_END), re.DOTALL)
 
@@ -203,8 +206,10 @@ def parse_score(text: str, reward_space: list[int]) -> int | None:
     if not found:
         return None
     last = list(_SCORE_RE.finditer(text))
-    if last and _ALTERNATIVE.match(text, last[-1].end()):
-        return None  # "SCORE: (+1) or (-1)": the options, not a vote
+    if last:
+        unit = _UNIT_AT.match(text, last[-1].start(1))
+        if unit and _ALTERNATIVE.match(text, unit.end()):
+            return None  # "SCORE: (+1) or (-1)", "SCORE: +1, -1": the options, not a vote
     score = _answer(found[-1])  # the last answer counts: a reply may think out loud before it
     return score if score in reward_space else None
 

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
 
 class WeightLoadError(ValueError):
@@ -24,7 +25,8 @@ def load_policy_state(path: str | Path, base_dir: Path, dtype: torch.dtype) -> d
         return _load_policy_state(Path(path), base_dir, dtype)
     except WeightLoadError:
         raise
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError, SafetensorError) as exc:
+        # a config that is JSON but no object, a weights file cut short: the folder is at fault
         raise WeightLoadError(
             f"path: {str(path)[:200]} cannot be read: {type(exc).__name__}: {str(exc)[:300]}"
         ) from exc

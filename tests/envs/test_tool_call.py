@@ -91,6 +91,9 @@ def test_a_reply_that_is_only_a_calls_json_is_a_call_and_a_json_answer_is_an_ans
     answer = json.dumps({"name": "melon", "price": int(env.answer)})
     obs, r, term, trunc, info = env.step(answer)  # a final answer in JSON: not a call to "melon"
     assert term and info["success"], obs
+    env.reset(seed=5)
+    obs, r, term, trunc, info = env.step(f"```json\n{answer}\n```")  # nor in a fence
+    assert term and info["success"], obs
 
 
 def test_malformed_calls_get_error_observations():

@@ -143,7 +143,7 @@ def test_tempered_and_sampling():
 
 
 @pytest.mark.parametrize(
-    "text", ["SCORE: [-1, 0, +1]", "SCORE: (+1) or (-1)", "SCORE: +1 / -1", "SCORE: [-1"]
+    "text", ["SCORE: [-1, 0, +1]", "SCORE: (+1) or (-1)", "SCORE: +1 / -1", "SCORE: [-1", "SCORE: +1, 0, -1"]
 )
 def test_parse_score_takes_the_options_echoed_for_no_vote(text):
     assert parse_score(text, SPACE) is None

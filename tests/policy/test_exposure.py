@@ -46,8 +46,15 @@ def test_admin_routes_need_the_run_secret_even_on_an_open_server(start_service, 
     broken.mkdir(parents=True)
     (broken / "adapter_config.json").write_text("not json")
     too_long = str(RunDir.of(svc.cfg).policies / ("x" * 5000))
+    not_an_object = RunDir.of(svc.cfg).policies / "v000008"
+    not_an_object.mkdir()
+    (not_an_object / "adapter_config.json").write_text("[1, 2]")
+    cut = RunDir.of(svc.cfg).policies / "v000009"
+    cut.mkdir()
+    (cut / "adapter_config.json").write_text('{"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}')
+    (cut / "adapter_model.safetensors").write_bytes(b"\x07" * 100)
     with httpx.Client(headers=admin, timeout=60) as c:  # one connection: it survives each refusal
-        for path in (str(broken), too_long):
+        for path in (str(broken), too_long, str(not_an_object), str(cut)):
             r = c.post(f"{url}/v1/admin/load_weights", json={"path": path, "version": 7})
             assert r.status_code == 400 and r.json()["error"]["param"] == "path", r.text
         assert c.post(f"{url}/v1/admin/pause", json={"paused": False}).status_code == 200
