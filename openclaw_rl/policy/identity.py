@@ -70,6 +70,7 @@ def browser_problem(headers: Mapping[str, str], bound_to_loopback: bool) -> str 
     if bound_to_loopback and host and not config_is_loopback(_host_name(host)):
         return (
             f"Host {host[:80]!r} is not this machine's loopback name: a page whose domain resolves to "
-            "127.0.0.1 (DNS rebinding); use localhost or 127.0.0.1"
+            "127.0.0.1 (DNS rebinding); use localhost or 127.0.0.1 (a reverse proxy in front: have it "
+            "send Host: localhost, or set [policy_service] api_key)"
         )
     return None
