@@ -171,6 +171,8 @@ class Final:
     #: the request's stop string that ended the reply (``finish_reason`` "stop"), None if another
     #: reason did: Anthropic's ``stop_sequence``
     stop_string: str | None = None
+    #: prompt tokens whose keys/values came from the prefix cache (OpenAI's ``cached_tokens``)
+    cached_tokens: int = 0
 
 
 class Engine(ABC):

@@ -531,7 +531,10 @@ class ResponsesCall:
             prompt, generated = token_counts(self.job)
             usage = {
                 "input_tokens": prompt,
-                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "input_tokens_details": {
+                    "cached_tokens": self.job.final.cached_tokens if self.job.final is not None else 0,
+                    "cache_write_tokens": 0,
+                },
                 "output_tokens": generated,
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": prompt + generated,

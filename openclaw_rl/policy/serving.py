@@ -880,7 +880,7 @@ class Serving:
             "completion_tokens": n,
             "total_tokens": len(final.prompt_ids) + n,
             # objects, never null, as OpenAI's (clients read usage.prompt_tokens_details.cached_tokens)
-            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": final.cached_tokens, "audio_tokens": 0},
             "completion_tokens_details": {
                 "reasoning_tokens": 0,
                 "audio_tokens": 0,

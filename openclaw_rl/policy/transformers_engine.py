@@ -101,6 +101,7 @@ class _Row:
         # what the row's keys/values depend on: prefix-cache entries are found only under the same one
         self.scope: tuple[int, str | None, int] = (0, None, 0)
         self.deferred = False  # sent back once to wait for a shared prefix another row is prefilling
+        self.cached = 0  # prompt tokens taken from the prefix cache at its prefill
         self.finish: str | None = None
         self.stop_string: str | None = None  # the request's stop string that ended the reply
         self.cancelled = False  # its client went away: dropped at the next step boundary
@@ -586,6 +587,8 @@ class TransformersEngine(Engine):
         dev = self.pcfg.device
         bt = self._prefix.block_tokens if self._prefix is not None else 0
         cached = [len(b) * bt for b in blocks]
+        for r, c in zip(rows, cached, strict=True):
+            r.cached = c
         c_max = max(cached, default=0)
         if c_max == 0:
             width = max(len(r.prompt) for r in rows)
@@ -804,6 +807,7 @@ class TransformersEngine(Engine):
                     row.text,
                     row.version,
                     stop_string=row.stop_string,
+                    cached_tokens=row.cached,
                 )
             )
 

@@ -945,8 +945,19 @@ def test_usage_details_are_numbers_and_a_replayed_refusal_part_is_history(tiny_s
         ],
         max_tokens=4,
     )
-    assert chat.usage.prompt_tokens_details.cached_tokens == 0
+    assert 0 <= chat.usage.prompt_tokens_details.cached_tokens < chat.usage.prompt_tokens
     assert chat.usage.completion_tokens_details.reasoning_tokens == 0
+    # a prompt sent again: its prefix-cache hit is counted as OpenAI counts cached tokens
+    long = [{"role": "user", "content": "Tell me about bicycle gears. " * 20}]
+    first = _openai(url).chat.completions.create(model="policy", messages=long, max_tokens=2)
+    again = _openai(url).chat.completions.create(
+        model="policy", messages=long, max_tokens=2, extra_headers={"X-Session-Id": "again"}
+    )
+    assert again.usage.prompt_tokens == first.usage.prompt_tokens
+    assert first.usage.prompt_tokens_details.cached_tokens < again.usage.prompt_tokens_details.cached_tokens
+    assert again.usage.prompt_tokens_details.cached_tokens <= again.usage.prompt_tokens
+    resp = _openai(url).responses.create(model="policy", input=long[0]["content"], max_output_tokens=2)
+    assert resp.usage.input_tokens_details.cached_tokens > 0
     msg = _anthropic(url).messages.create(
         model="policy", max_tokens=4, messages=[{"role": "user", "content": "Hi"}]
     )
