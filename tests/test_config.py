@@ -91,10 +91,10 @@ def test_base_url_web_page_rejected():
         build_config({"api": {"base_url": "https://gw.example/api?utm_source=newsletter"}}, environ={})
     assert "web page address" in str(exc.value) and "https://gw.example/api" in str(exc.value)
     assert "utm_source" not in str(exc.value)  # a query may hold a key (?key=...): never echoed
-    for pasted in ("api.example.com/v1?key=SECRET0", "ftp://api.example.com/v1?key=SECRET0"):
+    for pasted in ("api.example.com/v1?key=not-a-real-key", "ftp://api.example.com/v1?key=not-a-real-key"):
         with pytest.raises(ConfigError) as exc:
             build_config({"api": {"base_url": pasted}}, environ={})
-        assert "not an http(s) URL" in str(exc.value) and "SECRET0" not in str(exc.value)
+        assert "not an http(s) URL" in str(exc.value) and "not-a-real-key" not in str(exc.value)
     # the root suggested is the API root, not the page's path; a route pasted with the root is refused
     for pasted in (
         "https://gw.example/api/v1/chat?utm_source=x",
