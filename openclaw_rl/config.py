@@ -812,6 +812,11 @@ def _literal_choices(model: type[_Section], field: str) -> list[str]:
     return found
 
 
+def _is_secret(annotation: Any) -> bool:
+    """Whether a field holds a secret (``SecretStr``, or ``SecretStr | None``)."""
+    return annotation is SecretStr or SecretStr in get_args(annotation)
+
+
 def _url_with_query(value: Any) -> bool:
     """Whether ``value`` looks like a URL with a query string or fragment, which may carry a key
     (with a scheme or without: ``api.example.com/v1?key=...``)."""
@@ -864,7 +869,7 @@ def build_config(
                 continue
             said = len(problems)
             expanded = _expand(value, f"[{name}] {key}", problems, environ)
-            if not needs_secrets and "SecretStr" in str(model.model_fields[key].annotation):
+            if not needs_secrets and _is_secret(model.model_fields[key].annotation):
                 del problems[said:]
             if len(problems) > said:  # an unset variable, said once: its default stands in
                 failed.add(f"[{name}] {key}")

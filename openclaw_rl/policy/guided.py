@@ -249,7 +249,7 @@ class GrammarCompiler:
             )
             parts.append(self._from_schema(schema, where, "this JSON schema"))
         if grammar.kind != "json":
-            functions = self.checked_functions(grammar.functions, grammar.paths, grammar.strict_functions)
+            functions = self._checked_functions(grammar.functions, grammar.paths, grammar.strict_functions)
             call = self._from_schema(call_schema(functions), "tools", "a call to these functions")
             with self._lock:
                 parts.append(
@@ -262,7 +262,7 @@ class GrammarCompiler:
         with self._lock:
             return self._compiler.compile_grammar(parts[0] if len(parts) == 1 else xgr.Grammar.union(*parts))
 
-    def checked_functions(
+    def _checked_functions(
         self, functions: Sequence[tuple[str, dict[str, Any]]], paths: Sequence[str], strict: Sequence[bool]
     ) -> list[tuple[str, dict[str, Any]]]:
         """``functions`` with schemas the grammar can hold a call to; an :class:`APIError` 400 naming

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from openclaw_rl.config import is_loopback as config_is_loopback
 from openclaw_rl.policy.protocol import APIError
@@ -45,11 +46,11 @@ def is_loopback(host: str | None) -> bool:
 
 
 def _host_name(value: str) -> str:
-    """The host of a ``Host`` header or of an ``Origin``'s authority, without its port."""
-    value = value.split("://", 1)[-1].split("/", 1)[0].strip().lower()
-    if value.startswith("["):  # [::1]:30000
-        return value[1 : value.find("]")] if "]" in value else value
-    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+    """The host of an ``Origin`` (``http://localhost:5173``) or a ``Host`` header (``[::1]:30000``)."""
+    try:
+        return urlsplit(value if "://" in value else f"//{value}").hostname or ""
+    except ValueError:  # a malformed port or bracket: no host this machine answers to
+        return ""
 
 
 def browser_problem(headers: Mapping[str, str], bound_to_loopback: bool) -> str | None:
@@ -62,10 +63,11 @@ def browser_problem(headers: Mapping[str, str], bound_to_loopback: bool) -> str 
     OpenClaw) send no ``Origin``; a browser always does on such a POST. A rebinding page cannot
     choose its ``Host``: it is the page's domain, not this machine's name."""
     origin = headers.get("origin")
-    if origin is not None and origin != "null" and not config_is_loopback(_host_name(origin)):
-        return f"a request from a web page ({origin[:80]}): this service has no api_key, so only programs on this machine may use it"
-    if origin == "null":
-        return "a request from a web page (Origin: null): this service has no api_key, so only programs on this machine may use it"
+    if origin is not None and not config_is_loopback(_host_name(origin)):  # "null" has no host either
+        return (
+            f"a request from a web page (Origin: {origin[:80]}): this service has no api_key, so only "
+            "programs on this machine may use it"
+        )
     host = headers.get("host")
     if bound_to_loopback and host and not config_is_loopback(_host_name(host)):
         return (

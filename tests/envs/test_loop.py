@@ -302,7 +302,16 @@ class RawNames(Env):
 """
 
 
-def test_an_environment_breaking_the_contract_ends_its_episode_not_the_worker(tmp_path, monkeypatch):
+def _faulty_config(tmp_path, port: int, itype: str) -> str:
+    """One worker playing ``itype`` of FAULTY_ENVS against a stand-in service on ``port``."""
+    return (
+        f'[global]\nlog_dir = "{tmp_path / "logs"}"\n'
+        f'[policy_service]\nport = {port}\nhost = "127.0.0.1"\nmodel = "m"\n'
+        f'[env_service]\nnum_envs = 1\nenv_modules = ["faulty_envs"]\ninteraction_types = ["{itype}"]\n'
+    )
+
+
+def test_an_environment_breaking_the_contract_ends_its_episode_not_the_worker(tmp_path, monkeypatch, caplog):
     """docs/envs.md: what reset / step return is checked; the error names the environment; an
     episode never ended by its environment is ended by the loop."""
     from openclaw_rl.config import load_config
@@ -312,11 +321,7 @@ def test_an_environment_breaking_the_contract_ends_its_episode_not_the_worker(tm
     (tmp_path / "faulty_envs.py").write_text(FAULTY_ENVS)
     with ChatServer(lambda body: "ok") as srv:
         config = tmp_path / "config.toml"
-        config.write_text(
-            f'[global]\nlog_dir = "{tmp_path / "logs"}"\n'
-            f'[policy_service]\nport = {srv.port}\nhost = "127.0.0.1"\nmodel = "m"\n'
-            '[env_service]\nnum_envs = 1\nenv_modules = ["faulty_envs"]\ninteraction_types = ["no_info"]\n'
-        )
+        config.write_text(_faulty_config(tmp_path, srv.port, "no_info"))
         svc = EnvLoop(load_config(config), max_episodes=2)
         svc.start()
         stats = svc.wait_episodes(2, timeout=60)  # the worker plays the second after the first failed
@@ -325,6 +330,9 @@ def test_an_environment_breaking_the_contract_ends_its_episode_not_the_worker(tm
         assert all(
             "environment 'no_info': step(): info must be a dict, got None" in (s.error or "") for s in stats
         ), [s.error for s in stats]
+        # said in one line each, not a traceback per episode: the message is the whole story
+        said = [r for r in caplog.records if "info must be a dict" in r.getMessage()]
+        assert said and not any(r.exc_info for r in said)
 
         config.write_text(config.read_text().replace('["no_info"]', '["endless"]'))
         svc = EnvLoop(load_config(config), max_episodes=1)
@@ -335,11 +343,7 @@ def test_an_environment_breaking_the_contract_ends_its_episode_not_the_worker(tm
 
     # text no JSON request can carry (a lone surrogate) reaches the policy as U+FFFD, not a crash
     with ChatServer(lambda body: "ok") as srv:
-        config.write_text(
-            f'[global]\nlog_dir = "{tmp_path / "logs"}"\n'
-            f'[policy_service]\nport = {srv.port}\nhost = "127.0.0.1"\nmodel = "m"\n'
-            '[env_service]\nnum_envs = 1\nenv_modules = ["faulty_envs"]\ninteraction_types = ["raw_names"]\n'
-        )
+        config.write_text(_faulty_config(tmp_path, srv.port, "raw_names"))
         svc = EnvLoop(load_config(config), max_episodes=1)
         svc.start()
         (stats,) = svc.wait_episodes(1, timeout=60)

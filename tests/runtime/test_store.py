@@ -426,19 +426,22 @@ def test_feedback_wins_over_a_judge_still_working_on_the_old_next_state(store):
     assert store.turn_status("s", 0) == "judged"
 
 
+def _judge(store: Store, score: int) -> None:
+    """The judge takes the waiting turn and saves ``score`` with the samples it makes."""
+    [due] = store.claim_turns("judge-0", limit=5, lease_s=600)
+    result = JudgeResult(score=score)
+    store.save_judgement(due, result, build_samples(due, result, TrainingConfig()), worker="judge-0")
+
+
 def test_feedback_on_a_trained_turn_is_recorded_but_trains_nothing_twice(store):
     _served(store, "s", 0, "alice", "chatcmpl-a")
     _served(store, "s", 1, "alice", "chatcmpl-b", state="great")
-    [due] = store.claim_turns("judge-0", limit=5, lease_s=600)
-    result = JudgeResult(score=1)
-    store.save_judgement(due, result, build_samples(due, result, TrainingConfig()), worker="judge-0")
+    _judge(store, 1)
     assert len(store.claim_samples(8, step=1, current_version=0)) == 1
     store.commit_checkpoint(1, 1)
     outcome = _feedback(store, "chatcmpl-a", "alice", -1)
     assert not outcome.will_train
-    [again] = store.claim_turns("judge-0", limit=5, lease_s=600)
-    res = JudgeResult(score=-1)
-    store.save_judgement(again, res, build_samples(again, res, TrainingConfig()), worker="judge-0")
+    _judge(store, -1)
     assert store.ready_count() == 0  # same sample id as the trained one: not inserted again
     assert store.user_stats("alice", "shared v1").updates == 1
 
@@ -449,23 +452,18 @@ def test_a_rating_sent_during_an_update_that_is_taken_back_is_what_trains(store,
     from an older checkpoint): its sample must not go back to the queue with the old verdict."""
     _served(store, "s", 0, "alice", "chatcmpl-a")
     _served(store, "s", 1, "alice", "chatcmpl-b", state="great")
-    [due] = store.claim_turns("judge-0", limit=5, lease_s=600)
-    result = JudgeResult(score=1)
-    store.save_judgement(due, result, build_samples(due, result, TrainingConfig()), worker="judge-0")
+    _judge(store, 1)
     assert len(store.claim_samples(8, step=3, current_version=0)) == 1
     time.sleep(0.01)  # the rating comes after the sample was made
     assert not _feedback(store, "chatcmpl-a", "alice", -1, "wrong").will_train
-    [again] = store.claim_turns("judge-0", limit=5, lease_s=600)
-    res = JudgeResult(score=-1)
-    store.save_judgement(again, res, build_samples(again, res, TrainingConfig()), worker="judge-0")
+    _judge(store, -1)
     if taken_back == "abandoned":
         store.release_sample_claims(step=3)
     else:
         store.recover_claims(checkpoint_step=2)
     assert store.ready_count() == 0  # the old +1 sample is not back in the queue
-    [rejudged] = store.claim_turns("judge-0", limit=5, lease_s=600)
-    assert rejudged.next_state.rating == -1
-    store.save_judgement(rejudged, res, build_samples(rejudged, res, TrainingConfig()), worker="judge-0")
+    assert store.turns_waiting() == 1  # the turn waits to be judged again, from the rating
+    _judge(store, -1)
     assert [s.reward for s in store.claim_samples(8, step=3, current_version=0)] == [-1.0]
 
 

@@ -36,6 +36,14 @@ def _samples(n: int) -> list[Sample]:
     return out
 
 
+def _replay_config(tmp_path, model_dir, training: str) -> str:
+    """A replay's config.toml: the tiny model, batches of 2, and ``training``'s own key."""
+    return (
+        f'[global]\nlog_dir = "{tmp_path / "logs"}"\n[policy_service]\nmodel = "{model_dir}"\n'
+        f'[training]\nbackend = "torch"\nbatch_size = 2\nmini_batch_size = 2\n{training}\n'
+    )
+
+
 def test_round_trip(tmp_path):
     path = write_samples(tmp_path / "d" / "s.jsonl", _samples(3))
     assert load_samples(path) == _samples(3)
@@ -146,11 +154,7 @@ def test_openclaw_rl_train_command_line(tmp_path, tiny_model_dir):
 
     path = write_samples(tmp_path / "s.jsonl", _samples(2))
     config = tmp_path / "config.toml"
-    config.write_text(
-        f'[global]\nlog_dir = "{tmp_path / "logs"}"\n'
-        f'[policy_service]\nmodel = "{tiny_model_dir}"\n'
-        '[training]\nbackend = "torch"\nbatch_size = 2\nmini_batch_size = 2\nlr = 1e-3\n'
-    )
+    config.write_text(_replay_config(tmp_path, tiny_model_dir, "lr = 1e-3"))
     proc = subprocess.run(
         [
             sys.executable,
@@ -274,11 +278,7 @@ def test_a_replay_stopped_by_sigterm_keeps_and_publishes_what_it_trained(tmp_pat
 
     path = write_samples(tmp_path / "s.jsonl", _samples(2))
     config = tmp_path / "config.toml"
-    config.write_text(
-        f'[global]\nlog_dir = "{tmp_path / "logs"}"\n'
-        f'[policy_service]\nmodel = "{tiny_model_dir}"\n'
-        '[training]\nbackend = "torch"\nbatch_size = 2\nmini_batch_size = 2\ncheckpoint_interval = 1000\n'
-    )
+    config.write_text(_replay_config(tmp_path, tiny_model_dir, "checkpoint_interval = 1000"))
     argv = [sys.executable, "-m", "openclaw_rl.cli", "train", "--config", str(config), "--samples", str(path)]
     proc = subprocess.Popen(
         [*argv, "--steps", "100000"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
