@@ -96,7 +96,7 @@ def test_a_user_key_makes_the_request_theirs_whatever_the_body_says(users_run, c
     # searched by another process: reading the live store's files here and closing them would drop
     # this process's POSIX locks on them, which the in-process server's SQLite connection holds
     found = subprocess.run(
-        ["grep", "-r", "-l", "-F", "-a", secret, str(load_config(config).log_dir)],
+        ["grep", "-r", "-l", "-F", "-a", "-e", secret, str(load_config(config).log_dir)],
         capture_output=True,
         text=True,
     )
